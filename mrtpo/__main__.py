@@ -1,0 +1,3 @@
+from mrtpo.cli import main
+
+main()

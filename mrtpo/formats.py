@@ -1,0 +1,246 @@
+"""Output formats the policy is asked to produce.
+
+One `Format` object serves the prompt (its `instruction` sentence), the format reward (its
+strict check), the format block (its `rule` statement) and the reference block (`render`),
+so the four cannot drift apart. `parse` never raises: arbitrary text gives a `Parsed` with
+`answer=None` and an `error` saying what is missing.
+
+Formats:
+- `CodeBlockFormat("sql")`: the final answer in one ```sql fenced block;
+- `ToolCallFormat()`: calls as JSON objects `{"name": ..., "arguments": {...}}`, each inside
+  `<tool_call>...</tool_call>` (Qwen/Hermes style), several tags for parallel calls;
+- `TextFormat()`: plain text.
+Each may be preceded by reasoning in `<think>...</think>` (`think=True` asks for it and the
+strict check requires it; with `think=False` a think block is tolerated by `parse` but fails
+the strict check).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_THINK_RE = re.compile(r"\A\s*<think>(.*?)</think>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What `parse` found: the answer (None when nothing usable), whether the response follows
+    the format exactly, and why not."""
+
+    answer: Any
+    strict: bool
+    error: str = ""
+    think: str | None = None
+
+
+def split_think(response: str) -> tuple[str | None, str]:
+    """Split a leading `<think>...</think>` off a response: (thought or None, the rest)."""
+    m = _THINK_RE.match(response)
+    if not m:
+        return None, response
+    return m.group(1), response[m.end():]
+
+
+class Format:
+    """Base class; subclasses define `_body_instruction`, `_body_rule`, `_parse_body`, `render_body`."""
+
+    name = "format"
+
+    def __init__(self, think: bool = False):
+        self.think = think
+
+    # --- text shown to the policy -------------------------------------------------------
+    @property
+    def instruction(self) -> str:
+        """The sentence that goes into P0, asking for this format."""
+        pre = "First reason step by step inside <think></think> tags, then give " if self.think else "Give "
+        return pre + self._body_instruction()
+
+    @property
+    def rule(self) -> str:
+        """The format rule as a plain statement (the format block)."""
+        pre = "A correct response starts with its reasoning inside <think></think> tags and then gives " if self.think \
+            else "A correct response gives "
+        return pre + self._body_rule()
+
+    # --- parsing and rendering ------------------------------------------------------------
+    def parse(self, response: Any) -> Parsed:
+        """Extract the answer; never raises."""
+        if not isinstance(response, str):
+            return Parsed(None, False, f"the response is {type(response).__name__}, not text")
+        thought, body = split_think(response)
+        if thought is None and "<think>" in response:
+            return Parsed(None, False, "a <think> tag is not closed by </think> at the start of the response")
+        try:
+            answer, strict, error = self._parse_body(body)
+        except Exception as exc:  # defensive: parse must never raise on model output
+            return Parsed(None, False, f"could not parse the response: {exc}")
+        if strict and self.think and thought is None:
+            strict, error = False, "the response does not start with <think>...</think>"
+        if strict and not self.think and thought is not None:
+            strict, error = False, "the response contains a <think> block, which this format does not ask for"
+        return Parsed(answer, strict, error, thought)
+
+    def check(self, response: Any) -> bool:
+        """Strict format check: True when the response follows the format exactly."""
+        return self.parse(response).strict
+
+    def render(self, answer: Any, think: str | None = None) -> str:
+        """A response in exactly this format; `parse(render(x)).answer == x`."""
+        body = self.render_body(answer)
+        if self.think:
+            return f"<think>{think or ''}</think>\n{body}"
+        return body
+
+    def _body_instruction(self) -> str:
+        raise NotImplementedError
+
+    def _body_rule(self) -> str:
+        raise NotImplementedError
+
+    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+        raise NotImplementedError
+
+    def render_body(self, answer: Any) -> str:
+        raise NotImplementedError
+
+
+class CodeBlockFormat(Format):
+    """The final answer in exactly one fenced code block tagged with `language`."""
+
+    name = "code_block"
+
+    def __init__(self, language: str = "sql", think: bool = False):
+        super().__init__(think)
+        self.language = language
+        lang = re.escape(language)
+        self._strict_re = re.compile(r"\A\s*```" + lang + r"[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+        self._any_re = re.compile(r"```(" + lang + r")?[ \t]*\n(.*?)```", re.DOTALL)
+
+    def _body_instruction(self) -> str:
+        return (f"the final answer as a single {self.language.upper()} statement inside one "
+                f"```{self.language} code block, with nothing after the block.")
+
+    def _body_rule(self) -> str:
+        return (f"exactly one ```{self.language} code block holding the {self.language.upper()} "
+                "statement and nothing outside the block.")
+
+    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+        m = self._strict_re.match(body)
+        if m and "```" not in m.group(1) and m.group(1).strip():
+            return m.group(1).strip(), True, ""
+        blocks = self._any_re.findall(body)
+        tagged = [code for tag, code in blocks if tag]
+        chosen = (tagged or [code for _, code in blocks])
+        if not chosen:
+            return None, False, f"no ```{self.language} code block was found"
+        answer = chosen[-1].strip()
+        if not answer:
+            return None, False, f"the ```{self.language} code block is empty"
+        if len(blocks) > 1:
+            return answer, False, f"found {len(blocks)} code blocks; exactly one is expected"
+        if not tagged:
+            return answer, False, f"the code block is not tagged ```{self.language}"
+        return answer, False, "there is text outside the code block"
+
+    def render_body(self, answer: Any) -> str:
+        return f"```{self.language}\n{str(answer).strip()}\n```"
+
+
+class ToolCallFormat(Format):
+    """Tool calls as JSON objects inside `<tool_call>...</tool_call>` tags, one call per tag.
+
+    The answer is a list of `{"name": str, "arguments": dict}` in the order written.
+    """
+
+    name = "tool_call"
+    _TAG_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+    def _body_instruction(self) -> str:
+        return ('each function call as a JSON object {"name": <function name>, "arguments": '
+                '<arguments object>} inside its own <tool_call></tool_call> tags, and nothing else.')
+
+    def _body_rule(self) -> str:
+        return ('each function call as one JSON object with the keys "name" and "arguments" inside '
+                'its own <tool_call></tool_call> tags, with no other text.')
+
+    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+        tags = self._TAG_RE.findall(body)
+        if not tags:
+            return None, False, "no <tool_call>...</tool_call> block was found"
+        calls, errors = [], []
+        for i, raw in enumerate(tags, 1):
+            call, err = _parse_call(raw)
+            if err:
+                errors.append(f"tool call {i}: {err}")
+            else:
+                calls.append(call)
+        outside = self._TAG_RE.sub("", body).strip()
+        if errors:
+            return (calls or None), False, "; ".join(errors)
+        if outside:
+            return calls, False, f"there is text outside the <tool_call> tags: {outside[:60]!r}"
+        return calls, True, ""
+
+    def render_body(self, answer: Any) -> str:
+        return "\n".join(
+            "<tool_call>\n" + json.dumps({"name": c["name"], "arguments": c.get("arguments", {})},
+                                         ensure_ascii=False) + "\n</tool_call>"
+            for c in answer
+        )
+
+
+def _parse_call(raw: str) -> tuple[dict | None, str]:
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(obj, dict):
+        return None, f"a JSON {type(obj).__name__}, not an object"
+    if not isinstance(obj.get("name"), str):
+        return None, 'the object has no string "name"'
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # some models double-encode the arguments
+        try:
+            args = json.loads(args)
+        except (json.JSONDecodeError, RecursionError):
+            return None, '"arguments" is a string that is not a JSON object'
+    if not isinstance(args, dict):
+        return None, '"arguments" is not a JSON object'
+    extra = set(obj) - {"name", "arguments"}
+    if extra:
+        return None, f"unexpected keys {sorted(extra)}"
+    return {"name": obj["name"], "arguments": args}, ""
+
+
+class TextFormat(Format):
+    """Plain text: the answer is the whole response (after any think block), stripped."""
+
+    name = "text"
+
+    def _body_instruction(self) -> str:
+        return "your answer as plain text."
+
+    def _body_rule(self) -> str:
+        return "its answer as plain text."
+
+    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+        text = body.strip()
+        if not text:
+            return None, False, "the response is empty"
+        return text, True, ""
+
+    def render_body(self, answer: Any) -> str:
+        return str(answer).strip()
+
+
+FORMATS = {"sql": lambda think=False: CodeBlockFormat("sql", think),
+           "tool_call": ToolCallFormat, "text": TextFormat}
+
+
+def get_format(name: str, think: bool = False) -> Format:
+    if name not in FORMATS:
+        raise KeyError(f"unknown format {name!r}; known formats: {', '.join(FORMATS)}")
+    return FORMATS[name](think=think)

@@ -1,0 +1,16 @@
+"""Tasks: the types, the registry, and the built-in tasks (imported lazily by name)."""
+from mrtpo.tasks.base import Example, Placement, Reward, Task, Verdict
+from mrtpo.tasks.registry import (
+    ENTRY_POINT_GROUP,
+    TaskLoadError,
+    TaskNotFound,
+    available_tasks,
+    get_task,
+    register_task,
+    unregister_task,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "Example", "Placement", "Reward", "Task", "TaskLoadError",
+    "TaskNotFound", "Verdict", "available_tasks", "get_task", "register_task", "unregister_task",
+]
