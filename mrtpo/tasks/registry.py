@@ -117,9 +117,12 @@ def _load_factory(name: str) -> tuple[Callable[..., Task], str]:
     if name in BUILTIN_TASKS:
         module, _, attr = BUILTIN_TASKS[name].partition(":")
         return getattr(importlib.import_module(module), attr), "built-in"
-    if name in _registered:
-        return _registered[name].factory, _registered[name].origin
+    prev = _registered.get(name)
+    if prev is not None and prev.entry_point is not None:  # a plugin loaded before
+        return prev.factory, prev.origin
     eps = _entry_points()
+    if prev is not None and name not in eps:
+        return prev.factory, prev.origin
     if name in eps:
         ep = eps[name]
         origin = _ep_origin(ep)
@@ -130,7 +133,6 @@ def _load_factory(name: str) -> tuple[Callable[..., Task], str]:
                 f"task {name!r} from {origin} (entry point {ep.value!r} in group "
                 f"{ENTRY_POINT_GROUP!r}) failed to load: {type(exc).__name__}: {exc}"
             ) from exc
-        prev = _registered.get(name)
         if prev is not None and not _same_object(prev.factory, obj):
             raise TaskLoadError(
                 f"task {name!r} from {origin} points at {_describe(obj)}, but {name!r} is "

@@ -1,0 +1,1 @@
+"""Small policies the project builds itself (no downloads): tokenizer, model, warm start."""
