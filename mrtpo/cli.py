@@ -18,6 +18,10 @@ app = typer.Typer(
 # imports (torch, transformers) inside its command functions so `mrtpo --help` stays fast.
 COMMAND_MODULES = [
     "mrtpo.commands.tasks",
+    "mrtpo.commands.model",
+    "mrtpo.commands.eval",
+    "mrtpo.commands.blocks",
+    "mrtpo.commands.train",
 ]
 
 for _name in COMMAND_MODULES:

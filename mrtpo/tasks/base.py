@@ -54,6 +54,9 @@ class Reward:
     weight: float = 1.0
     floor: float = 0.0  # lowest possible score (SAW's CV shift)
     response_dependent: bool = False
+    # what the block holds, for the writing-rules lint (mrtpo.blocks.rules): "format",
+    # "feedback", "reference", "constraint", "schema", or "" (the lint then infers it)
+    kind: str = ""
 
 
 class Task:

@@ -2,7 +2,7 @@
 
 - `count_words`: IFEval's `RegexpTokenizer(r"\\w+")` token count.
 - `word_tokenize`: NLTK's `word_tokenize` (Punkt sentences, then `NLTKWordTokenizer`, the
-  improved Treebank tokenizer), ported from NLTK (Apache-2.0). IFEval only uses it to count
+  improved Treebank tokenizer), ported from NLTK 3.10 (Apache-2.0). IFEval only uses it to count
   all-capital words, so what matters is where tokens split (``DON'T`` -> ``DO``, ``N'T``).
 - `split_sentences` / `count_sentences`: see `sentences.py`.
 """
@@ -33,12 +33,13 @@ _STARTING_QUOTES = [
     (re.compile(r"^\""), r"``"),
     (re.compile(r"(``)"), r" \1 "),
     (re.compile(r"([ \(\[{<])(\"|\'{2})"), r"\1 `` "),
-    (re.compile(r"(?i)(\')(?!re|ve|ll|m|t|s|d|n)(\w)\b", re.U), r"\1 \2"),
+    (re.compile(r"(?i)(?<!\w)(\')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)", re.U), r"\1 "),
 ]
 _ENDING_QUOTES = [
     (re.compile("([»”’])", re.U), r" \1 "),
     (re.compile(r"''"), " '' "),
     (re.compile(r'"'), " '' "),
+    (re.compile(r"\s+"), " "),
     (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
     (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
 ]
@@ -48,6 +49,7 @@ _PUNCTUATION = [
     (re.compile(r"([:,])$"), r" \1 "),
     (re.compile(r"\.{2,}", re.U), r" \g<0> "),
     (re.compile(r"[;@#$%&]"), r" \g<0> "),
+    (re.compile(r"[\u2012-\u2015]", re.U), r" \g<0> "),  # figure, en and em dashes, horizontal bar
     (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "),
     (re.compile(r"[?!]"), r" \g<0> "),
     (re.compile(r"([^'])' "), r"\1 ' "),

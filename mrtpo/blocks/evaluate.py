@@ -1,0 +1,166 @@
+"""One example and one response, run through a task the way training does, then linted.
+
+`evaluate` scores the response with every reward, builds the blocks and the replay contexts
+with `mrtpo.contexts` (the same functions the trainer uses), and runs every single-example
+check of `mrtpo.blocks.rules` on the result. Nothing a task does here may stop the preview
+or the lint: an exception in a verifier, a block builder or the contexts becomes a finding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mrtpo import contexts
+from mrtpo.blocks import rules
+from mrtpo.blocks.rules import FULL_MARKS, Finding
+from mrtpo.tasks.base import Example, Reward, Task, Verdict
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class Evaluation:
+    """What one response gets: verdicts, blocks, contexts, and the lint's findings."""
+
+    example: Example
+    response_name: str
+    response: str
+    p0: Messages = field(default_factory=list)
+    rewards: list[Reward] = field(default_factory=list)
+    verdicts: list[Verdict | None] = field(default_factory=list)
+    blocks: list[str | None] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    p_all: Messages | None = None
+    p_without: list[Messages] | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def location(self) -> str:
+        return location(self.example)
+
+
+def location(example: Example) -> str:
+    """Where an example came from: its source (file and row) and id."""
+    if example.source and example.id and example.id not in example.source:
+        return f"{example.source} ({example.id})"
+    return example.source or example.id
+
+
+def _raised(what: str, exc: BaseException) -> str:
+    return f"{what} raised {type(exc).__name__}: {exc}"
+
+
+def evaluate(task: Task, example: Example, response_name: str, response: str,
+             probe_builders: bool = True) -> Evaluation:
+    """Score, build blocks and contexts for one response, and lint what was built.
+
+    `probe_builders` also calls block builders with synthetic verdicts (R4, R6's declared
+    dependence); the lint does it once per example, not once per response.
+    """
+    ev = Evaluation(example, response_name, response)
+    loc = ev.location
+    add = lambda fs, reward="": ev.findings.extend(  # noqa: E731
+        f.at(example=loc, reward=reward, response=response_name) for f in fs)
+
+    try:
+        ev.p0 = task.messages(example)
+        if task.messages(example) != ev.p0:
+            add([Finding("R6", "p0-unstable", "task.messages(example) gives a different P0 on a "
+                         "second call; sampling and replay must see the same prompt")])
+    except Exception as exc:
+        add([Finding("R6", "messages-error", _raised("task.messages(example)", exc))])
+        return ev
+    try:
+        ev.rewards = list(task.rewards(example))
+        again = [getattr(r, "name", None) for r in task.rewards(example)]
+    except Exception as exc:
+        add([Finding("R6", "rewards-error", _raised("task.rewards(example)", exc))])
+        return ev
+    add(rules.check_rewards(ev.rewards))
+    ev.rewards = [r for r in ev.rewards if isinstance(r, Reward)]
+    if again != [r.name for r in ev.rewards]:
+        add([Finding("R6", "rewards-unstable", "task.rewards(example) lists different rewards on "
+                     "a second call; scores and blocks must line up across calls")])
+
+    fmt = getattr(task, "format", None)
+    try:
+        reference = task.reference(example)
+    except Exception as exc:
+        reference = None
+        add([Finding("R5", "reference-error", _raised("task.reference(example)", exc))])
+
+    for r in ev.rewards:
+        try:
+            v = r.verify(example, response)
+        except Exception as exc:
+            add([Finding("R6", "verify-raised", _raised("verify", exc) + "; a verifier never "
+                         "raises on model output: it scores the floor and says why")], r.name)
+            v = None
+        if v is not None:
+            add(rules.check_verdict(r, v), r.name)
+            if not isinstance(v, Verdict):
+                v = None
+        ev.verdicts.append(v)
+
+    # blocks through the trainer's own function; on failure, per reward to find the culprit
+    ok = all(v is not None for v in ev.verdicts)
+    built: list[Any] | None = None
+    if ok:
+        try:
+            built = contexts.block_texts(task, example, ev.verdicts)
+        except Exception:
+            built = None
+    if built is None:
+        built = []
+        for r, v in zip(ev.rewards, ev.verdicts):
+            if v is None:
+                built.append(None)
+                continue
+            try:
+                b = r.block(example, v)
+            except Exception as exc:
+                add([Finding("R1", "builder-error", _raised("the block builder", exc))], r.name)
+                b = None
+            if b is not None and not isinstance(b, str):
+                add([Finding("R6", "not-text", f"the block builder returned "
+                             f"{type(b).__name__}, not str")], r.name)
+                b = None
+            built.append(b)
+    ev.blocks = built
+
+    for r, v, b in zip(ev.rewards, ev.verdicts, ev.blocks):
+        kind = rules.infer_kind(b or "", reward=r, fmt=fmt, placement=task.placement)
+        ev.kinds.append(kind)
+        if b is None:
+            continue
+        add(rules.check_block(b, kind=kind, example=example, verdict=v, reward=r, fmt=fmt,
+                              placement=task.placement, p0_messages=ev.p0, reference=reference,
+                              probe=probe_builders), r.name)
+        if probe_builders and v is not None:
+            add(_probe_dependence(r, example, v, b), r.name)
+    names = [r.name for r in ev.rewards]
+    add(rules.check_shared_blocks(names, [b or "" for b in ev.blocks]))
+
+    if all(b is not None for b in ev.blocks):
+        try:
+            ev.p_all, ev.p_without = contexts.context_messages(task, example, ev.blocks)
+        except Exception as exc:
+            add([Finding("R6", "contexts-error", _raised("building the contexts", exc))])
+        else:
+            add(rules.check_contexts(ev.p0, ev.p_all, ev.p_without, names, ev.blocks,
+                                     task.placement))
+    return ev
+
+
+def _probe_dependence(reward: Reward, example: Example, verdict: Verdict, block: str) -> list[Finding]:
+    """R6: build the block again for other verdicts; a response-independent reward's block
+    must not change."""
+    if reward.response_dependent:
+        return []
+    others = [block]
+    for v in (Verdict(reward.floor, "a different verdict's feedback"), Verdict(FULL_MARKS, "")):
+        try:
+            others.append(reward.block(example, v))
+        except Exception:
+            continue  # a builder may reject a verdict it cannot get; not a dependence
+    return rules.check_declared_dependence(reward, others)

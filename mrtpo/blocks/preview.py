@@ -1,0 +1,90 @@
+"""Preview records: what each reward scores, says and writes for one example and response.
+
+One record per (example, response), as plain data (JSON-ready) so the CLI can print it as
+rich tables, plain text or JSON lines:
+
+    task, example, source, response_name, response,
+    P0            the prompt sampling uses (chat messages),
+    rewards       per reward: name, kind, weight, response_dependent, score, feedback, block,
+    contexts      placement; P_all as its changes from P0; each P_without_k as its changes
+                  from P_all (what was removed, what was added), so only what differs shows,
+    findings      the lint's findings for this example and response.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Iterator
+
+from mrtpo.blocks.evaluate import Evaluation, Messages, evaluate
+from mrtpo.blocks.probes import Probe, probes
+from mrtpo.tasks.base import Example, Task
+
+
+def message_changes(before: Messages | None, after: Messages | None) -> list[dict]:
+    """What differs between two message lists, per message: removed and added text pieces."""
+    if before is None or after is None:
+        return []
+    out = []
+    n = max(len(before), len(after))
+    for i in range(n):
+        a = before[i] if i < len(before) else {"role": "", "content": ""}
+        b = after[i] if i < len(after) else {"role": "", "content": ""}
+        if a == b:
+            continue
+        ta, tb = str(a.get("content", "")), str(b.get("content", ""))
+        sm = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+        removed, added = [], []
+        for op, i1, i2, j1, j2 in sm.get_opcodes():
+            if op in ("delete", "replace") and ta[i1:i2].strip():
+                removed.append(ta[i1:i2].strip())
+            if op in ("insert", "replace") and tb[j1:j2].strip():
+                added.append(tb[j1:j2].strip())
+        out.append({"message": i, "role": b.get("role") or a.get("role"),
+                    "removed": removed, "added": added})
+    return out
+
+
+def record(task: Task, ev: Evaluation) -> dict:
+    """The preview record of one evaluated (example, response)."""
+    ex = ev.example
+    rewards = []
+    for k, r in enumerate(ev.rewards):
+        v = ev.verdicts[k] if k < len(ev.verdicts) else None
+        rewards.append({
+            "name": r.name,
+            "kind": ev.kinds[k] if k < len(ev.kinds) else r.kind,
+            "weight": r.weight,
+            "response_dependent": r.response_dependent,
+            "score": None if v is None else v.score,
+            "feedback": None if v is None else v.feedback,
+            "block": ev.blocks[k] if k < len(ev.blocks) else None,
+        })
+    without = []
+    if ev.p_without is not None:
+        for r, pw in zip(ev.rewards, ev.p_without):
+            without.append({"reward": r.name, "changes": message_changes(ev.p_all, pw)})
+    return {
+        "task": task.name,
+        "example": ex.id,
+        "source": ex.source,
+        "response_name": ev.response_name,
+        "response": ev.response,
+        "P0": ev.p0,
+        "rewards": rewards,
+        "contexts": {
+            "placement": task.placement,
+            "P_all": {"changes_from_P0": message_changes(ev.p0, ev.p_all)} if ev.p_all is not None else None,
+            "P_without": without,
+        },
+        "findings": [f.to_dict() for f in ev.findings],
+    }
+
+
+def preview(task: Task, examples: list[Example],
+            responses: dict[str, list[Probe]] | None = None) -> Iterator[dict]:
+    """Preview records for each example and each of its responses (the reference and a
+    corrupted copy when `responses` has none for the example)."""
+    for example in examples:
+        pr = (responses.get(example.id) if responses is not None else None) or probes(task, example)
+        for i, (name, text) in enumerate(pr):
+            yield record(task, evaluate(task, example, name, text, probe_builders=(i == 0)))

@@ -1,0 +1,177 @@
+"""Printing preview records and lint reports: rich tables for a terminal, plain text for pipes.
+
+Kept apart from the CLI so the two layouts can be tested as functions; neither adds or drops
+content, so piping the preview loses only colour and boxes.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from mrtpo.blocks.lint import LintReport
+from mrtpo.blocks.rules import RULES, Finding
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in (text.splitlines() or [""]))
+
+
+def _score(x) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def _changes_plain(changes: list[dict], sign_removed: str = "-", sign_added: str = "+") -> list[str]:
+    lines = []
+    for ch in changes:
+        for t in ch["removed"]:
+            lines.append(_indent(t, f"    {sign_removed} "))
+        for t in ch["added"]:
+            lines.append(_indent(t, f"    {sign_added} "))
+    return lines
+
+
+def record_plain(rec: dict) -> str:
+    """One preview record as plain text."""
+    out = [f"== {rec['task']} | example {rec['example']}"
+           + (f" ({rec['source']})" if rec.get("source") else "")
+           + f" | response: {rec['response_name']} =="]
+    out.append("P0")
+    for m in rec["P0"]:
+        head = f"  [{m.get('role')}] "
+        body = _indent(str(m.get("content", "")), " " * len(head))
+        out.append(head + body[len(head):])
+    out.append("response")
+    out.append(_indent(rec["response"], "  | ") if rec["response"] else "  (empty)")
+    out.append("rewards")
+    for r in rec["rewards"]:
+        tags = [r["kind"] or "other", f"weight {r['weight']:g}"]
+        if r["response_dependent"]:
+            tags.append("response-dependent")
+        out.append(f"  {r['name']}  ({', '.join(tags)})  score {_score(r['score'])}")
+        fb = r["feedback"]
+        out.append("    feedback: " + (fb.replace("\n", " ") if fb else "-"))
+        out.append(_indent(r["block"], "    block | ") if r["block"] else "    block: (empty)")
+    ctx = rec["contexts"]
+    out.append(f"contexts (placement: {ctx['placement']})")
+    if ctx["P_all"] is None:
+        out.append("  (not built: see the findings)")
+    else:
+        ch = ctx["P_all"]["changes_from_P0"]
+        out.append("  P_all = P0" + (" plus:" if ch else " (nothing added)"))
+        out += _changes_plain(ch)
+        for w in ctx["P_without"]:
+            if w["changes"]:
+                out.append(f"  P_without[{w['reward']}] = P_all with:")
+                out += _changes_plain(w["changes"])
+            else:
+                out.append(f"  P_without[{w['reward']}] = P_all (empty block: nothing removed)")
+    fs = rec["findings"]
+    out.append("lint: " + ("clean" if not fs else f"{len(fs)} finding(s)"))
+    for f in fs:
+        out.append("  " + _finding_line(f))
+    return "\n".join(out) + "\n"
+
+
+def _finding_line(f: dict | Finding) -> str:
+    d = f.to_dict() if isinstance(f, Finding) else f
+    where = " ".join(x for x in (d["reward"] and f"[{d['reward']}]",
+                                 d["response"] and f"({d['response']})") if x)
+    exc = f"  -- {d['excerpt']!r}" if d.get("excerpt") else ""
+    return f"{d['rule']} {d['check']} {where}: {d['message']}{exc}"
+
+
+def record_rich(rec: dict, console) -> None:
+    """One preview record as rich tables."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    title = f"{rec['task']} | example {rec['example']}" + (
+        f" ({rec['source']})" if rec.get("source") else "") + f" | response: {rec['response_name']}"
+    p0 = Table("role", "content", box=None, show_header=False, expand=True)
+    for m in rec["P0"]:
+        p0.add_row(Text(str(m.get("role")), style="bold"), Text(str(m.get("content", ""))))
+    console.print(Panel(p0, title=Text(title, style="bold cyan"), subtitle="P0", expand=True))
+    console.print(Panel(Text(rec["response"] or "(empty)"), title="response", expand=True))
+
+    rw = Table("reward", "kind", "score", "feedback", "block", expand=True, show_lines=True)
+    for r in rec["rewards"]:
+        kind = (r["kind"] or "other") + (" *" if r["response_dependent"] else "")
+        score = _score(r["score"])
+        rw.add_row(Text(r["name"], style="bold"), Text(kind),
+                   Text(score, style="green" if r["score"] and r["score"] >= 1 else "red"),
+                   Text(r["feedback"] or "-", style="dim" if not r["feedback"] else ""),
+                   Text(r["block"] or "(empty)", style="dim" if not r["block"] else ""))
+    console.print(rw)
+    console.print(Text("* response-dependent block", style="dim"))
+
+    ctx = rec["contexts"]
+    ct = Table("context", "vs", "removed", "added", title=f"contexts (placement: {ctx['placement']})",
+               expand=True, show_lines=True)
+    if ctx["P_all"] is not None:
+        ch = ctx["P_all"]["changes_from_P0"]
+        ct.add_row("P_all", "P0", Text("\n".join(t for c in ch for t in c["removed"]) or "-"),
+                   Text("\n".join(t for c in ch for t in c["added"]) or "-", style="green"))
+        for w in ctx["P_without"]:
+            ct.add_row(f"P_without[{w['reward']}]", "P_all",
+                       Text("\n".join(t for c in w["changes"] for t in c["removed"]) or "- (empty block)",
+                            style="red"),
+                       Text("\n".join(t for c in w["changes"] for t in c["added"]) or "-"))
+    else:
+        ct.add_row("-", "-", "not built: see the findings", "")
+    console.print(ct)
+    fs = rec["findings"]
+    if not fs:
+        console.print(Text("lint: clean", style="green"))
+    else:
+        for f in fs:
+            console.print(Text(_finding_line(f), style="yellow"))
+    console.print()
+
+
+def _locations(locs: list[str], limit: int) -> str:
+    shown = ", ".join(locs[:limit])
+    return shown + (f", ... and {len(locs) - limit} more" if len(locs) > limit else "")
+
+
+def report_plain(report: LintReport, task: str, max_per_rule: int = 10) -> str:
+    """The lint summary by rule: each distinct problem once, with its example locations."""
+    out = [f"blocks lint: task {task}: {report.examples} examples, {report.responses} responses, "
+           f"{report.blocks} non-empty blocks"]
+    for rule, groups in report.grouped().items():
+        out.append(f"{rule} {RULES.get(rule, '')}: " + ("ok" if not groups else
+                   f"{len(groups)} problem(s) in {len({l for _, ls in groups for l in ls})} example(s)"))
+        for f, locs in groups[:max_per_rule]:
+            out.append("  " + _finding_line(Finding(f.rule, f.check, f.message, f.excerpt, "", f.reward, "")))
+            out.append(f"    in {len(locs)} example(s): {_locations(locs, 5)}")
+        if len(groups) > max_per_rule:
+            out.append(f"  ... and {len(groups) - max_per_rule} more problem(s)")
+    n = len(report.findings)
+    out.append("no findings" if not n else f"{n} finding(s)")
+    return "\n".join(out) + "\n"
+
+
+def report_rich(report: LintReport, task: str, console, max_per_rule: int = 10) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table("rule", "check [reward]", "what to change", "examples",
+              title=f"blocks lint: task {task}: {report.examples} examples, {report.responses} "
+                    f"responses, {report.blocks} non-empty blocks", show_lines=True, expand=True)
+    for rule, groups in report.grouped().items():
+        title = f"{rule} {RULES.get(rule, '')}"
+        if not groups:
+            t.add_row(Text(title), Text("ok", style="green"), "", "")
+        for i, (f, locs) in enumerate(groups[:max_per_rule]):
+            t.add_row(Text(title if i == 0 else ""),
+                      Text(f.check + (f" [{f.reward}]" if f.reward else ""), style="yellow"),
+                      Text(f.message + (f"\n-- {f.excerpt!r}" if f.excerpt else "")),
+                      Text(f"{len(locs)}: {_locations(locs, 3)}"))
+        if len(groups) > max_per_rule:
+            t.add_row("", "", Text(f"... and {len(groups) - max_per_rule} more problem(s)"), "")
+    console.print(t)
+    n = len(report.findings)
+    console.print(Text("no findings" if not n else f"{n} finding(s)", style="green" if not n else "red"))
+
+
+def findings_lines(findings: Iterable[Finding]) -> list[str]:
+    return [_finding_line(f) for f in findings]

@@ -1,0 +1,183 @@
+"""`mrtpo train`: the compact trainer's command line.
+
+Every flag is a field of `mrtpo.harness.config.TrainConfig`: the options are generated from
+its fields (name, type, one-line help), so the config, the YAML file and the flags cannot
+drift apart. Only flags the user typed override the YAML file (`--config`); on `--resume`
+the run directory's saved config is the base. Library errors become one red line and a
+non-zero exit, not a traceback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+# multi-valued settings: the flag's name and how KEY=VALUE pairs become the config's dict
+_PAIR_FLAGS = {"task_args": "--task-arg", "reward_weights": "--reward-weight"}
+
+
+def _options() -> list[inspect.Parameter]:
+    from mrtpo.harness.config import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    params = [inspect.Parameter(
+        "config", inspect.Parameter.KEYWORD_ONLY, default=None,
+        annotation=Annotated[Optional[Path], typer.Option(
+            "--config", help="YAML file of settings (keys as the flags, '-' or '_'); flags given override it.")])]
+    for f in dataclasses.fields(TrainConfig):
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = "required" if f.name in ("model", "task") else default
+        if f.name in _PAIR_FLAGS:
+            option = typer.Option(_PAIR_FLAGS[f.name], help=help_text, show_default=_shown(default))
+            tp: Any = Optional[list[str]]
+        else:
+            flag = "--" + f.name.replace("_", "-")
+            tp = hints[f.name]
+            if tp is bool:
+                flag = f"{flag}/--no-{f.name.replace('_', '-')}"
+            elif typing.get_origin(tp) is list:
+                tp = list[str]
+                help_text += " Repeat the flag or separate names with commas."
+            else:  # `X | None` -> X; typer gets None when the flag is absent anyway
+                args = [a for a in typing.get_args(tp) if a is not type(None)]
+                if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+                    tp = args[0]
+            option = typer.Option(flag, help=help_text, show_default=_shown(default))
+            tp = Optional[tp]
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[tp, option]))
+    return params
+
+
+def _shown(default: Any) -> str:
+    """The default as --help shows it (the option's own default is None: 'not given')."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, list):
+        return ",".join(map(str, default)) or "none"
+    if isinstance(default, dict):
+        return ", ".join(f"{k}={v}" for k, v in default.items()) or "none"
+    return "none" if default is None else str(default)
+
+
+def _pairs(values: list[str], flag: str, number: bool) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=flag)
+        try:
+            value = float(raw) if number else yaml.safe_load(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise typer.BadParameter(f"{item!r}: {exc}", param_hint=flag) from exc
+        out[key.strip()] = value
+    return out
+
+
+def overrides_from_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The settings the user typed (None = flag absent), converted to config values."""
+    out = {k: v for k, v in kwargs.items() if v is not None}
+    if "task_args" in out:
+        out["task_args"] = _pairs(out["task_args"], "--task-arg", number=False)
+    if "reward_weights" in out:
+        out["reward_weights"] = _pairs(out["reward_weights"], "--reward-weight", number=True)
+    if "lora_target_modules" in out:
+        out["lora_target_modules"] = [m.strip() for v in out["lora_target_modules"]
+                                      for m in v.split(",") if m.strip()]
+    return out
+
+
+def run(**kwargs) -> None:
+    """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default)."""
+    from rich.console import Console
+
+    from mrtpo.harness.config import ConfigError, resolve
+    from mrtpo.harness.data import DataError
+    from mrtpo.harness.policy import PolicyLoadError
+    from mrtpo.harness.scoring import RewardError
+    from mrtpo.tasks import TaskLoadError, TaskNotFound
+
+    err = Console(stderr=True)
+    config_file = kwargs.pop("config")
+    try:
+        cfg = resolve(config_file, overrides_from_flags(kwargs))
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2)
+    try:
+        result = _train_with_progress(cfg, err)
+    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2)
+    except RewardError as exc:
+        err.print(f"[red]reward error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1)
+    _summary(result, Console())
+
+
+def _train_with_progress(cfg, console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from transformers.utils import logging as hf_logging
+
+    from mrtpo.harness.loop import train
+
+    hf_logging.disable_progress_bar()  # our bar only
+    with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  TextColumn("{task.description}"), console=console, transient=False) as progress:
+        bar = progress.add_task("loading model and data", total=cfg.steps)
+
+        def on_start(first: int) -> None:
+            progress.update(bar, completed=first, description="sampling")
+
+        def on_step(record: dict[str, Any]) -> None:
+            progress.update(bar, completed=record["step"], description=_reward_line(record))
+
+        return train(cfg, on_step=on_step, on_start=on_start)
+
+
+def _reward_line(record: dict[str, Any], limit: int = 5) -> str:
+    means = [(k.split("/")[1], v) for k, v in record.items()
+             if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
+    parts = [f"reward {record.get('reward', 0.0):.3f}"] + [f"{n} {v:.2f}" for n, v in means[:limit]]
+    if len(means) > limit:
+        parts.append(f"+{len(means) - limit} more")
+    return " | ".join(parts)
+
+
+def _summary(result, console) -> None:
+    """First vs last mean per reward, time per phase, and where the run is."""
+    from rich.table import Table
+
+    history = result.history
+    if not history:
+        console.print(f"nothing to do: the run is already at step {result.config.steps}. "
+                      f"Run directory: {result.run_dir}")
+        return
+    names = list(dict.fromkeys(k for r in history for k in r
+                               if k.startswith("rewards/") and k.endswith("/mean")))
+    table = Table("reward", "first", "last", box=None, pad_edge=False, title="reward means")
+    for key in ["reward"] + names:
+        seen = [r[key] for r in history if r.get(key) is not None]
+        if seen:
+            label = key if key == "reward" else key[len("rewards/"):-len("/mean")]
+            table.add_row(label, f"{seen[0]:.4f}", f"{seen[-1]:.4f}")
+    console.print(table)
+    phases = Table("phase", "total s", "per step s", box=None, pad_edge=False, title="time")
+    for phase in ("generate", "verify", "replay", "update", "eval", "step"):
+        values = [r.get(f"time/{phase}") or 0.0 for r in history]
+        if any(values):
+            phases.add_row(phase, f"{sum(values):.1f}", f"{sum(values) / len(values):.2f}")
+    console.print(phases)
+    console.print(f"run directory: {result.run_dir}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    run.__signature__ = inspect.Signature(_options())
+    app.command("train", help=run.__doc__)(run)

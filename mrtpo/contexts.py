@@ -1,0 +1,172 @@
+"""The replay contexts of one sampled response: P_all and each P_without_k, as token ids.
+
+Sampling always uses P0 (`task.messages(example)`). For the replay, each reward k writes its
+block Z_k (text from the example and the response's verdict). With "append" placement the
+non-empty blocks go after P0's user text, separated by a blank line like the rest of the
+prompt, response-independent blocks first so that all responses of a prompt share the
+longest possible token prefix; P_without_k drops block k. With "in_prompt" placement the
+information is already in P0 (an instruction constraint): P_all is P0 and P_without_k is P0
+with that sentence removed. An empty block gives P_without_k == P_all, hence q = 0.
+
+Contexts are rendered through the tokenizer's chat template with `add_generation_prompt=True`
+and the response ids are carried exactly as sampled, never re-tokenised: decoding and
+re-encoding a response can change its tokens, and the replay must score the tokens the
+policy actually produced.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from mrtpo.tasks.base import Example, Task, Verdict
+
+Messages = list[dict[str, str]]
+_BULLET = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])")  # a list marker with nothing after it
+
+
+@dataclass
+class ReplayItem:
+    """One sampled response with its K+1 contexts (token ids, ready for the replay)."""
+
+    context_ids: list[list[int]]  # K+1 prompts: [0] = P_all, [1 + k] = P_without_k (reward k)
+    response_ids: list[int]  # the sampled ids, exactly as sampled
+    reward_names: list[str]  # K names, in task.rewards(example) order
+    blocks: list[str]  # K block texts ("" = no information -> P_without_k == P_all -> q = 0)
+
+    @property
+    def num_rewards(self) -> int:
+        return len(self.reward_names)
+
+
+def block_texts(task: Task, example: Example, verdicts: Sequence[Verdict]) -> list[str]:
+    """Each reward's block Z_k for this response, in `task.rewards(example)` order."""
+    rewards = task.rewards(example)
+    if len(verdicts) != len(rewards):
+        raise ValueError(f"{len(verdicts)} verdicts for {len(rewards)} rewards of task {task.name!r} "
+                         f"(example {example.id!r}); pass task.score(example, response) unchanged")
+    texts = []
+    for reward, verdict in zip(rewards, verdicts):
+        text = reward.block(example, verdict)
+        if not isinstance(text, str):
+            raise TypeError(f"block of reward {reward.name!r} returned {type(text).__name__}, not str")
+        texts.append(text)
+    return texts
+
+
+def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tuple[Messages, list[Messages]]:
+    """(P_all messages, [P_without_k messages for each reward k]) for one response's blocks."""
+    rewards = task.rewards(example)
+    if len(blocks) != len(rewards):
+        raise ValueError(f"{len(blocks)} blocks for {len(rewards)} rewards of task {task.name!r} "
+                         f"(example {example.id!r})")
+    p0 = task.messages(example)
+    user = _last_user(p0, task, example)
+    if task.placement == "append":
+        late = [r.response_dependent for r in rewards]
+        order = [k for k in range(len(blocks)) if not late[k]] + [k for k in range(len(blocks)) if late[k]]
+
+        def render(skip: int | None) -> Messages:
+            parts = [blocks[k].strip() for k in order if k != skip and blocks[k].strip()]
+            text = p0[user]["content"]
+            if parts:
+                text = "\n\n".join([text.rstrip()] + parts)
+            return _with_user(p0, user, text)
+
+        p_all = render(None)
+        return p_all, [render(k) if blocks[k].strip() else p_all for k in range(len(blocks))]
+    if task.placement == "in_prompt":
+        without = []
+        for k, block in enumerate(blocks):
+            if not block.strip():
+                without.append(p0)
+                continue
+            custom = getattr(task, "prompt_without", None)
+            if custom is not None:
+                out = custom(example, k)
+                without.append(out if isinstance(out, list) else _with_user(p0, user, out))
+            else:
+                without.append(_with_user(p0, user, remove_sentence(p0[user]["content"], block.strip(),
+                                                                    where=f"{example.source or example.id}",
+                                                                    reward=rewards[k].name)))
+        return p0, without
+    raise ValueError(f"task {task.name!r} has placement {task.placement!r}; use 'append' or 'in_prompt'")
+
+
+def remove_sentence(text: str, sentence: str, where: str = "", reward: str = "") -> str:
+    """`text` without the first occurrence of `sentence`, whitespace tidied at the cut.
+
+    Spaces around an inline cut collapse to one; a list item ("- ", "* ", "1. ") holding only
+    the sentence loses its whole line; when the sentence stood on its own line(s),
+    the surrounding line breaks keep the larger of the two separations (so no blank line is
+    doubled and no paragraph is glued to the next). The rest of the text is left as it is.
+    """
+    i = text.find(sentence)
+    if i < 0:
+        raise ValueError(f"block of reward {reward!r} does not occur verbatim in the prompt of {where}: "
+                         f"{sentence!r}; in_prompt blocks must be the constraint text as written in the "
+                         "prompt (or give the task a prompt_without(example, k) method)")
+    left = text[:i].rstrip(" \t")
+    right = text[i + len(sentence):].lstrip(" \t")
+    line_start = left.rfind("\n") + 1
+    line_end = right.find("\n") if "\n" in right else len(right)
+    if _BULLET.fullmatch(left[line_start:]) and not right[:line_end].strip():
+        # the sentence was a whole list item: drop its line, marker included
+        left, right = left[:line_start], right[line_end + 1:]
+        if not right.strip():
+            return left.rstrip()
+        return left + right if left.strip() else right
+    if not left.strip():  # the sentence opened the text
+        return right.lstrip()
+    if not right.strip():  # the sentence closed the text
+        return left.rstrip()
+    nl_left = len(left) - len(left.rstrip("\n"))
+    nl_right = len(right) - len(right.lstrip("\n"))
+    if nl_left or nl_right:
+        return left.rstrip("\n") + "\n" * max(nl_left, nl_right) + right.lstrip("\n")
+    return left + " " + right
+
+
+def build_item(task: Task, tokenizer, example: Example, response_ids: Sequence[int],
+               verdicts: Sequence[Verdict]) -> ReplayItem:
+    """Blocks, contexts and token ids of one sampled response (ids kept exactly as sampled)."""
+    blocks = block_texts(task, example, verdicts)
+    p_all, without = context_messages(task, example, blocks)
+    rendered: dict[str, list[int]] = {}
+
+    def ids(messages: Messages) -> list[int]:
+        key = repr(messages)
+        if key not in rendered:
+            rendered[key] = render_ids(tokenizer, messages)
+        return rendered[key]
+
+    return ReplayItem(
+        context_ids=[ids(p_all)] + [ids(m) for m in without],
+        response_ids=[int(t) for t in (response_ids.tolist() if hasattr(response_ids, "tolist") else response_ids)],
+        reward_names=[r.name for r in task.rewards(example)],
+        blocks=list(blocks),
+    )
+
+
+def render_ids(tokenizer, messages: Messages) -> list[int]:
+    """Chat-template token ids of a prompt, ending with the assistant turn's opening."""
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
+        out = out["input_ids"]
+    if out and isinstance(out[0], list):
+        out = out[0]
+    return [int(t) for t in out]
+
+
+def _last_user(messages: Messages, task: Task, example: Example) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    raise ValueError(f"task {task.name!r} rendered no user message for example {example.id!r}")
+
+
+def _with_user(messages: Messages, index: int, text: str) -> Messages:
+    out = [dict(m) for m in messages]
+    out[index]["content"] = text
+    return out
+

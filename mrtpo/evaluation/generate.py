@@ -1,0 +1,150 @@
+"""Greedy generation for evaluation: batched, left-padded, through the model's chat template.
+
+Each prompt is the task's P0 as chat messages, rendered with the tokenizer's chat template
+and `add_generation_prompt=True` (the assistant turn is opened, as at serving time), then
+tokenised without extra special tokens (the template already has them). Prompts are sorted
+by length so a batch holds similar lengths (less padding), padded on the left so every row's
+last prompt token sits at the same position, and decoded greedily until EOS or
+`max_new_tokens`. The output is in the input order. A rich progress bar on stderr counts
+prompts, so `--json` output on stdout stays clean.
+
+Greedy decoding of a left-padded batch equals decoding each prompt alone (the attention mask
+hides the padding and positions start at each row's first real token); the tests check it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to generate: greedy unless `temperature > 0`."""
+
+    max_new_tokens: int = 512  # cap per response; BFCL and Spider answers are short, IFEval's long
+    batch_size: int = 8  # prompts per forward batch
+    temperature: float = 0.0  # 0 = greedy (the benchmark convention)
+    device: str | None = None  # None: cuda when available, else cpu
+    dtype: str = "auto"  # "auto": bfloat16 on cuda, float32 on cpu; or float32/bfloat16/float16
+    seed: int = 0  # only used when sampling
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0 (0 means greedy)")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}; use auto, float32, bfloat16 or float16")
+
+
+def load_model(path: str | Path, config: GenerationConfig):
+    """(model, tokenizer) from a local directory or hub id, in eval mode, left padding."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if config.dtype == "auto":
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    else:
+        dtype = getattr(torch, config.dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def render_prompts(tokenizer, conversations: Sequence[list[dict]]) -> list[list[int]]:
+    """Token ids of each conversation through the chat template, assistant turn opened."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the tokenizer has no chat template; evaluation renders prompts as chat messages. "
+            "Use an instruction-tuned (chat) model, or set tokenizer.chat_template and save it")
+    texts = [tokenizer.apply_chat_template(list(msgs), tokenize=False, add_generation_prompt=True)
+             for msgs in conversations]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def generate(model, tokenizer, conversations: Sequence[list[dict]], config: GenerationConfig = GenerationConfig(),
+             progress: bool = True, description: str = "generating") -> list[str]:
+    """One response per conversation, in input order (special tokens removed)."""
+    import torch
+
+    prompts = render_prompts(tokenizer, conversations)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
+    out: list[str | None] = [None] * len(prompts)
+    eos = _eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id
+    device = next(model.parameters()).device
+    sampling = config.temperature > 0
+    if sampling:
+        torch.manual_seed(config.seed)
+    with _progress(progress, description, len(prompts)) as advance, torch.inference_mode():
+        for start in range(0, len(order), config.batch_size):
+            idx = order[start:start + config.batch_size]
+            width = max(len(prompts[i]) for i in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)  # [B, L]
+            mask = torch.zeros((len(idx), width), dtype=torch.long)  # [B, L]
+            for r, i in enumerate(idx):
+                ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
+                mask[r, width - len(prompts[i]):] = 1
+            gen = model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device),
+                max_new_tokens=config.max_new_tokens, do_sample=sampling,
+                temperature=config.temperature if sampling else None, top_p=None, top_k=None,
+                eos_token_id=eos, pad_token_id=pad,
+            )  # [B, L + new]
+            new = gen[:, width:]  # [B, new]
+            for r, i in enumerate(idx):
+                out[i] = tokenizer.decode(_until_eos(new[r].tolist(), eos), skip_special_tokens=True)
+            advance(len(idx))
+    return [o or "" for o in out]
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = model.generation_config.eos_token_id
+    ids = list(ids) if isinstance(ids, (list, tuple)) else ([] if ids is None else [ids])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("neither the model's generation config nor the tokenizer names an EOS token")
+    return ids
+
+
+def _until_eos(tokens: list[int], eos: list[int]) -> list[int]:
+    """The generated tokens before the first EOS (padding after it is dropped with it)."""
+    for k, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:k]
+    return tokens
+
+
+class _progress:
+    """A rich progress bar on stderr (or nothing), used as `with _progress(...) as advance`."""
+
+    def __init__(self, enabled: bool, description: str, total: int):
+        self.enabled, self.description, self.total = enabled, description, total
+        self._bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda n: None
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True))
+        self._bar.__enter__()
+        task = self._bar.add_task(self.description, total=self.total)
+        return lambda n: self._bar.advance(task, n)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False

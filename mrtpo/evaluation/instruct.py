@@ -1,0 +1,65 @@
+"""Instruction-following metrics: IFEval's prompt- and instruction-level accuracy, strict and loose.
+
+As IFEval (and IFBench, which reuses its scheme) defines them
+(`evaluation_lib.py`; lm-eval's `ifeval/utils.py` agrees):
+- an instruction is followed *strictly* when its checker passes on the response as written,
+  *loosely* when it passes on any of eight variants (the response, without its first line,
+  without its last line, without both, each also with every `*` removed);
+- prompt-level accuracy: the share of prompts whose instructions are all followed;
+- instruction-level accuracy: followed instructions over all instructions (a micro-average).
+Names are lm-eval's: `prompt_level_strict_acc`, `inst_level_strict_acc`, `prompt_level_loose_acc`,
+`inst_level_loose_acc`.
+
+Each constraint is checked with `mrtpo.verifiers.ifeval.verify` on the text after a leading
+`<think>...</think>` block (as the task's reward does; IFEval's responses have none, so this
+changes nothing there) with the example's prompt, the way `InstructTask` scores it.
+Per-instruction accuracies (`groups`) show which instruction types fail.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from mrtpo.evaluation.report import EvalReport, mean
+from mrtpo.formats import split_think
+from mrtpo.tasks.base import Example, Task
+from mrtpo.verifiers.ifeval import verify
+
+OPTIONS: tuple[str, ...] = ()
+
+
+def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) -> EvalReport:
+    records = []
+    for ex, response in zip(examples, responses):
+        cons = ex.data.get("constraints")
+        if not isinstance(cons, list):
+            raise ValueError(f"example {ex.id!r} ({ex.source}) has no 'constraints' list in its data; "
+                             "instruct evaluation needs each constraint's id and kwargs")
+        body = split_think(response)[1] if isinstance(response, str) else response
+        strict, loose, feedback = [], [], []
+        for c in cons:
+            ok, why = verify(c["id"], c["kwargs"], body, ex.prompt)
+            ok_loose = ok or verify(c["id"], c["kwargs"], body, ex.prompt, loose=True)[0]
+            strict.append(ok)
+            loose.append(ok_loose)
+            feedback.append(why)
+        records.append({
+            "id": ex.id, "prompt": ex.prompt, "response": response,
+            "instruction_id_list": [c["id"] for c in cons],
+            "follow_instruction_list": strict, "follow_instruction_list_loose": loose,
+            "follow_all_instructions": all(strict), "follow_all_instructions_loose": all(loose),
+            "feedback": feedback,
+        })
+    flat = [(iid, s, lo) for r in records for iid, s, lo in
+            zip(r["instruction_id_list"], r["follow_instruction_list"], r["follow_instruction_list_loose"])]
+    metrics = {
+        "prompt_level_strict_acc": mean(r["follow_all_instructions"] for r in records),
+        "inst_level_strict_acc": mean(s for _, s, _ in flat),
+        "prompt_level_loose_acc": mean(r["follow_all_instructions_loose"] for r in records),
+        "inst_level_loose_acc": mean(lo for _, _, lo in flat),
+    }
+    groups = {}
+    for iid in sorted({i for i, _, _ in flat}):
+        hits = [(s, lo) for i, s, lo in flat if i == iid]
+        groups[iid] = {"strict": mean(s for s, _ in hits), "loose": mean(lo for _, lo in hits), "n": len(hits)}
+    return EvalReport("instruct", len(records), metrics, groups, records,
+                      settings={"instructions": len(flat)})

@@ -1,0 +1,261 @@
+"""`TrainConfig`: every setting of `mrtpo train`, one flat dataclass.
+
+Each field carries its default and a one-line why (`help`), which is also the `--flag`'s help
+text, so the two cannot drift. Values come from a YAML file (`--config`) overridden by the
+flags a user actually typed; `resolve` merges them, and on `--resume` starts from the run's
+saved `config.yaml` so a resumed run trains exactly as it began. Invalid values and
+combinations raise `ConfigError` with a message that says what to do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
+
+
+class ConfigError(ValueError):
+    """A setting (or a combination of settings) that cannot work; the message says what to do."""
+
+
+def opt(default: Any, help: str, **kw) -> Any:
+    """A config field: its default and the one line that says why (shown as `--flag` help)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run. Field order is the order `--help` shows them in."""
+
+    # --- policy ------------------------------------------------------------------------------
+    model: str | None = opt(None, "Policy: a local directory saved with save_pretrained, or a hub id; its tokenizer must have a chat template.")
+    lora: bool = opt(True, "Train a LoRA adapter (peft); --no-lora trains all weights.")
+    lora_r: int = opt(16, "LoRA rank.")
+    lora_alpha: float = opt(32.0, "LoRA scaling alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = opt(0.05, "Dropout on the LoRA branch.")
+    lora_target_modules: list[str] = opt(["all-linear"], "Modules LoRA wraps; 'all-linear' = every linear projection except the output head.")
+    device: str = opt("auto", "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1'...")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt("auto", "Weights dtype; 'auto' = float32 on CPU, bfloat16 on a GPU that supports it.")
+    gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass: less memory, ~30% slower.")
+
+    # --- task and data -----------------------------------------------------------------------
+    task: str | None = opt(None, "Registered task name (see `mrtpo tasks ls`).")
+    task_args: dict[str, Any] = opt({}, "Keyword arguments for the task's constructor (--task-arg KEY=VALUE, repeatable).")
+    data: str | None = opt(None, "Training data file for the task; default: the task's bundled sample.")
+    eval_data: str | None = opt(None, "Held-out data for --eval-every; default: the last --eval-size examples of --data, held out of training.")
+    eval_size: int = opt(8, "Examples held out of the training data for evaluation when --eval-every > 0 and no --eval-data.")
+    reward_weights: dict[str, float] = opt({}, "Override reward weights by name (--reward-weight NAME=W, repeatable); default: the task's weights.")
+
+    # --- rollout -----------------------------------------------------------------------------
+    batch_prompts: int = opt(4, "B: prompts per step.")
+    num_generations: int = opt(8, "G: completions sampled per prompt; at least 2, so each group has a spread.")
+    temperature: float = opt(1.0, "Sampling temperature; log-probabilities and replay use the same one.")
+    top_p: float = opt(1.0, "Nucleus sampling threshold (1.0 = off).")
+    max_new_tokens: int = opt(256, "Longest completion, in tokens; also dr_grpo's constant denominator.")
+
+    # --- advantages --------------------------------------------------------------------------
+    advantage: Literal["grpo", "gdpo"] = opt("gdpo", "Estimator: grpo (sum rewards, then group z-score) or gdpo (per-reward z-score, sum, batch z-score).")
+    saw: Literal["off", "reward", "advantage"] = opt("off", "SAW weights: 'reward' (with grpo: GRPO-h), 'advantage' (with gdpo: GDPO-h), or off.")
+    scale_rewards: Literal["group", "batch", "none"] = opt("group", "grpo only: divide by the group's std, the batch's, or nothing (TRL's scale_rewards).")
+    mrtpo: bool = opt(True, "Place each reward's credit on its relevant tokens (replay + JS distance); --no-mrtpo gives every token the response's advantage.")
+    mrtpo_lambda: float = opt(1.0, "Blend of MRTPO weights with uniform ones: 1 = pure MRTPO, 0 = plain estimator.")
+
+    # --- loss and optimiser ------------------------------------------------------------------
+    loss_type: Literal["dapo", "grpo", "dr_grpo"] = opt("dapo", "Token aggregation, as TRL defines it: dapo (sum / batch tokens), grpo (mean of per-sequence means), dr_grpo (sum / (N * max_new_tokens)).")
+    epsilon: float = opt(0.2, "Lower clip range of the importance ratio (1 - epsilon).")
+    epsilon_high: float | None = opt(None, "Upper clip range (1 + epsilon_high); default: epsilon. DAPO uses 0.28.")
+    beta: float = opt(0.0, "KL(policy || base) coefficient (k3 estimator); with LoRA the base is the adapter switched off. 0 skips the reference pass.")
+    num_iterations: int = opt(1, "Optimizer steps per generation batch (GRPO's mu); >1 makes the clip matter.")
+    mask_truncated_completions: bool = opt(False, "Leave completions cut at --max-new-tokens out of the loss.")
+    lr: float = opt(1e-5, "AdamW learning rate.")
+    weight_decay: float = opt(0.0, "AdamW weight decay.")
+    warmup_steps: int = opt(0, "Linear learning-rate warm-up over this many steps, then constant.")
+    grad_accum: int = opt(1, "Split each batch's B*G completions into this many micro-batches (same gradient, less memory).")
+    max_grad_norm: float = opt(1.0, "Clip the gradient's global norm to this (0 = no clipping).")
+
+    # --- run ---------------------------------------------------------------------------------
+    steps: int = opt(100, "Total optimizer steps of the run (a resumed run continues up to this).")
+    seed: int = opt(0, "Seed for torch, python and numpy; data order, sampling and LoRA init follow from it.")
+    output_dir: str | None = opt(None, "Run directory; default runs/<run-name>/.")
+    run_name: str | None = opt(None, "Name of the run directory under runs/; default <task>-<advantage>[-saw]-[mrtpo]-<time>.")
+    save_every: int = opt(50, "Checkpoint every N steps (0 = only at the end).")
+    save_total_limit: int = opt(0, "Keep only the newest N checkpoints (0 = keep all).")
+    resume: bool = opt(False, "Continue the run in --output-dir from its latest checkpoint, with its saved config.")
+    log_completions_every: int = opt(10, "Write every completion of every Nth step to completions.jsonl (0 = never).")
+    eval_every: int = opt(0, "Score greedy completions on the held-out examples every N steps (0 = never).")
+    verify_workers: int = opt(2, "Processes that run the verifiers with deadlines (0 = in this process, no deadline).")
+    verify_timeout: float = opt(30.0, "Seconds one reward may take on one completion before it scores its floor ('timed out').")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Reject values and combinations that cannot work, saying what to do instead."""
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(msg)
+
+        for name, choices in _choices().items():
+            need(getattr(self, name) in choices,
+                 f"{_flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        need(self.batch_prompts >= 1, f"--batch-prompts must be >= 1, got {self.batch_prompts}")
+        need(self.num_generations >= 2,
+             f"--num-generations must be >= 2 (advantages compare completions of the same prompt), got {self.num_generations}")
+        need(self.max_new_tokens >= 1, f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        need(self.temperature > 0, f"--temperature must be > 0, got {self.temperature}")
+        need(0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}")
+        need(self.steps >= 1, f"--steps must be >= 1, got {self.steps}")
+        need(self.epsilon > 0, f"--epsilon must be > 0, got {self.epsilon}")
+        need(self.epsilon_high is None or self.epsilon_high > 0, f"--epsilon-high must be > 0, got {self.epsilon_high}")
+        need(self.beta >= 0, f"--beta must be >= 0, got {self.beta}")
+        need(self.num_iterations >= 1, f"--num-iterations must be >= 1, got {self.num_iterations}")
+        need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
+        need(self.grad_accum >= 1, f"--grad-accum must be >= 1, got {self.grad_accum}")
+        n = self.batch_prompts * self.num_generations
+        need(self.grad_accum <= n,
+             f"--grad-accum {self.grad_accum} is more micro-batches than completions per step "
+             f"({self.batch_prompts} x {self.num_generations} = {n}); lower it")
+        need(self.max_grad_norm >= 0, f"--max-grad-norm must be >= 0, got {self.max_grad_norm}")
+        need(0.0 <= self.mrtpo_lambda <= 1.0, f"--mrtpo-lambda must be in [0, 1], got {self.mrtpo_lambda}")
+        need(self.lora_r >= 1, f"--lora-r must be >= 1, got {self.lora_r}")
+        need(0.0 <= self.lora_dropout < 1.0, f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
+        need(bool(self.lora_target_modules), "--lora-target-modules needs at least one module name (or 'all-linear')")
+        for name in ("save_every", "save_total_limit", "log_completions_every", "eval_every",
+                     "warmup_steps", "verify_workers", "eval_size"):
+            need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        need(self.verify_timeout > 0, f"--verify-timeout must be > 0 seconds, got {self.verify_timeout}")
+        # combinations
+        need(not (self.saw == "reward" and self.advantage == "gdpo"),
+             "--saw reward weights rewards before GRPO's sum; GDPO's per-reward z-score would undo "
+             "it. With --advantage gdpo use --saw advantage (GDPO-h), or use --advantage grpo.")
+        need(not (self.saw == "advantage" and self.advantage == "grpo"),
+             "--saw advantage weights GDPO's per-reward advantages; with --advantage grpo use "
+             "--saw reward (GRPO-h), or use --advantage gdpo.")
+        need(self.scale_rewards == "group" or self.advantage == "grpo",
+             f"--scale-rewards {self.scale_rewards} applies to --advantage grpo only (GDPO always "
+             "normalises per reward, then over the batch); drop it or use --advantage grpo.")
+        need(self.eval_every == 0 or self.eval_data is not None or self.eval_size >= 1,
+             "--eval-every needs held-out examples: pass --eval-data FILE or --eval-size N >= 1")
+        need(not self.resume or self.output_dir is not None,
+             "--resume continues an existing run: pass its directory with --output-dir")
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path:
+        if self.output_dir is None:
+            raise ConfigError("the run directory is not set; resolve the config first")
+        return Path(self.output_dir)
+
+    @property
+    def clip_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path) -> None:
+        import yaml
+
+        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+# ----------------------------------------------------------------------------------------------
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+#: settings a resumed run may change: they do not alter what the next step computes
+RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
+             "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _choices() -> dict[str, tuple]:
+    import typing
+
+    hints = typing.get_type_hints(TrainConfig)
+    return {name: typing.get_args(tp) for name, tp in hints.items()
+            if typing.get_origin(tp) is Literal}
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML config file as {field: value}; keys may use '-' or '_'; unknown keys are errors."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config {p}: no such file")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {p}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
+    return check_keys({str(k).replace("-", "_"): v for k, v in raw.items()}, where=f"--config {p}")
+
+
+def check_keys(values: dict[str, Any], where: str) -> dict[str, Any]:
+    for key in values:
+        if key not in FIELDS:
+            close = difflib.get_close_matches(key, list(FIELDS), n=3, cutoff=0.6)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"{where}: unknown setting {key!r}.{hint} "
+                              "See `mrtpo train --help` for the settings.")
+    return values
+
+
+def build(values: dict[str, Any], where: str = "config") -> TrainConfig:
+    """A validated TrainConfig from {field: value}; type errors name the field."""
+    try:
+        return TrainConfig(**check_keys(values, where))
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def default_run_name(values: dict[str, Any]) -> str:
+    parts = [str(values.get("task") or "run"), str(values.get("advantage", "gdpo"))]
+    if values.get("saw", "off") != "off":
+        parts.append("saw")
+    if values.get("mrtpo", True):
+        parts.append("mrtpo")
+    parts.append(time.strftime("%Y%m%d-%H%M%S"))
+    return "-".join(parts)
+
+
+def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """The run's config: YAML file, then the flags given (`overrides`), then the run directory.
+
+    A fresh run gets `output_dir` = runs/<run_name> when none is given. With `resume`, the
+    run directory's saved config.yaml is the base; the given settings may change only what
+    does not alter training (steps, save/log/eval cadence, verifier workers), and any other
+    difference is refused so a resumed run cannot silently train differently.
+    """
+    values: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    values.update(check_keys(dict(overrides or {}), where="flags"))
+    if values.get("resume"):
+        if not values.get("output_dir"):
+            raise ConfigError("--resume continues an existing run: pass its directory with --output-dir")
+        saved_path = Path(values["output_dir"]) / "config.yaml"
+        if not saved_path.is_file():
+            raise ConfigError(f"--resume: {saved_path} does not exist; is {values['output_dir']} a run "
+                              "directory written by `mrtpo train`?")
+        saved = read_yaml(saved_path)
+        merged = build({**saved, **values}, where="flags")
+        changed = sorted(k for k, v in merged.to_dict().items()
+                         if k not in RESUMABLE and k in saved and v != saved[k])
+        if changed:
+            diffs = "; ".join(f"{_flag(k)}: saved {saved[k]!r}, given {getattr(merged, k)!r}" for k in changed)
+            raise ConfigError(f"--resume would change settings that alter training ({diffs}). "
+                              "Drop those flags to continue the run as it began, or start a new "
+                              "run in another --output-dir.")
+        return merged
+    if not values.get("output_dir"):
+        values["output_dir"] = str(RUNS_ROOT / (values.get("run_name") or default_run_name(values)))
+    return build(values, where="flags")

@@ -1,0 +1,63 @@
+"""Training and held-out examples, and which prompts each step uses.
+
+`load_splits` reads the task's data (its bundled sample when no path is given) and holds out
+the evaluation examples. `prompts_for_step` is a pure function of (step, seed): each epoch
+is a seeded permutation of the training set and step s takes the next B examples of the
+concatenated epochs, so a resumed run needs no data-loader state to pick up exactly where
+it stopped.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mrtpo.tasks.base import Example, Task
+
+
+class DataError(ValueError):
+    """The data could not be read or is unusable; the message names the file and what to do."""
+
+
+def _looks_like_file(path: str) -> bool:
+    return path.startswith((".", "/", "~")) or Path(path).suffix.lower() in {
+        ".json", ".jsonl", ".csv", ".parquet", ".tsv", ".txt", ".sqlite", ".db"}
+
+
+def load_examples(task: Task, path: str | None, what: str = "--data") -> list[Example]:
+    if path is not None and not Path(path).expanduser().exists() and _looks_like_file(path):
+        raise DataError(f"{what} {path}: no such file or directory. Pass a data file the "
+                        f"{task.name!r} task reads (see data_cards/), or leave {what} out to use "
+                        "the task's bundled sample.")
+    try:
+        examples = task.load(path)
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise DataError(f"{what} {path}: {exc}") from exc
+    if not examples:
+        raise DataError(f"{what} {path or '(bundled sample)'}: task {task.name!r} read no examples "
+                        "from it; check the file's format against the task's data card.")
+    return list(examples)
+
+
+def load_splits(task: Task, data: str | None, eval_data: str | None, eval_every: int,
+                eval_size: int) -> tuple[list[Example], list[Example]]:
+    """(training examples, held-out examples); the latter empty when eval_every == 0."""
+    train = load_examples(task, data)
+    if eval_every == 0:
+        return train, []
+    if eval_data is not None:
+        return train, load_examples(task, eval_data, what="--eval-data")
+    if eval_size >= len(train):
+        raise DataError(f"--eval-size {eval_size} holds out all {len(train)} examples of "
+                        f"{data or 'the bundled sample'}; lower it or pass --eval-data FILE")
+    return train[:-eval_size], train[-eval_size:]
+
+
+def prompts_for_step(n_examples: int, step: int, batch_prompts: int, seed: int) -> list[int]:
+    """Indices of the examples step `step` (0-based) trains on."""
+    out = []
+    for pos in range(step * batch_prompts, (step + 1) * batch_prompts):
+        epoch, i = divmod(pos, n_examples)
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        out.append(int(torch.randperm(n_examples, generator=gen)[i]))
+    return out

@@ -1,0 +1,38 @@
+"""MRTPO's replay step in the trainer: contexts for each completion, JS distances per reward.
+
+Each completion is replayed (teacher-forced, its sampled ids exactly) under P_all and each
+P_without_k by `mrtpo.replay.distances`; the result, in each row's own reward order, is laid
+out on the batch's reward columns (`Scored.names`) so that `advantages.place` can weight
+each reward's credit. A column a row does not have stays 0 (its credit is 0 there anyway).
+"""
+from __future__ import annotations
+
+import torch
+
+from mrtpo.contexts import block_texts, build_item
+
+
+def blocks_for(task, rollout, scored) -> list[list[str]]:
+    """Each completion's block texts, in its reward order (for the completions log)."""
+    return [block_texts(task, ex, v) for ex, v in zip(rollout.examples, scored.verdicts)]
+
+
+@torch.no_grad()
+def replay_distances(policy, task, rollout, scored, temperature: float) -> tuple[torch.Tensor, list[list[str]]]:
+    """(q [N, K, T] on the batch's reward columns, blocks per completion)."""
+    from mrtpo.replay import distances
+
+    items = [build_item(task, policy.tokenizer, ex, ids, v)
+             for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts)]
+    t = max(1, rollout.max_length)
+    was_training = policy.model.training
+    policy.model.eval()
+    try:
+        q_rows = distances(policy.model, items, temperature=temperature, length=t)  # [N, K_row_max, T]
+    finally:
+        policy.model.train(was_training)
+    q = torch.zeros(len(items), len(scored.names), t)  # [N, K, T]
+    for i, names in enumerate(scored.row_names):
+        for k, name in enumerate(names):
+            q[i, scored.column(name)] = q_rows[i, k, :t].float().cpu()
+    return q, [item.blocks for item in items]

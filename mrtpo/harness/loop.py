@@ -1,0 +1,200 @@
+"""The training loop of `mrtpo train`: setup, loop, save. Read it top to bottom.
+
+Each step: take B prompts, sample G completions of each from P0, score every completion
+with every reward of its task (scores [N, K], N = B*G), replay the completions under the
+block contexts to get per-reward token distances (MRTPO), turn scores into per-reward
+credit (GRPO or GDPO, optionally SAW-weighted), place the credit on tokens, and take one
+clipped policy-gradient step (TRL's loss definitions). Then log, evaluate, checkpoint.
+
+What it deliberately does not do: no transformers.Trainer, no reward model, no value head,
+no vLLM; one process (data-parallel runs and TRL integration are separate, see README).
+
+    mrtpo train --model PATH --task toolcall --steps 3
+    python -c "from mrtpo.harness import TrainConfig, train; train(TrainConfig(model=..., task=...))"
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from mrtpo.advantages import estimate, place, saw_weights, token_weights
+from mrtpo.harness import checkpoints
+from mrtpo.harness.completions import records as completion_records
+from mrtpo.harness.config import ConfigError, TrainConfig
+from mrtpo.harness.data import load_splits, prompts_for_step
+from mrtpo.harness.distances import blocks_for, replay_distances
+from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
+                                   reward_metrics)
+from mrtpo.harness.policy import check_model_arg, load_policy
+from mrtpo.harness.rollout import sample
+from mrtpo.harness.scoring import Scorer
+from mrtpo.harness.update import update
+from mrtpo.tasks import get_task
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    history: list[dict[str, Any]]  # one metrics record per step, as in metrics.jsonl
+    config: TrainConfig
+    policy: Any = None  # the trained Policy (model, tokenizer), for use in the same process
+
+
+def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = None,
+          on_start: Callable[[int], None] | None = None) -> RunResult:
+    """Train as `cfg` says; `on_start(first_step)` and `on_step(record)` feed a progress display."""
+    # ------------------------------------------------------------------------------- setup
+    check_model_arg(cfg.model)
+    if not cfg.task:
+        from mrtpo.tasks import available_tasks
+
+        raise ConfigError(f"--task is required; available tasks: {', '.join(available_tasks())}")
+    run_dir = prepare_run_dir(cfg)
+    checkpoints.seed_everything(cfg.seed)
+    task = get_task(cfg.task, **cfg.task_args)
+    train_set, eval_set = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size)
+    check_reward_weights(task, train_set, cfg.reward_weights)
+    # the verifier pool forks now, before the model is loaded (a small process to copy)
+    scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
+    resume_from = checkpoints.latest(run_dir) if cfg.resume else None
+    policy = load_policy(
+        cfg.model, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
+        device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
+        keep_reference=cfg.beta > 0,
+        weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
+    metrics_log = JsonlLog(run_dir / "metrics.jsonl")
+    completions_log = JsonlLog(run_dir / "completions.jsonl")
+    for log in (metrics_log, completions_log):
+        log.truncate_after(start)  # what a crashed run wrote after its last checkpoint
+    history = metrics_log.read()
+    G = cfg.num_generations
+    if on_start is not None:
+        on_start(start)
+
+    # -------------------------------------------------------------------------------- loop
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            timer = PhaseTimer()
+            picks = prompts_for_step(len(train_set), step - 1, cfg.batch_prompts, cfg.seed)
+            examples = [train_set[i] for i in picks]
+
+            with timer("generate"):
+                rollout = sample(policy, task, examples, G, temperature=cfg.temperature,
+                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+            with timer("verify"):
+                scored = scorer.score(rollout.examples, rollout.responses)  # scores [N, K]
+            mask = rollout.response_mask()  # [N, T]
+            with timer("replay"):
+                q, blocks = (replay_distances(policy, task, rollout, scored, cfg.temperature)
+                             if cfg.mrtpo else (None, None))  # q [N, K, T]
+
+            # credit per reward, then on tokens: the mean over a response's tokens stays the
+            # estimator's advantage; only where it lands changes
+            credit = estimate(scored.scores, G, cfg.advantage, weights=scored.weights,
+                              saw=cfg.saw, floors=scored.floors, scale=cfg.scale_rewards)
+            advantages = place(credit, q, mask, lam=cfg.mrtpo_lambda)  # [N, T]
+
+            lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss_mask = mask * (1.0 - torch.tensor(rollout.truncated, dtype=mask.dtype)).unsqueeze(-1) \
+                if cfg.mask_truncated_completions else None  # [N, T]
+            with timer("update"):
+                stats = update(policy, optimizer, rollout.batch(policy.pad_id, policy.device), advantages,
+                               temperature=cfg.temperature, loss_type=cfg.loss_type,
+                               epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
+                               num_iterations=cfg.num_iterations, grad_accum=cfg.grad_accum,
+                               max_grad_norm=cfg.max_grad_norm,
+                               max_completion_length=cfg.max_new_tokens, loss_mask=loss_mask)
+
+            record: dict[str, Any] = {"step": step, "epoch": step * cfg.batch_prompts / len(train_set)}
+            record.update(reward_metrics(scored.scores, scored.names, scored.weights, G))
+            record.update(completion_metrics([len(r) for r in rollout.response_ids], rollout.truncated))
+            record.update(stats)
+            record["learning_rate"] = lr
+            if q is not None:
+                record.update(mrtpo_metrics(q, mask, scored.names))
+
+            if cfg.log_completions_every and step % cfg.log_completions_every == 0:
+                used_w = scored.weights * (saw_weights(scored.scores, scored.floors)
+                                           if cfg.saw != "off" else 1.0)  # [K]
+                completions_log.write(completion_records(
+                    step, rollout, scored, blocks or blocks_for(task, rollout, scored), credit,
+                    used_w, advantages, q,
+                    None if q is None else token_weights(q, mask, cfg.mrtpo_lambda), policy.tokenizer))
+            if cfg.eval_every and step % cfg.eval_every == 0:
+                with timer("eval"):
+                    record.update(evaluate(policy, task, eval_set, scorer, cfg))
+
+            record.update(timer.totals())
+            record = clean(record)
+            metrics_log.write([record])
+            history.append(record)
+            if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
+                checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
+            if on_step is not None:
+                on_step(record)
+    finally:
+        scorer.close()
+
+    # -------------------------------------------------------------------------------- save
+    # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)
+    return RunResult(run_dir, history, cfg, policy)
+
+
+# ------------------------------------------------------------------------------ helpers
+def prepare_run_dir(cfg: TrainConfig) -> Path:
+    """Create (or, with --resume, reopen) the run directory and save the resolved config."""
+    run_dir = cfg.run_dir
+    if cfg.resume:
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
+    elif checkpoints.complete_checkpoints(run_dir) or (run_dir / "metrics.jsonl").exists():
+        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it, or "
+                          "choose another --output-dir / --run-name")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.save(run_dir / "config.yaml")
+    return run_dir
+
+
+def check_reward_weights(task, examples, overrides: dict[str, float]) -> None:
+    if not overrides:
+        return
+    known = {r.name for ex in examples for r in task.rewards(ex)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"--reward-weight names {', '.join(unknown)}, which task {task.name!r} "
+                          f"does not have; its rewards: {', '.join(sorted(known))}")
+
+
+def evaluate(policy, task, examples, scorer: Scorer, cfg: TrainConfig) -> dict[str, float]:
+    """Greedy completions on the held-out examples, scored by the task's rewards -> eval/... metrics."""
+    out: dict[str, float] = {}
+    scores, names, lengths, truncated = [], [], [], []
+    chunk = cfg.batch_prompts * cfg.num_generations
+    for i in range(0, len(examples), chunk):
+        rollout = sample(policy, task, examples[i:i + chunk], 1, max_new_tokens=cfg.max_new_tokens,
+                         greedy=True)
+        scored = scorer.score(rollout.examples, rollout.responses)
+        scores.append(scored)
+        lengths += [len(r) for r in rollout.response_ids]
+        truncated += rollout.truncated
+    for s in scores:
+        names += [n for n in s.names if n not in names]
+    table = torch.full((len(lengths), len(names)), float("nan"))  # [E, K]
+    weights = torch.zeros(len(names))  # [K]
+    row = 0
+    for s in scores:
+        for k, name in enumerate(s.names):
+            table[row:row + len(s.scores), names.index(name)] = s.scores[:, k]
+            weights[names.index(name)] = s.weights[k]
+        row += len(s.scores)
+    out.update(reward_metrics(table, names, weights, group_size=1, prefix="eval/"))
+    out.update(completion_metrics(lengths, truncated, prefix="eval/"))
+    return out

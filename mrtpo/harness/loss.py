@@ -1,0 +1,103 @@
+"""The policy-gradient loss: per-token log-probs, clipped surrogate, KL to the base, aggregation.
+
+Pure tensor functions; `update.py` calls them on micro-batches. Definitions follow TRL's
+GRPOTrainer so numbers carry over:
+
+- ratio r_t = exp(logp_t - old_logp_t); per-token loss
+  l_t = -min(r_t A_t, clip(r_t, 1 - eps, 1 + eps_high) A_t) + beta * kl_t,
+  with kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1 (the k3 estimator, >= 0).
+- A_t is a token-level advantage [N, T] (MRTPO places credit per token; the plain
+  estimators repeat the response's advantage on every token).
+- aggregation over the whole generation batch (so micro-batching gives the same gradient):
+  dapo: sum_t l m / (tokens in the batch); grpo: mean over sequences of sum_t l m / sum_t m;
+  dr_grpo: sum_t l m / (N * max_completion_length).
+"""
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+
+LossType = Literal["dapo", "grpo", "dr_grpo"]
+
+
+def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, num_response: int, temperature: float = 1.0,
+                with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities of the last `num_response` tokens under `model` -> ([N, T], entropy [N, T]).
+
+    Logits are divided by the sampling temperature (the distribution the tokens were drawn
+    from) and taken only at the T positions that predict response tokens.
+    """
+    t = num_response
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                logits_to_keep=t + 1, use_cache=False)
+    logits = out.logits[:, :-1].float() / temperature  # [N, T, V]
+    targets = input_ids[:, -t:]  # [N, T]
+    logz = torch.logsumexp(logits, -1)  # [N, T]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [N, T]
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            lp = logits - logz.unsqueeze(-1)  # [N, T, V]
+            entropy = -(lp.exp() * lp).sum(-1)  # [N, T]
+    return logp, entropy
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(policy || reference), k3 estimator (Schulman): >= 0, unbiased -> [N, T]."""
+    d = ref_logp - logp  # [N, T]
+    return torch.exp(d) - d - 1.0  # [N, T]
+
+
+class LossParts(NamedTuple):
+    """Token-level sums for logging (divide by `tokens` for means)."""
+
+    tokens: float  # response tokens in the micro-batch (mask sum)
+    clip_low: float  # tokens clipped at 1 - eps with A < 0
+    clip_high: float  # tokens clipped at 1 + eps_high with A > 0
+    kl: float  # sum of per-token KL (0 when beta == 0)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: LossType, *,
+              num_sequences: int, num_tokens: float, max_completion_length: int) -> torch.Tensor:
+    """Sum a micro-batch's per-token loss [n, T] with the normaliser of the whole batch -> []."""
+    m = mask.to(per_token.dtype)  # [n, T]
+    if loss_type == "dapo":
+        return (per_token * m).sum() / max(num_tokens, 1.0)
+    if loss_type == "grpo":
+        per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0)  # [n]
+        return per_seq.sum() / num_sequences
+    if loss_type == "dr_grpo":
+        return (per_token * m).sum() / (num_sequences * max_completion_length)
+    raise ValueError(f"loss_type must be 'dapo', 'grpo' or 'dr_grpo', got {loss_type!r}")
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, *, ref_logp: torch.Tensor | None = None, beta: float = 0.0,
+                epsilon: float = 0.2, epsilon_high: float | None = None, loss_type: LossType = "dapo",
+                num_sequences: int, num_tokens: float, max_completion_length: int,
+                ) -> tuple[torch.Tensor, LossParts]:
+    """Clipped surrogate (+ beta KL) for a micro-batch, normalised over the whole batch -> ([], parts)."""
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    if advantages.shape != logp.shape:
+        raise ValueError(f"advantages {tuple(advantages.shape)} must match log-probs {tuple(logp.shape)}")
+    ratio = torch.exp(logp - old_logp)  # [n, T]
+    clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)  # [n, T]
+    per_token = -torch.min(ratio * advantages, clipped * advantages)  # [n, T]
+    kl = None
+    if beta != 0.0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs the reference log-probs")
+        kl = kl_k3(logp, ref_logp)  # [n, T]
+        per_token = per_token + beta * kl
+    assert per_token.shape == logp.shape  # a [B, T] advantage must not broadcast to [B, B, T]
+    loss = aggregate(per_token, mask, loss_type, num_sequences=num_sequences,
+                     num_tokens=num_tokens, max_completion_length=max_completion_length)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)  # [n, T]
+        low = ((ratio < 1.0 - epsilon) & (advantages < 0)).to(m.dtype) * m  # [n, T]
+        high = ((ratio > 1.0 + eps_high) & (advantages > 0)).to(m.dtype) * m  # [n, T]
+        parts = LossParts(float(m.sum()), float(low.sum()), float(high.sum()),
+                          float((kl * m).sum()) if kl is not None else 0.0)
+    return loss, parts

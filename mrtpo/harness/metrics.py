@@ -1,0 +1,159 @@
+"""Per-step metrics with TRL's names, MRTPO's concentration metric, and the JSONL logs.
+
+Names (one `metrics.jsonl` line per step):
+- `reward`: mean over completions of the weighted sum of rewards (absent rewards count 0);
+  `reward_std`: mean over groups of that sum's std; `frac_reward_zero_std`: share of groups
+  whose summed reward has std 0 (their advantage is 0: nothing to learn from them).
+- `rewards/<name>/mean`, `rewards/<name>/std` (over the rows where the reward applies) and
+  `rewards/<name>/frac_zero_std` (share of its groups with no spread: GDPO gives them 0).
+- `completions/mean_length|min_length|max_length|clipped_ratio` (clipped = truncated).
+- `mrtpo/<name>/top80_token_share`: per response, the smallest share of its tokens that holds
+  80% of the reward's total JS distance, averaged over responses where the distance is not
+  all zero; 1.0 would be uniform spread, small values mean the reward points at few tokens.
+- `time/generate|verify|replay|update|eval|step` in seconds; `loss`, `grad_norm`, `kl`,
+  `entropy`, `clip_ratio/*`, `learning_rate` come from the update.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def reward_metrics(scores: torch.Tensor, names: list[str], weights: torch.Tensor,
+                   group_size: int, prefix: str = "") -> dict[str, float]:
+    """TRL's reward metrics from scores [N, K] (NaN = reward absent on that row)."""
+    out: dict[str, float] = {}
+    present = ~torch.isnan(scores)  # [N, K]
+    total = (torch.nan_to_num(scores, nan=0.0) * weights).sum(-1)  # [N]
+    out[f"{prefix}reward"] = float(total.mean())
+    if group_size > 1:
+        grouped = total.view(-1, group_size)  # [N/G, G]
+        std = grouped.std(1)  # [N/G]
+        out[f"{prefix}reward_std"] = float(std.mean())
+        out[f"{prefix}frac_reward_zero_std"] = float(torch.isclose(std, torch.zeros_like(std)).float().mean())
+    for k, name in enumerate(names):
+        col = scores[present[:, k], k]  # [n_k]
+        out[f"{prefix}rewards/{name}/mean"] = float(col.mean()) if col.numel() else float("nan")
+        out[f"{prefix}rewards/{name}/std"] = float(col.std()) if col.numel() > 1 else 0.0
+        if group_size > 1:
+            g = scores[:, k].view(-1, group_size)  # [N/G, G]
+            here = ~torch.isnan(g).any(1)  # [N/G] groups where the reward applies
+            if here.any():
+                gstd = g[here].std(1)  # [n_groups]
+                out[f"{prefix}rewards/{name}/frac_zero_std"] = float(
+                    torch.isclose(gstd, torch.zeros_like(gstd)).float().mean())
+    return out
+
+
+def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = "") -> dict[str, float]:
+    n = max(len(lengths), 1)
+    return {
+        f"{prefix}completions/mean_length": sum(lengths) / n,
+        f"{prefix}completions/min_length": float(min(lengths, default=0)),
+        f"{prefix}completions/max_length": float(max(lengths, default=0)),
+        f"{prefix}completions/clipped_ratio": sum(truncated) / n,
+    }
+
+
+def top_share(distances: torch.Tensor, mask: torch.Tensor, share: float = 0.8) -> torch.Tensor:
+    """Per response and reward: fraction of tokens holding `share` of the distance -> [N, K].
+
+    NaN where the reward's distances are all zero on that response (nothing to locate).
+    """
+    q = distances.float() * mask.unsqueeze(1).float()  # [N, K, T]
+    n_tok = mask.float().sum(-1).clamp(min=1).unsqueeze(-1)  # [N, 1]
+    total = q.sum(-1)  # [N, K]
+    sorted_q, _ = q.sort(-1, descending=True)  # [N, K, T]
+    cum = sorted_q.cumsum(-1)  # [N, K, T]
+    # tokens needed: 1 + number of prefixes still short of the target
+    need = (cum < share * total.unsqueeze(-1) - 1e-12).sum(-1).float() + 1.0  # [N, K]
+    frac = need / n_tok  # [N, K]
+    return torch.where(total > 0, frac, torch.full_like(frac, float("nan")))
+
+
+def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str]) -> dict[str, float]:
+    shares = top_share(distances, mask)  # [N, K]
+    out = {}
+    for k, name in enumerate(names):
+        col = shares[:, k]
+        col = col[~torch.isnan(col)]
+        if col.numel():
+            out[f"mrtpo/{name}/top80_token_share"] = float(col.mean())
+    return out
+
+
+class JsonlLog:
+    """Append-only JSONL file with a `step` field; `truncate_after(step)` drops later lines.
+
+    On resume the lines written after the checkpoint are dropped, so the file reads as if the
+    run had never stopped.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        keep = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(self.path)
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        with self.path.open("a") as f:
+            for row in rows:
+                f.write(json.dumps(row, allow_nan=False, default=_jsonable) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def _jsonable(x):
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def clean(record: dict[str, Any]) -> dict[str, Any]:
+    """NaN/inf -> None so every line is strict JSON."""
+    return {k: (_finite(v) if isinstance(v, float) else v) for k, v in record.items()}
+
+
+class PhaseTimer:
+    """Wall-clock seconds per phase of a step: `with timer("generate"): ...`."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.perf_counter
+        self._start = self._clock()
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, phase: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def span():
+            t0 = self._clock()
+            try:
+                yield
+            finally:
+                key = f"time/{phase}"
+                self.seconds[key] = self.seconds.get(key, 0.0) + self._clock() - t0
+
+        return span()
+
+    def totals(self) -> dict[str, float]:
+        return {**self.seconds, "time/step": self._clock() - self._start}

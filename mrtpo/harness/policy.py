@@ -1,0 +1,172 @@
+"""The policy: a transformers causal LM and its tokenizer, optionally wrapped with a peft LoRA.
+
+`load_policy` reads a local directory or a hub id (the tokenizer must carry a chat template:
+prompts are rendered through it), picks the device and dtype (fp32 on CPU, bf16 on a GPU
+that supports it), and wraps the model with LoRA on all linear projections by default.
+`Policy.reference()` yields the model that the KL term compares against: with LoRA it is
+the same model with the adapter switched off (no second copy); without LoRA a frozen copy
+is kept, and only when `beta > 0` asks for it.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+
+class PolicyLoadError(RuntimeError):
+    """The model or tokenizer could not be loaded; the message says what to check."""
+
+
+@dataclass
+class Policy:
+    model: torch.nn.Module  # a PeftModel when `lora`
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    lora: bool
+    frozen_reference: torch.nn.Module | None = None  # only for --no-lora with beta > 0
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """Token ids that end a completion: the tokenizer's EOS and the model's EOS ids."""
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids.update(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
+        return sorted(i for i in ids if i is not None)
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[torch.nn.Module]:
+        """The base model for the KL term: the adapter switched off, or the frozen copy."""
+        if self.lora:
+            with self.model.disable_adapter():
+                yield self.model
+        elif self.frozen_reference is not None:
+            yield self.frozen_reference
+        else:
+            raise RuntimeError("no reference model: it is kept only when beta > 0")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise PolicyLoadError(f"--device {name!r} is not a device torch knows: {exc}") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PolicyLoadError(f"--device {name}: CUDA is not available here; use --device cpu")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _looks_local(name: str) -> bool:
+    p = Path(name).expanduser()
+    return (name.startswith((".", "/", "~")) or name.count("/") > 1 or p.suffix != ""
+            or ("/" in name and p.parent.is_dir()))  # e.g. runs/x when ./runs exists
+
+
+def check_model_arg(model: str | None) -> None:
+    """Fail fast, before any data or weights are read, on a missing or absent --model."""
+    if not model:
+        raise PolicyLoadError("--model is required: a local directory saved with save_pretrained "
+                              "(model + tokenizer with a chat template) or a hub id.")
+    if _looks_local(model) and not Path(model).expanduser().exists():
+        raise PolicyLoadError(f"--model {model!r}: no such local directory. Pass a directory saved "
+                              "with save_pretrained (config.json, weights, tokenizer files) or a hub id.")
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise PolicyLoadError(_not_found(name, "tokenizer", exc)) from exc
+    if not getattr(tok, "chat_template", None):
+        raise PolicyLoadError(
+            f"the tokenizer of {name!r} has no chat template; prompts are rendered as chat "
+            "messages. Use an instruct/chat model, or set tokenizer.chat_template and save it "
+            "with save_pretrained.")
+    if tok.pad_token_id is None:  # generation pads batches; the EOS token is the usual stand-in
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def _not_found(name: str, what: str, exc: Exception) -> str:
+    if Path(name).expanduser().exists():
+        return f"could not load the {what} from {name}: {type(exc).__name__}: {exc}"
+    where = ("no such local directory" if _looks_local(name) else
+             "no local directory of that name, and it could not be fetched as a hub id")
+    return (f"--model {name!r}: {where} ({type(exc).__name__}). Pass a directory saved with "
+            "save_pretrained (config.json, weights, tokenizer files) or a reachable hub id.")
+
+
+def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
+                lora_dropout: float = 0.05, lora_target_modules=("all-linear",), device: str = "auto",
+                dtype: str = "auto", gradient_checkpointing: bool = False, keep_reference: bool = False,
+                weights_from: str | Path | None = None) -> Policy:
+    """Load tokenizer and model, move them to the device, wrap with LoRA when asked.
+
+    `weights_from` (full-weight resume) loads the model weights from a checkpoint directory
+    while the frozen reference, if any, still comes from `model`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    check_model_arg(model)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    tok = load_tokenizer(model)
+
+    def _load(path):
+        try:
+            return AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).to(dev)
+        except Exception as exc:
+            raise PolicyLoadError(_not_found(str(path), "model", exc)) from exc
+
+    net = _load(weights_from or model)
+    if len(tok) > net.get_input_embeddings().num_embeddings:
+        raise PolicyLoadError(f"{model}: the tokenizer has {len(tok)} tokens but the model's "
+                              f"embedding only {net.get_input_embeddings().num_embeddings}")
+    reference = None
+    if keep_reference and not lora:
+        reference = _load(model) if weights_from else copy.deepcopy(net)
+        reference.eval().requires_grad_(False)
+    if gradient_checkpointing:
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        targets = list(lora_target_modules)
+        config = LoraConfig(
+            r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias="none",
+            target_modules=targets[0] if targets == ["all-linear"] else targets,
+            task_type="CAUSAL_LM",
+        )
+        try:
+            with warnings.catch_warnings():  # peft reads a property transformers deprecated
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+                net = get_peft_model(net, config)
+        except ValueError as exc:  # e.g. a target module name that matches nothing
+            raise PolicyLoadError(f"--lora-target-modules {targets}: {exc}") from exc
+    return Policy(net, tok, dev, dt, lora, reference)

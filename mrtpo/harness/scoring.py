@@ -1,0 +1,208 @@
+"""Scoring: every reward of the task on every completion -> scores `[N, K]` and verdicts.
+
+Columns are the rewards' names, in the order first seen in the batch, so column k means the
+same reward on every row (instruction following has one reward per constraint and K varies
+per prompt: a reward that does not apply to a row is NaN there). SAW's batch statistics and
+the `rewards/<name>/...` metrics rely on that.
+
+Verifiers run in a pool of forked worker processes (`workers > 0`): one job per
+(completion, reward), each with a deadline (`timeout` seconds, enforced inside the worker
+with an interval timer, and by the parent for the whole batch as a backstop, which then
+replaces the pool). A reward that runs out of time scores its floor with feedback
+"timed out after ...". Forking lets workers use the task object as it is (closures,
+test-defined tasks), with no pickling of verify functions.
+
+A reward that raises, returns something other than one `Verdict`, or a non-finite score is a
+programming error (bad *model output* must score the floor instead): it stops the run with a
+`RewardError` that names the reward, the example and the response.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from numbers import Real
+
+import torch
+
+from mrtpo.tasks.base import Example, Reward, Task, Verdict
+
+
+class RewardError(RuntimeError):
+    """A reward function broke its contract; the message names it."""
+
+
+@dataclass
+class Scored:
+    names: list[str]  # K reward columns
+    scores: torch.Tensor  # [N, K] NaN where the reward does not apply to the row
+    weights: torch.Tensor  # [K] reward weights (task's, or overridden)
+    floors: torch.Tensor  # [K] lowest possible score per reward
+    row_names: list[list[str]]  # N: each row's reward names in task order
+    verdicts: list[list[Verdict]]  # N: each row's verdicts in task order
+    seconds: dict[str, float]  # total verify time per reward name (worker time)
+
+    def column(self, name: str) -> int:
+        return self.names.index(name)
+
+
+def reward_names(rewards: list[Reward]) -> list[str]:
+    """Names of an example's rewards, made unique with '#2', '#3'... for repeats."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in rewards:
+        seen[r.name] = seen.get(r.name, 0) + 1
+        out.append(r.name if seen[r.name] == 1 else f"{r.name}#{seen[r.name]}")
+    return out
+
+
+def check_verdict(reward: Reward, result, example: Example, response: str) -> Verdict:
+    """The contract: exactly one Verdict with a finite real score."""
+    where = f"reward {reward.name!r} on example {example.id!r} ({example.source or 'no source'})"
+    if isinstance(result, (list, tuple)):
+        raise RewardError(f"{where} returned {len(result)} scores for one response; verify must "
+                          "return exactly one Verdict(score, feedback)")
+    if not isinstance(result, Verdict):
+        raise RewardError(f"{where} returned {type(result).__name__} {result!r:.80}; verify must "
+                          "return a Verdict(score, feedback)")
+    if isinstance(result.score, bool) or not isinstance(result.score, Real) \
+            or not math.isfinite(float(result.score)):
+        raise RewardError(f"{where} returned the non-finite or non-numeric score {result.score!r} "
+                          f"for the response {response[:80]!r}; bad model output must score the "
+                          "reward's floor, with the reason in the feedback")
+    return result
+
+
+# --- worker side ------------------------------------------------------------------------------
+_TASK: Task | None = None  # set in the parent before forking, inherited by the workers
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise _Deadline()
+
+
+def _run_job(example: Example, response: str, index: int, timeout: float | None):
+    """Run reward `index` of `example` on `response`: ('ok', verdict, s) / ('timeout', ...) / ('error', ...)."""
+    reward = _TASK.rewards(example)[index]
+    start = time.perf_counter()
+    use_timer = timeout is not None and hasattr(signal, "setitimer")
+    if use_timer:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        result = reward.verify(example, response)
+    except _Deadline:
+        return ("timeout", None, time.perf_counter() - start)
+    except Exception as exc:  # reported to the parent, which stops the run with the name
+        return ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", time.perf_counter() - start)
+    finally:
+        if use_timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    return ("ok", result, time.perf_counter() - start)
+
+
+# --- parent side ------------------------------------------------------------------------------
+class Scorer:
+    """Scores completions with a task's rewards; owns the verifier pool. Use as a context manager."""
+
+    def __init__(self, task: Task, workers: int = 2, timeout: float = 30.0,
+                 weights: dict[str, float] | None = None):
+        self.task = task
+        self.timeout = timeout
+        self.weight_overrides = dict(weights or {})
+        self.workers = workers if "fork" in mp.get_all_start_methods() else 0
+        self._pool = None
+
+    def start(self) -> "Scorer":
+        """Fork the worker pool now: best before the model is loaded (a small process to copy,
+        no GPU state or compute threads yet). Called lazily otherwise."""
+        if self.workers > 0:
+            self._get_pool()
+        return self
+
+    def __enter__(self) -> "Scorer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def _get_pool(self):
+        global _TASK
+        if self._pool is None:
+            _TASK = self.task
+            self._pool = mp.get_context("fork").Pool(self.workers)
+        return self._pool
+
+    def score(self, examples: list[Example], responses: list[str]) -> Scored:
+        if len(examples) != len(responses):
+            raise ValueError(f"{len(examples)} examples for {len(responses)} responses")
+        rewards = [self.task.rewards(ex) for ex in examples]  # N lists
+        jobs = [(i, k) for i, rs in enumerate(rewards) for k in range(len(rs))]
+        results = self._run(jobs, examples, responses)
+        verdicts: list[list[Verdict]] = [[None] * len(rs) for rs in rewards]  # type: ignore[list-item]
+        seconds: dict[str, float] = {}
+        for (i, k), (status, value, secs) in zip(jobs, results):
+            reward = rewards[i][k]
+            seconds[reward.name] = seconds.get(reward.name, 0.0) + secs
+            if status == "error":
+                raise RewardError(f"reward {reward.name!r} raised on example {examples[i].id!r} "
+                                  f"({examples[i].source or 'no source'}) with the response "
+                                  f"{responses[i][:80]!r}; verify must never raise on model "
+                                  f"output (score the floor and say why): {value}")
+            if status == "timeout":
+                value = Verdict(float(reward.floor), f"timed out after {self.timeout:g} s")
+            verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i])
+        return self._table(rewards, verdicts, seconds)
+
+    def _run(self, jobs, examples, responses) -> list[tuple]:
+        if self.workers == 0:
+            global _TASK
+            _TASK = self.task
+            return [_run_job(examples[i], responses[i], k, None) for i, k in jobs]
+        pool = self._get_pool()
+        pending = [pool.apply_async(_run_job, (examples[i], responses[i], k, self.timeout)) for i, k in jobs]
+        # backstop: every job gets its own timeout inside the worker; if a verifier blocks in C
+        # code the timer cannot interrupt, stop waiting after the whole batch's worth of time
+        deadline = time.monotonic() + self.timeout * (math.ceil(len(jobs) / self.workers) + 1) + 5
+        out, stuck = [], False
+        for job in pending:
+            try:
+                out.append(job.get(timeout=max(0.0, deadline - time.monotonic())))
+            except mp.TimeoutError:
+                out.append(("timeout", None, self.timeout))
+                stuck = True
+        if stuck:  # workers may still be busy with the stuck jobs: start a fresh pool next time
+            self.close()
+        return out
+
+    def _table(self, rewards: list[list[Reward]], verdicts, seconds) -> Scored:
+        row_names = [reward_names(rs) for rs in rewards]
+        names: list[str] = []
+        weights: dict[str, float] = {}
+        floors: dict[str, float] = {}
+        for rs, ns in zip(rewards, row_names):
+            for r, name in zip(rs, ns):
+                if name not in weights:
+                    names.append(name)
+                    weights[name] = float(self.weight_overrides.get(name, self.weight_overrides.get(r.name, r.weight)))
+                    floors[name] = float(r.floor)
+        scores = torch.full((len(rewards), len(names)), float("nan"))  # [N, K]
+        for i, (ns, vs) in enumerate(zip(row_names, verdicts)):
+            for name, v in zip(ns, vs):
+                scores[i, names.index(name)] = float(v.score)
+        return Scored(names, scores, torch.tensor([weights[n] for n in names]),
+                      torch.tensor([floors[n] for n in names]), row_names, verdicts, seconds)

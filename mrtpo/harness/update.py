@@ -1,0 +1,81 @@
+"""One policy update on a generation batch: micro-batches, backward, clip, AdamW step.
+
+The batch's B*G completions are split into `grad_accum` micro-batches whose losses are
+normalised over the whole batch (loss.aggregate), so accumulation gives the gradient of the
+full batch. The log-probs of the first pass are the "old" ones (the model has not moved yet,
+so the ratio starts at exactly 1); with `num_iterations > 1` later passes reuse them and the
+clip starts to bite. The KL reference log-probs are computed once, without gradients.
+"""
+from __future__ import annotations
+
+import torch
+
+from mrtpo.harness.loss import policy_loss, token_logps
+from mrtpo.harness.rollout import Batch
+
+
+def micro_batches(n: int, parts: int) -> list[slice]:
+    size = -(-n // parts)
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+@torch.no_grad()
+def reference_logps(policy, batch: Batch, temperature: float, parts: int) -> torch.Tensor:
+    t = batch.response_mask.shape[1]
+    out = []
+    with policy.reference() as ref:
+        for mb in micro_batches(batch.input_ids.shape[0], parts):
+            b = batch.rows(mb)
+            out.append(token_logps(ref, b.input_ids, b.attention_mask, b.position_ids, t, temperature)[0])
+    return torch.cat(out)  # [N, T]
+
+
+def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: torch.Tensor, *,
+           temperature: float, loss_type: str, epsilon: float, epsilon_high: float | None,
+           beta: float, num_iterations: int, grad_accum: int, max_grad_norm: float,
+           max_completion_length: int, loss_mask: torch.Tensor | None = None) -> dict[str, float]:
+    """Run `num_iterations` optimizer steps on the batch; return TRL-named statistics."""
+    model = policy.model
+    params = policy.trainable_parameters()
+    n, t = batch.response_mask.shape
+    mask = batch.response_mask.float() if loss_mask is None else loss_mask.to(batch.response_mask.device).float()  # [N, T]
+    adv = advantages.to(mask.device, torch.float32)  # [N, T]
+    num_tokens = float(mask.sum())
+    ref = reference_logps(policy, batch, temperature, grad_accum) if beta != 0.0 else None  # [N, T]
+    old = torch.zeros(n, t, device=mask.device)  # [N, T] filled on the first pass
+    model.train()
+    sums = dict(loss=0.0, tokens=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, entropy=0.0, grad_norm=0.0)
+    for it in range(num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        for mb in micro_batches(n, grad_accum):
+            b = batch.rows(mb)
+            logp, entropy = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
+                                        temperature, with_entropy=it == 0)  # [n, T]
+            if it == 0:
+                old[mb] = logp.detach()
+                sums["entropy"] += float((entropy * mask[mb]).sum())
+            loss, parts = policy_loss(
+                logp, old[mb], adv[mb], mask[mb], ref_logp=None if ref is None else ref[mb],
+                beta=beta, epsilon=epsilon, epsilon_high=epsilon_high, loss_type=loss_type,
+                num_sequences=n, num_tokens=num_tokens, max_completion_length=max_completion_length)
+            loss.backward()
+            sums["loss"] += float(loss.detach())
+            for key in ("tokens", "clip_low", "clip_high", "kl"):
+                sums[key] += getattr(parts, key)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+        sums["grad_norm"] += float(norm)
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    tok = max(sums["tokens"], 1.0)
+    stats = {
+        "loss": sums["loss"] / num_iterations,
+        "grad_norm": sums["grad_norm"] / num_iterations,
+        "entropy": sums["entropy"] / max(num_tokens, 1.0),
+        "clip_ratio/low_mean": sums["clip_low"] / tok,
+        "clip_ratio/high_mean": sums["clip_high"] / tok,
+        "clip_ratio/region_mean": (sums["clip_low"] + sums["clip_high"]) / tok,
+    }
+    stats["clip_ratio"] = stats["clip_ratio/region_mean"]
+    if beta != 0.0:
+        stats["kl"] = sums["kl"] / tok
+    return stats

@@ -1,0 +1,248 @@
+"""The built-in default policy, `mrtpo-tiny`: built here, on first use, from a seeded recipe.
+
+No model can be downloaded on a laptop without network, so the project builds its own: a
+byte-level BPE tokenizer trained on the bundled tasks' text with a ChatML template, a small
+Qwen2 (about 6M parameters), and a short supervised warm start on the bundled samples of the
+three tasks (`mrtpo.models.sft`: some targets carry injected errors so every reward has room
+to rise; some sequences carry the blocks in context so the replay's distances mean something).
+
+The build goes into a cache directory (`$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`, else
+`~/.cache/mrtpo`) under `models/<name>-<fingerprint>`, where the fingerprint covers the
+recipe, the package version and the bundled data: a changed recipe builds a new directory
+and never reuses a stale one. It is written into a temporary directory next to its final
+place and renamed when complete, so an interrupted build leaves nothing that looks finished.
+`resolve_model` turns a `--model` value into a path, building the default when asked for it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Literal, Sequence
+
+from mrtpo.models.sft import SFTConfig
+
+DEFAULT_MODEL = "mrtpo-tiny"
+MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
+RECIPE_VERSION = 1  # bump when the recipe's code changes what it builds
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the built-in policy is made. Every field enters the fingerprint."""
+
+    name: str = DEFAULT_MODEL  # what `--model` accepts
+    tasks: tuple[str, ...] = ("toolcall", "text2sql", "instruct")  # bundled samples it learns from
+    examples_per_task: int | None = None  # None: every example of each bundled sample
+    vocab_size: int = 4096  # byte-level BPE merges learnt on the tasks' text
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    hidden_size: int = 256
+    num_layers: int = 6
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 768
+    max_positions: int = 2048  # longest prompt + response the policy can attend over
+    seed: int = 0  # model initialisation, error injection and data order
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+RECIPES: dict[str, Recipe] = {DEFAULT_MODEL: Recipe()}
+
+
+def default_cache_dir() -> Path:
+    """Where built policies live unless `--cache-dir` says otherwise."""
+    if os.environ.get("MRTPO_CACHE_DIR"):
+        return Path(os.environ["MRTPO_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mrtpo"
+
+
+def _data_digest() -> str:
+    """A digest of the bundled data files (a changed sample means a different policy)."""
+    root = Path(__file__).resolve().parent.parent / "data"
+    h = hashlib.sha256()
+    if root.is_dir():
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def fingerprint(recipe: Recipe) -> str:
+    """12 hex digits naming one build: recipe fields, recipe version, package version, data."""
+    from mrtpo import __version__
+
+    payload = json.dumps({"recipe": asdict(recipe), "recipe_version": RECIPE_VERSION,
+                          "mrtpo": __version__, "data": _data_digest()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def model_dir(recipe: Recipe, cache_dir: str | Path | None = None) -> Path:
+    """Where `recipe`'s build lives (whether built or not)."""
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return root / "models" / f"{recipe.name}-{fingerprint(recipe)}"
+
+
+def is_built(path: str | Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def get_recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise KeyError(f"no built-in policy named {name!r}; built-in policies: {', '.join(RECIPES)}")
+    return RECIPES[name]
+
+
+def resolve_model(name_or_path: str, cache_dir: str | Path | None = None, progress: bool = True) -> str:
+    """A `--model` value as something `from_pretrained` loads: a built-in policy's name is
+    built on first use (or found in the cache) and becomes its directory; anything else (a
+    local path, a hub id) is returned unchanged."""
+    if name_or_path in RECIPES and not Path(name_or_path).exists():
+        return str(build(RECIPES[name_or_path], cache_dir=cache_dir, progress=progress))
+    return name_or_path
+
+
+def build(recipe: Recipe | None = None, cache_dir: str | Path | None = None, force: bool = False,
+          progress: bool = True, dest: str | Path | None = None) -> Path:
+    """Build `recipe` (default: the built-in policy) unless its build is already cached, and
+    return its directory. `force` rebuilds; `dest` overrides the cache location."""
+    recipe = recipe or RECIPES[DEFAULT_MODEL]
+    dest = Path(dest) if dest else model_dir(recipe, cache_dir)
+    if is_built(dest) and not force:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.building-{os.getpid()}-{random.randrange(1 << 30):08x}"
+    try:
+        build_into(recipe, tmp, progress=progress)
+        if dest.exists():  # a forced rebuild, or an incomplete leftover: move it aside first
+            old = dest.parent / f".{dest.name}.old-{os.getpid()}-{random.randrange(1 << 30):08x}"
+            os.replace(dest, old)
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not is_built(dest):  # another process finished first: keep theirs, else re-raise
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def build_into(recipe: Recipe, out: str | Path, progress: bool = True) -> dict:
+    """Run the recipe and save tokenizer, model and manifest into `out`; returns the manifest."""
+    import torch
+    import transformers
+
+    from mrtpo import __version__
+    from mrtpo.models import sft
+    from mrtpo.models.tiny import build_model, save_policy, train_tokenizer
+    from mrtpo.tasks import get_task
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    rng = random.Random(recipe.seed)
+    with _Progress(progress, recipe.name) as bar:
+        data: list[sft.ExampleData] = []
+        counts = {}
+        for name in recipe.tasks:
+            task = get_task(name)
+            examples = task.load()
+            if recipe.examples_per_task is not None:
+                examples = examples[: recipe.examples_per_task]
+            bar.phase(f"injecting errors ({name})", len(examples))
+            prepared = sft.prepare_examples(task, examples, recipe.sft, rng, on_example=bar.advance)
+            counts[name] = {"examples": len(prepared),
+                            "errors_per_reward": _errors_per_reward(prepared)}
+            data += prepared
+        bar.phase("training the tokenizer", 1)
+        tokenizer = train_tokenizer(sft.texts_for_tokenizer(data), vocab_size=recipe.vocab_size)
+        sft.tokenize(data, tokenizer)
+        bar.advance()
+        model = build_model(tokenizer, arch=recipe.arch, hidden_size=recipe.hidden_size,
+                            num_layers=recipe.num_layers, num_heads=recipe.num_heads,
+                            num_kv_heads=recipe.num_kv_heads, intermediate_size=recipe.intermediate_size,
+                            max_positions=recipe.max_positions, seed=recipe.seed)
+        bar.phase("supervised warm start", recipe.sft.steps)
+        losses = sft.train(model, tokenizer, data, recipe.sft,
+                           on_step=lambda step, loss: bar.advance(f"loss {loss:.3f}"))
+        out.mkdir(parents=True, exist_ok=True)
+        save_policy(model, tokenizer, out)
+    tenth = max(1, len(losses) // 10)
+    manifest = {
+        "name": recipe.name,
+        "fingerprint": fingerprint(recipe),
+        "recipe": asdict(recipe),
+        "recipe_version": RECIPE_VERSION,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "data": counts,
+        "sft_loss_first_tenth": sum(losses[:tenth]) / tenth,
+        "sft_loss_last_tenth": sum(losses[-tenth:]) / tenth,
+        "build_seconds": round(time.perf_counter() - t0, 1),
+        "torch_threads": torch.get_num_threads(),
+        "versions": {"mrtpo": __version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def read_manifest(path: str | Path) -> dict:
+    return json.loads((Path(path) / MANIFEST).read_text())
+
+
+def _errors_per_reward(data: Sequence) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for d in data:
+        for name, idx in d.errors_by_reward().items():
+            counts[name] = counts.get(name, 0) + len(idx)
+    return dict(sorted(counts.items()))
+
+
+class _Progress:
+    """A rich progress bar on stderr, one row per phase (silent when `enabled` is False)."""
+
+    def __init__(self, enabled: bool, name: str):
+        self.enabled, self.name = enabled, name
+        self._progress = None
+        self._task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self._progress = Progress(
+                TextColumn(f"[bold]building {self.name}[/bold] {{task.description}}"), BarColumn(),
+                MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                TextColumn("{task.fields[note]}"), console=Console(stderr=True), transient=False)
+            self._progress.__enter__()
+        return self
+
+    def phase(self, description: str, total: int) -> None:
+        if self._progress is not None:
+            if self._task is not None:
+                self._progress.update(self._task, completed=self._progress.tasks[self._task].total)
+            self._task = self._progress.add_task(description, total=total, note="")
+
+    def advance(self, note: str | None = None) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, advance=1, **({"note": note} if note else {}))
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+        return False
+
+
+def with_overrides(recipe: Recipe, sft_overrides: dict | None = None, **overrides) -> Recipe:
+    """A copy of `recipe` with some fields changed (tests and benchmarks use small ones)."""
+    if sft_overrides:
+        overrides["sft"] = replace(recipe.sft, **sft_overrides)
+    return replace(recipe, **overrides)

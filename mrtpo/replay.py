@@ -1,0 +1,367 @@
+"""Teacher-forced replay of sampled responses under their K+1 contexts -> per-token JS distances.
+
+For each response n and reward k, `q[n, k, t]` is the Jensen-Shannon distance (base 2, in
+[0, 1]) between the policy's next-token distributions at response token t under P_all and
+under P_without_k (mrtpo.contexts). The distribution for response token t comes from the
+position just before it (the last context token for t = 0). No generation happens: the
+sampled ids are fed back exactly.
+
+Two methods give the same numbers:
+
+- plain (`shared_prefix=False`, the reference): one full forward per distinct context, as RL
+  trainers compute log-probabilities (`logits_to_keep` covering the response positions).
+- shared prefix (default): all contexts of a prompt's responses begin with the same tokens
+  (system prompt, P0, the response-independent blocks). Items are grouped by that prefix, the
+  group's longest common token prefix is encoded once, and its KV cache is reused for every
+  (response, context) suffix in batched forwards of the decoder; the LM head is applied only
+  to the hidden states at response positions, a chunk of tokens at a time, and the JS distance
+  is taken chunk by chunk in fp32. Contexts equal to P_all (an empty block) are not replayed:
+  their q is exactly 0.
+
+Works with any transformers decoder-only model exposing `get_decoder()` and
+`get_output_embeddings()` with a `DynamicCache` (Qwen2, Llama, ...), peft-wrapped or not.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+
+from mrtpo.advantages import js_distance
+from mrtpo.contexts import ReplayItem
+
+PaddingSide = Literal["left", "right"]
+
+
+@dataclass
+class _Plan:
+    """One item's distinct contexts: [0] = P_all; `which[k]` indexes them (None: same as P_all)."""
+
+    contexts: list[list[int]]
+    which: list[int | None]
+    slots: list[int]  # each distinct context's first index in item.context_ids
+
+    @property
+    def active(self) -> bool:
+        return len(self.contexts) > 1
+
+
+@dataclass
+class ReplayGroup:
+    """Items replayed on one shared prefix, and the rows fed after it.
+
+    `prefix` is encoded once; each row is `(item, slot, ids)` with `ids` = the rest of
+    `items[item].context_ids[slot]` followed by the response ids exactly as sampled, so
+    `prefix + ids == context_ids[slot] + response_ids`. Contexts equal to P_all are not rows.
+    """
+
+    prefix: list[int]
+    items: list[int]
+    rows: list[tuple[int, int, list[int]]]
+
+
+def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_max: int | None = None,
+              length: int | None = None, shared_prefix: bool = True, chunk_tokens: int = 256,
+              batch_tokens: int = 8192, padding_side: PaddingSide = "right") -> torch.Tensor:
+    """Per-token JS distances `q [N, K, T]` (float32, on the model's device) of replayed responses.
+
+    K = `k_max` or the largest number of rewards among `items`; T = `length` or the longest
+    response. q is 0 on padding (t >= the response's length), for absent rewards (an item with
+    fewer than K rewards) and for rewards whose block is empty (P_without_k == P_all). Runs
+    under `torch.no_grad()` with the model in eval mode (its training flag is restored after).
+    `temperature` divides the logits, as in the policy's log-prob pass.
+
+    `batch_tokens` bounds the padded tokens of one forward (whole items per forward, at least
+    one); `chunk_tokens` bounds the logit rows alive at once; `padding_side` is how rows of one
+    forward are padded (both give the same q).
+
+    Peak extra memory of the shared-prefix method, beyond the weights (b = bytes per element
+    of the model dtype, V = vocabulary, H = hidden size, C = K + 1 contexts, KV = 2 * layers *
+    kv_heads * head_dim, R x S = the padded rows of one forward, R * S <= batch_tokens, L =
+    prefix length, T = response length):
+
+        L * KV * b                          the prefix cache (kept for the group)
+      + R * (L + S) * KV * b                its copy for one forward, with the suffix keys/values
+      + activations of one R x S forward    (as a plain forward of R * S tokens; attention
+                                             scores R * heads * S * (L + S) on the math path)
+      + R * T * H * b                       hidden states at response positions
+      + (chunk_tokens + 6 * chunk_tokens / C) * V * 4   logits of one chunk + JS temporaries
+
+    so the distance computation holds at most about 7 * chunk_tokens * V * 4 bytes whatever N,
+    K and T, never a [N, K + 1, T, V] tensor. The plain method instead holds the logits of one
+    forward, R * (T + 1) * V * b, as trainers do.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if chunk_tokens < 1 or batch_tokens < 1:
+        raise ValueError("chunk_tokens and batch_tokens must be >= 1")
+    k_needed = max((it.num_rewards for it in items), default=0)
+    t_needed = max((len(it.response_ids) for it in items), default=0)
+    K = k_needed if k_max is None else k_max
+    T = t_needed if length is None else length
+    if K < k_needed:
+        raise ValueError(f"k_max={k_max} but an item has {k_needed} rewards; pass k_max >= {k_needed}")
+    if T < t_needed:
+        raise ValueError(f"length={length} but a response has {t_needed} tokens; pass length >= {t_needed}")
+    device = _device(model)
+    q = torch.zeros(len(items), K, T, dtype=torch.float32, device=device)  # [N, K, T]
+    groups = replay_groups(items, shared_prefix)
+    if not groups:
+        return q
+    plans = {n: _plan(items[n], n) for g in groups for n in g.items}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for group in groups:
+                if shared_prefix:
+                    _replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
+                else:
+                    _replay_plain(model, items, group, plans, q, temperature, batch_tokens, padding_side)
+    finally:
+        model.train(was_training)
+    return q
+
+
+def replay_groups(items: Sequence[ReplayItem], shared_prefix: bool = True) -> list[ReplayGroup]:
+    """What the replay feeds the model: groups of items, each a prefix and its rows.
+
+    With `shared_prefix=False` there is one group with an empty prefix (every row is a whole
+    context plus the response). Items with nothing to replay (every block empty, or an empty
+    response) appear in no group.
+    """
+    plans = [_plan(item, i) for i, item in enumerate(items)]
+    active = [n for n, p in enumerate(plans) if p.active and items[n].response_ids]
+    groups = _groups(plans, active) if shared_prefix else ([(0, active)] if active else [])
+    out = []
+    for prefix_len, members in groups:
+        rows = [(n, slot, ctx[prefix_len:] + list(items[n].response_ids))
+                for n in members for slot, ctx in zip(plans[n].slots, plans[n].contexts)]
+        out.append(ReplayGroup(list(plans[members[0]].contexts[0][:prefix_len]), list(members), rows))
+    return out
+
+
+def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True) -> int:
+    """Tokens the replay feeds through the model (padding excluded), for cost accounting.
+
+    Plain: every distinct context plus the response. Shared prefix: each group's prefix once,
+    plus every (context suffix + response).
+    """
+    return sum(len(g.prefix) + sum(len(ids) for _, _, ids in g.rows)
+               for g in replay_groups(items, shared_prefix))
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+def _plan(item: ReplayItem, index: int) -> _Plan:
+    k = item.num_rewards
+    if len(item.context_ids) != k + 1:
+        raise ValueError(f"item {index} has {len(item.context_ids)} contexts for {k} rewards; "
+                         "expected K + 1 (P_all, then P_without_k for each reward)")
+    if any(len(c) == 0 for c in item.context_ids):
+        raise ValueError(f"item {index} has an empty context; render it with the chat template")
+    contexts, slots = [list(item.context_ids[0])], [0]
+    seen = {tuple(contexts[0]): 0}
+    which: list[int | None] = []
+    for slot, ctx in enumerate(item.context_ids[1:], start=1):
+        key = tuple(ctx)
+        if key not in seen:
+            seen[key] = len(contexts)
+            contexts.append(list(ctx))
+            slots.append(slot)
+        which.append(seen[key] or None)
+    return _Plan(contexts, which, slots)
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def _groups(plans: Sequence[_Plan], active: Sequence[int]) -> list[tuple[int, list[int]]]:
+    """Items whose contexts share the same common prefix -> (prefix length, item indices).
+
+    All responses of one prompt have the same prefix (P0 and the response-independent blocks
+    come first), so they land in one group. The prefix stops at least one token short of every
+    context, so each suffix holds the position that predicts the first response token.
+    """
+    by_key: dict[tuple[int, ...], list[int]] = {}
+    for n in active:
+        ctxs = plans[n].contexts
+        key = tuple(ctxs[0][:_common_prefix(ctxs)])
+        by_key.setdefault(key, []).append(n)
+    out = []
+    for key, members in by_key.items():
+        shortest = min(len(c) for n in members for c in plans[n].contexts)
+        out.append((min(len(key), shortest - 1), members))
+    return out
+
+
+def _batches(group: ReplayGroup, batch_tokens: int) -> list[list[tuple[int, int, list[int]]]]:
+    """The group's rows in forwards of whole items (an item's contexts are compared with each
+    other), as many items as keep rows * longest row <= batch_tokens, at least one."""
+    by_item: dict[int, list] = {}
+    for row in group.rows:
+        by_item.setdefault(row[0], []).append(row)
+    out, cur, width = [], [], 0
+    for rows in by_item.values():
+        new_width = max(width, max(len(r[2]) for r in rows))
+        if cur and (len(cur) + len(rows)) * new_width > batch_tokens:
+            out.append(cur)
+            cur, new_width = [], max(len(r[2]) for r in rows)
+        cur.extend(rows)
+        width = new_width
+    if cur:
+        out.append(cur)
+    return out
+
+
+# --- model plumbing ---------------------------------------------------------------------------
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _decoder(model):
+    """The transformer body (hidden states after the final norm), LoRA layers included."""
+    try:
+        return model.get_decoder()
+    except (AttributeError, NotImplementedError) as err:
+        raise TypeError(f"{type(model).__name__} exposes no get_decoder(); the shared-prefix replay "
+                        "needs a transformers decoder-only causal LM (use shared_prefix=False)") from err
+
+
+def _head(model):
+    """hidden [M, H] -> logits [M, V], as the model's forward computes them from hidden states."""
+    lm_head = model.get_output_embeddings()
+    config = model.config
+    softcap = getattr(config, "final_logit_softcapping", None)  # Gemma 2/3
+    scale = getattr(config, "logit_scale", None)  # Cohere
+
+    def head(hidden: torch.Tensor) -> torch.Tensor:
+        logits = lm_head(hidden)
+        if isinstance(scale, (int, float)) and scale != 1:
+            logits = logits * scale
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        return logits
+
+    return head
+
+
+def _cache_kwarg(module) -> str:
+    """transformers >= 5 names the KV-cache argument `cache`; earlier versions `past_key_values`."""
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _output_cache(out):
+    for name in ("cache", "past_key_values"):
+        value = getattr(out, name, None)
+        if value is not None:
+            return value
+    raise RuntimeError("the decoder returned no KV cache although use_cache=True")
+
+
+def _pack(seqs: Sequence[Sequence[int]], side: PaddingSide, device, start: int = 0):
+    """Pad rows -> ids [R, S], mask [R, S], positions [R, S] (from `start`), left pads per row."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    pos = torch.full((len(seqs), width), start, dtype=torch.long)
+    offsets = []
+    for r, s in enumerate(seqs):
+        off = width - len(s) if side == "left" else 0
+        ids[r, off:off + len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+        mask[r, off:off + len(s)] = 1
+        pos[r, off:off + len(s)] = torch.arange(start, start + len(s))
+        offsets.append(off)
+    return ids.to(device), mask.to(device), pos.to(device), offsets
+
+
+def _fill(q: torch.Tensor, n: int, plan: _Plan, logits: torch.Tensor, temperature: float, t0: int = 0) -> None:
+    """q[n, k, t0:t0 + c] from logits [C, c, V] of the item's distinct contexts (0 = P_all)."""
+    c = logits.shape[1]
+    for k, j in enumerate(plan.which):
+        if j is not None:
+            q[n, k, t0:t0 + c] = js_distance(logits[0], logits[j], temperature,
+                                             chunk_bytes=c * 4 * logits.shape[-1])  # [c]
+
+
+def _response_starts(batch, offsets, items) -> list[int]:
+    """Column of each row's position that predicts its first response token."""
+    return [off + len(ids) - len(items[n].response_ids) - 1 for off, (n, _, ids) in zip(offsets, batch)]
+
+
+def _per_item(batch):
+    """(item, first row, number of rows) for the consecutive rows of each item in a batch."""
+    out, start = [], 0
+    while start < len(batch):
+        n, end = batch[start][0], start
+        while end < len(batch) and batch[end][0] == n:
+            end += 1
+        out.append((n, start, end - start))
+        start = end
+    return out
+
+
+# --- shared prefix ----------------------------------------------------------------------------
+
+def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens, side) -> None:
+    device = q.device
+    decoder, head = _decoder(model), _head(model)
+    cache_arg = _cache_kwarg(decoder)
+    prefix_len, prefix_cache = len(group.prefix), None
+    if prefix_len:
+        prefix = torch.as_tensor(group.prefix, dtype=torch.long, device=device)[None]  # [1, L]
+        out = decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
+        prefix_cache = _output_cache(out)
+    for batch in _batches(group, batch_tokens):
+        ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
+        kwargs = {}
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(len(batch))
+            mask = torch.cat([mask.new_ones(len(batch), prefix_len), mask], 1)  # [R, L + S]
+            kwargs = {cache_arg: cache, "use_cache": True}
+        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         **kwargs).last_hidden_state  # [R, S, H]
+        del kwargs
+        starts = _response_starts(batch, offsets, items)
+        for n, first, count in _per_item(batch):
+            t_len = len(items[n].response_ids)
+            h = torch.stack([hidden[first + j, starts[first + j]:starts[first + j] + t_len]
+                             for j in range(count)])  # [C, T, H]
+            step = max(1, chunk_tokens // count)
+            for t0 in range(0, t_len, step):
+                x = h[:, t0:t0 + step]  # [C, c, H]
+                logits = head(x.reshape(-1, x.shape[-1])).view(count, x.shape[1], -1)  # [C, c, V]
+                _fill(q, n, plans[n], logits, temperature, t0)
+
+
+# --- plain: one full forward per context ------------------------------------------------------
+
+def _replay_plain(model, items, group: ReplayGroup, plans, q, temperature, batch_tokens, side) -> None:
+    device = q.device
+    for batch in _batches(group, batch_tokens):
+        ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device)  # [R, S] each
+        starts = _response_starts(batch, offsets, items)
+        first_col = min(starts)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                       logits_to_keep=ids.shape[1] - first_col).logits  # [R, keep, V]
+        for n, first, count in _per_item(batch):
+            t_len = len(items[n].response_ids)
+            sel = torch.stack([logits[first + j, starts[first + j] - first_col:starts[first + j] - first_col + t_len]
+                               for j in range(count)])  # [C, T, V]
+            _fill(q, n, plans[n], sel, temperature)

@@ -1,0 +1,149 @@
+"""The instruction registry: id -> checker, description template and accepted kwargs.
+
+Each instruction is a pure `check(response, kwargs, prompt) -> (followed, feedback)` plus the
+sentence template its source benchmark uses to state it (`describe(kwargs)`, IFEval's and
+IFBench's `build_description` text, used to find a constraint's sentence in a prompt and to
+write one where a dataset has none). Kwargs are validated and normalised once, when data is
+loaded (`normalize_kwargs`): unused keys (None) are dropped, whole floats become ints, and a
+missing or malformed kwarg raises `ValueError` saying which and what is expected. Checkers
+then never raise on model output.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+CheckFn = Callable[[str, dict, str], "tuple[bool, str]"]
+Source = Literal["ifeval", "ifbench"]
+
+RELATIONS = ("less than", "at least")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One verifiable constraint type.
+
+    `required`/`optional` name the kwargs `check` reads; `types` maps a kwarg to int, str,
+    list or float so loading can coerce and reject bad rows; `uses_prompt` marks checkers that
+    read the prompt (IFEval's repeat_prompt reads `prompt_to_repeat` instead).
+    """
+
+    id: str
+    check: CheckFn
+    describe: Callable[[dict], str]
+    source: Source
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    types: dict[str, type] = field(default_factory=dict)
+    choices: dict[str, tuple] = field(default_factory=dict)
+
+
+REGISTRY: dict[str, Instruction] = {}
+
+
+def register(id: str, *, source: Source, describe: Callable[[dict], str],
+             required: tuple[str, ...] = (), optional: tuple[str, ...] = (),
+             types: dict[str, type] | None = None, choices: dict[str, tuple] | None = None):
+    """Decorator registering a checker function under `id`."""
+
+    def deco(fn: CheckFn) -> CheckFn:
+        if id in REGISTRY:
+            raise ValueError(f"instruction {id!r} is registered twice")
+        REGISTRY[id] = Instruction(id, fn, describe, source, required, optional,
+                                   dict(types or {}), dict(choices or {}))
+        return fn
+
+    return deco
+
+
+def _ensure_loaded() -> None:
+    # The checker modules register themselves on import.
+    from mrtpo.verifiers.ifeval import ifbench_checks, ifeval_checks  # noqa: F401
+
+
+def supported_ids(source: Source | None = None) -> list[str]:
+    """Instruction ids with a checker, sorted; `source` restricts to one benchmark."""
+    _ensure_loaded()
+    return sorted(i for i, ins in REGISTRY.items() if source is None or ins.source == source)
+
+
+class UnsupportedInstruction(ValueError):
+    """A dataset names an instruction id with no checker here."""
+
+
+def get_instruction(instruction_id: str) -> Instruction:
+    _ensure_loaded()
+    try:
+        return REGISTRY[instruction_id]
+    except KeyError:
+        close = difflib.get_close_matches(instruction_id, REGISTRY, n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise UnsupportedInstruction(
+            f"unsupported instruction id {instruction_id!r}.{hint} Supported ids "
+            f"({len(REGISTRY)}): {', '.join(sorted(REGISTRY))}"
+        ) from None
+
+
+def _coerce(name: str, value: Any, typ: type, instruction_id: str) -> Any:
+    where = f"{instruction_id}: kwarg {name!r}"
+    if typ is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+        if not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        return value
+    if typ is float:  # a number; whole values stay ints so descriptions read "27%", not "27.0%"
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError(f"{where} must be a number, got {value!r}") from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value) if float(value).is_integer() else float(value)
+        raise ValueError(f"{where} must be a number, got {value!r}")
+    if typ is list:
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{where} must be a list of strings, got {value!r}")
+        return list(value)
+    if typ is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def normalize_kwargs(instruction_id: str, kwargs: dict | None) -> dict:
+    """Validated kwargs for `instruction_id`: None-valued keys dropped, whole floats made ints.
+
+    Raises `UnsupportedInstruction` for an unknown id and `ValueError` for a missing,
+    mistyped or out-of-range kwarg (a data error, reported when the data is loaded).
+    """
+    ins = get_instruction(instruction_id)
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{instruction_id}: kwargs must be an object, got {type(kwargs).__name__}")
+    out: dict[str, Any] = {}
+    accepted = set(ins.required) | set(ins.optional)
+    for name, value in kwargs.items():
+        if value is None or (isinstance(value, (str, list)) and not value and name not in ins.required):
+            continue  # benchmark rows carry every kwarg key, None for unused ones
+        if name not in accepted:
+            continue  # extra keys (e.g. IF-RLVR carries a shared kwargs schema) are ignored
+        typ = ins.types.get(name, str)
+        out[name] = _coerce(name, value, typ, instruction_id)
+        if name in ins.choices and out[name] not in ins.choices[name]:
+            raise ValueError(f"{instruction_id}: kwarg {name!r} must be one of "
+                             f"{list(ins.choices[name])}, got {out[name]!r}")
+    missing = [k for k in ins.required if k not in out]
+    if missing:
+        raise ValueError(f"{instruction_id}: missing kwarg(s) {missing}; it needs "
+                         f"{list(ins.required)}" + (f" (optional: {list(ins.optional)})" if ins.optional else ""))
+    return out

@@ -1,0 +1,444 @@
+"""Text-to-SQL verification: sandboxed read-only SQLite execution and execution-match modes.
+
+`execute` runs one model-written query and never raises: a bad query comes back as an
+`ExecResult` whose `.error` is SQLite's own message (`no such column: nme`, `near "FROM":
+syntax error`), or a refusal that names what was refused. The sandbox, in layers:
+- the file is opened read-only (`mode=ro` URI), so SQLite itself refuses to write it;
+- an authorizer allows only reads (SELECT, column reads, functions, recursive CTEs and a
+  few schema-introspection PRAGMAs) and denies everything else: writes, schema changes,
+  ATTACH (VACUUM attaches internally, so it is denied too), PRAGMAs, transactions;
+- statements that start with a writing keyword (REINDEX runs no authorizer check) are
+  refused before SQLite sees them; more than one statement is refused;
+- a progress handler enforces the deadline (a runaway recursive CTE stops on time), rows
+  are capped (`max_rows`) and so is the size of any one value (`max_value_bytes`).
+
+`exec_match` compares a prediction with the gold query on one database in one of three
+modes (see `compare_results`); `verify_batch` does it for many pairs in parallel worker
+processes (mrtpo/verifiers/sql_pool.py), where a hung or crashing query costs only its own
+score.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sqlite3
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence, Union
+
+Mode = Literal["bag", "set", "ordered"]
+MODES: tuple[str, ...] = ("bag", "set", "ordered")
+
+DEFAULT_TIMEOUT = 5.0  # seconds per query
+DEFAULT_MAX_ROWS = 100_000  # rows kept per result; more marks the result truncated
+MAX_VALUE_BYTES = 1_000_000  # SQLITE_LIMIT_LENGTH: no string/blob larger than this
+MAX_SQL_CHARS = 100_000  # SQLITE_LIMIT_SQL_LENGTH
+MAX_RESULT_BYTES = 64_000_000  # text/blob bytes kept per result; more marks it truncated
+_PROGRESS_EVERY = 1000  # VM instructions between deadline checks
+_MAX_PERMUTATIONS = 100_000  # column permutations tried by the bag comparison
+
+# SQLite authorizer action codes (sqlite3.h). Python's module mixes them with result codes
+# under clashing names (SQLITE_FORMAT == SQLITE_ATTACH == 24), so they are spelled out here.
+_ACTIONS = {
+    1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE",
+    5: "CREATE TEMP TRIGGER", 6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER", 8: "CREATE VIEW",
+    9: "DELETE", 10: "DROP INDEX", 11: "DROP TABLE", 12: "DROP TEMP INDEX",
+    13: "DROP TEMP TABLE", 14: "DROP TEMP TRIGGER", 15: "DROP TEMP VIEW", 16: "DROP TRIGGER",
+    17: "DROP VIEW", 18: "INSERT", 19: "PRAGMA", 20: "READ", 21: "SELECT", 22: "TRANSACTION",
+    23: "UPDATE", 24: "ATTACH", 25: "DETACH", 26: "ALTER TABLE", 27: "REINDEX", 28: "ANALYZE",
+    29: "CREATE VIRTUAL TABLE", 30: "DROP VIRTUAL TABLE", 31: "FUNCTION", 32: "SAVEPOINT",
+    33: "RECURSIVE",
+}
+_READ_ACTIONS = {20, 21, 31, 33}  # READ, SELECT, FUNCTION, RECURSIVE
+_PRAGMA = 19
+#: PRAGMAs that only describe the schema; their argument is a table or index name.
+_READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                 "foreign_key_list"}
+#: SQL functions refused even inside a SELECT (extension loading is off in Python's build,
+#: but the refusal should not depend on how the interpreter was compiled).
+_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
+#: Leading keywords of statements that write or change state; refused before preparing.
+_WRITE_KEYWORDS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "UPSERT", "CREATE", "DROP",
+                   "ALTER", "ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "BEGIN",
+                   "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"}
+_LEADING_RE = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*([A-Za-z]+)", re.DOTALL)
+_ALLOWED_HINT = "only a single read-only query (SELECT or WITH ... SELECT) may run"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What running one query gave: `rows` (a list of tuples) or `error` (a message).
+
+    `error` is SQLite's own text for queries SQLite rejected or stopped, or a refusal saying
+    what was refused. `truncated` means the query produced more than `max_rows` rows (or more
+    than MAX_RESULT_BYTES of text and blobs) and `rows` holds only the first ones; such a
+    result counts as having run but is never compared.
+    """
+
+    rows: list[tuple] | None = None
+    error: str | None = None
+    columns: tuple[str, ...] = ()
+    truncated: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def db_uri(db_path: PathLike) -> str:
+    """The read-only `file:` URI for a database path (percent-encoded)."""
+    return Path(db_path).resolve().as_uri() + "?mode=ro"
+
+
+def _authorizer(refused: list[str]):
+    def auth(action, arg1, arg2, _db, _trigger):
+        if action in _READ_ACTIONS:
+            if action == 31 and str(arg2).lower() in _DENIED_FUNCTIONS:
+                refused.append(f"the function {arg2}()")
+                return sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK
+        if action == _PRAGMA and str(arg1).lower() in _READ_PRAGMAS:
+            return sqlite3.SQLITE_OK
+        refused.append(_describe(action, arg1, arg2))
+        return sqlite3.SQLITE_DENY
+
+    return auth
+
+
+def _describe(action: int, arg1, arg2) -> str:
+    name = _ACTIONS.get(action, f"action {action}")
+    if action == _PRAGMA:
+        return f"PRAGMA {arg1}" + (f" = {arg2}" if arg2 is not None else "")
+    if action == 24:
+        # VACUUM attaches a scratch database under the empty name; ATTACH names a file.
+        return "VACUUM" if not arg1 else f"ATTACH of {arg1!r}"
+    if action == 22:
+        return f"transaction control ({arg1})"
+    if action in (9, 18, 23) and arg1:
+        return f"{name} on table {arg1}"
+    return f"{name} {arg1}" if arg1 else name
+
+
+def leading_keyword(sql: str) -> str:
+    """The statement's first keyword, upper-cased, after whitespace and comments ("" if none)."""
+    m = _LEADING_RE.match(sql)
+    return m.group(1).upper() if m else ""
+
+
+def _connect(db_path: PathLike, refused: list[str], timeout: float) -> sqlite3.Connection:
+    # the busy timeout is the query's: a database locked by a writer waits no longer than that
+    conn = sqlite3.connect(db_uri(db_path), uri=True, isolation_level=None,
+                           check_same_thread=False, timeout=timeout)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
+    conn.set_authorizer(_authorizer(refused))
+    return conn
+
+
+def _lenient_text(b: bytes) -> str:
+    # Some public databases hold text that is not valid UTF-8; Spider's test-suite
+    # evaluator decodes with errors="ignore", so the same rows compare equal here.
+    return b.decode("utf-8", errors="ignore")
+
+
+def execute(db_path: PathLike, sql: str, timeout: float = DEFAULT_TIMEOUT,
+            max_rows: int = DEFAULT_MAX_ROWS) -> ExecResult:
+    """Run one query on a database opened read-only; never raises on bad SQL.
+
+    Returns `ExecResult(rows=...)` or `ExecResult(error=...)`. See the module docstring for
+    the sandbox. `timeout` (seconds) is enforced inside SQLite by a progress handler.
+    """
+    start = time.monotonic()
+    if not isinstance(sql, str) or not sql.strip():
+        return ExecResult(error="empty query: there is no SQL statement to run")
+    keyword = leading_keyword(sql)
+    if keyword in _WRITE_KEYWORDS:
+        return ExecResult(error=f"not authorized: {keyword} statements are refused; {_ALLOWED_HINT}")
+    if not Path(db_path).is_file():
+        return ExecResult(error=f"unable to open database file: {db_path} does not exist")
+    refused: list[str] = []
+    try:
+        conn = _connect(db_path, refused, timeout)
+    except sqlite3.Error as exc:
+        return ExecResult(error=f"{exc} ({db_path})")
+    try:
+        result = _run(conn, sql, refused, start, timeout, max_rows)
+        if result.error and "Could not decode to UTF-8" in result.error:
+            conn.text_factory = _lenient_text
+            result = _run(conn, sql, refused, start, timeout, max_rows)
+        return result
+    finally:
+        conn.close()
+
+
+def _run(conn, sql, refused, start, timeout, max_rows) -> ExecResult:
+    deadline = start + timeout
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+    try:
+        cur = conn.execute(sql)
+        columns = tuple(d[0] for d in cur.description or ())
+        rows, truncated = _fetch(cur, max_rows) if cur.description else ([], False)
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        return ExecResult(error=_message(exc, refused, timeout, deadline),
+                          seconds=time.monotonic() - start)
+    except (ValueError, OverflowError, MemoryError) as exc:
+        return ExecResult(error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - start)
+    return ExecResult(rows=rows, columns=columns, truncated=truncated,
+                      seconds=time.monotonic() - start)
+
+
+def _fetch(cur: sqlite3.Cursor, max_rows: int) -> tuple[list[tuple], bool]:
+    """Up to `max_rows` rows and MAX_RESULT_BYTES of text/blob values: (rows, truncated).
+
+    Both caps keep a degenerate query (a cross join, `zeroblob` on every row) from filling
+    memory; the deadline keeps it from running long.
+    """
+    rows: list[tuple] = []
+    size, n = 0, 16  # n: rows per fetch, sized so one fetch cannot overshoot the byte cap much
+    while True:
+        chunk = cur.fetchmany(min(n, max_rows + 1 - len(rows)))
+        if not chunk:
+            return rows, False
+        for r in chunk:
+            size += sum(len(v) for v in r if isinstance(v, (str, bytes)))
+            rows.append(r)
+            if len(rows) > max_rows or size > MAX_RESULT_BYTES:
+                return rows[:max_rows], True
+        per_row = size / len(rows) + 1
+        n = int(max(1, min(1024, (MAX_RESULT_BYTES - size) / per_row / 4)))
+
+
+def _message(exc: BaseException, refused: list[str], timeout: float, deadline: float) -> str:
+    msg = str(exc)
+    if "one statement at a time" in msg:
+        return ("not authorized: the query holds more than one SQL statement; "
+                f"{_ALLOWED_HINT}")
+    if refused and ("not authorized" in msg or "authorization denied" in msg):
+        return f"not authorized: {refused[0]} is refused; {_ALLOWED_HINT}"
+    if msg == "interrupted" and time.monotonic() >= deadline:
+        return f"interrupted: the query ran past the {timeout:g} s time limit"
+    return msg
+
+
+# --- comparing results ---------------------------------------------------------------------
+
+_ORDER_BY_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def has_top_level_order_by(sql: str) -> bool:
+    """True when the outermost query sorts its rows (so row order is part of the answer).
+
+    Spider's test-suite uses `'order by' in gold.lower()`, which also fires on an ORDER BY
+    inside a subquery; here the outermost statement decides (sqlglot), falling back to that
+    substring rule when sqlglot cannot parse the query.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:
+        return bool(_ORDER_BY_RE.search(sql))
+    while isinstance(tree, (exp.Subquery, exp.Paren)):
+        tree = tree.this
+    return tree is not None and tree.args.get("order") is not None
+
+
+def compare_results(pred: Sequence[tuple], gold: Sequence[tuple], mode: Mode = "bag",
+                    order_matters: bool = False) -> tuple[bool, str]:
+    """(equal, why not) for two row lists under `mode`.
+
+    - `bag` (Spider test-suite `result_eq`): same number of rows; rows compared as a
+      multiset, or as a list when `order_matters` (the gold has ORDER BY); the prediction's
+      columns may be in any order (every column permutation is tried).
+    - `set` (BIRD `calculate_ex`): `set(pred) == set(gold)`; duplicates and row order are
+      ignored, column order counts.
+    - `ordered`: the exact list of rows, order and duplicates included.
+
+    Where they disagree (gold `SELECT name, age FROM t ORDER BY age`):
+    | prediction                              | bag | set | ordered |
+    | `SELECT age, name ... ORDER BY age`     |  1  |  0  |    0    |
+    | `SELECT name, age ... ORDER BY age DESC`|  0  |  1  |    0    |
+    and for gold `SELECT DISTINCT country FROM t`, a prediction without DISTINCT that repeats
+    a country scores bag 0, set 1, ordered 0. DISTINCT is kept in both queries (the
+    test-suite's `--keep_distinct`).
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown comparison mode {mode!r}; use one of {', '.join(MODES)}")
+    pred, gold = list(pred), list(gold)
+    if mode == "set":
+        ok = set(pred) == set(gold)
+        return ok, "" if ok else _diff_reason(pred, gold, "distinct rows")
+    if mode == "ordered":
+        if pred == gold:
+            return True, ""
+        if Counter(pred) == Counter(gold):
+            return False, "the same rows in a different order"
+        return False, _diff_reason(pred, gold, "rows")
+    # bag
+    if len(pred) != len(gold):
+        return False, f"{_n(len(pred), 'row')}, the reference has {len(gold)}"
+    if not gold:
+        return True, ""
+    if len(pred[0]) != len(gold[0]):
+        return False, f"{_n(len(pred[0]), 'column')}, the reference has {len(gold[0])}"
+    return _match_permuted(pred, gold, order_matters)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _diff_reason(pred: list, gold: list, what: str) -> str:
+    if what == "distinct rows":
+        a, b = len(set(pred)), len(set(gold))
+    else:
+        a, b = len(pred), len(gold)
+    if a != b:
+        return f"{_n(a, what[:-1])}, the reference has {b}"
+    if pred and gold and len(pred[0]) != len(gold[0]):
+        return f"{_n(len(pred[0]), 'column')}, the reference has {len(gold[0])}"
+    return f"different {what} from the reference"
+
+
+def _match_permuted(pred: list[tuple], gold: list[tuple], order_matters: bool) -> tuple[bool, str]:
+    ncol = len(gold[0])
+    pred_cols = [tuple(r[i] for r in pred) for i in range(ncol)]
+    gold_cols = [tuple(r[j] for r in gold) for j in range(ncol)]
+    # A prediction column can stand for a gold column only if it holds the same multiset of
+    # values (a necessary condition in both bag and ordered comparison).
+    pred_bags = [Counter(c) for c in pred_cols]
+    candidates = []
+    for j in range(ncol):
+        gb = Counter(gold_cols[j])
+        cand = [i for i in range(ncol) if pred_bags[i] == gb]
+        if not cand:
+            return False, f"no column of the result holds the values of the reference's column {j + 1}"
+        candidates.append(cand)
+    target = gold if order_matters else Counter(gold)
+    tried = 0
+    perm: list[int] = []
+    used: set[int] = set()
+    rows_equal_unordered = False
+
+    def search(j: int) -> bool:
+        nonlocal tried, rows_equal_unordered
+        if j == ncol:
+            tried += 1
+            rows = [tuple(r[i] for i in perm) for r in pred]
+            if order_matters:
+                if rows == target:
+                    return True
+                rows_equal_unordered = rows_equal_unordered or Counter(rows) == Counter(gold)
+                return False
+            return Counter(rows) == target
+        tried_here = set()  # columns with identical contents give the same rows: try one
+        for i in candidates[j]:
+            if i in used or pred_cols[i] in tried_here or tried >= _MAX_PERMUTATIONS:
+                continue
+            tried_here.add(pred_cols[i])
+            used.add(i)
+            perm.append(i)
+            if search(j + 1):
+                return True
+            perm.pop()
+            used.discard(i)
+        return False
+
+    try:
+        if search(0):
+            return True, ""
+    except RecursionError:  # thousands of columns: no sensible answer has that many
+        return False, f"too many columns ({ncol}) to compare"
+    if tried >= _MAX_PERMUTATIONS:
+        return False, f"gave up after {_MAX_PERMUTATIONS} column permutations"
+    if rows_equal_unordered:
+        return False, "the same rows in a different order (the reference has ORDER BY)"
+    return False, "different rows from the reference"
+
+
+def exec_match(pred_sql: str, gold_sql: str, db_path: PathLike, mode: Mode = "bag",
+               timeout: float = DEFAULT_TIMEOUT, max_rows: int = DEFAULT_MAX_ROWS) -> bool:
+    """True when `pred_sql` runs and its result equals `gold_sql`'s under `mode`."""
+    return match_executed(execute(db_path, pred_sql, timeout, max_rows),
+                          execute(db_path, gold_sql, timeout, max_rows), gold_sql, mode)[0]
+
+
+def match_executed(pred: ExecResult, gold: ExecResult, gold_sql: str,
+                   mode: Mode = "bag") -> tuple[bool, str]:
+    """(equal, why not) for two executed queries; errors and truncated results never match."""
+    if not gold.ok:
+        return False, f"the reference query failed: {gold.error}"
+    if gold.truncated:
+        return False, "the reference result is over the row cap and cannot be compared"
+    if not pred.ok:
+        return False, f"the query failed: {pred.error}"
+    if pred.truncated:
+        return False, "the result has more rows than the row cap"
+    order = mode == "bag" and has_top_level_order_by(gold_sql)
+    return compare_results(pred.rows, gold.rows, mode, order)
+
+
+# --- batches --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SQLCheck:
+    """One prediction checked against its gold query by `verify_batch`.
+
+    `executes`: the prediction ran (no error; a result over the row cap still ran).
+    `match`: its result equals the gold's under the mode. `error`: why it did not run ("" if it
+    ran or there was no prediction). `reason`: why the results differ ("" if they match).
+    """
+
+    executes: bool
+    match: bool
+    error: str
+    reason: str
+    pred: ExecResult | None
+    gold: ExecResult
+
+
+def verify_batch(jobs: Sequence[tuple], mode: Mode = "bag", *, timeout: float = DEFAULT_TIMEOUT,
+                 max_rows: int = DEFAULT_MAX_ROWS, workers: int | None = None) -> list[SQLCheck]:
+    """Check many predictions in parallel worker processes, each query under its own deadline.
+
+    `jobs`: `(pred_sql, gold_sql, db_path)` or `(pred_sql, gold_sql, db_path, mode)` tuples;
+    `pred_sql=None` means the response held no query (it scores executes=False, match=False).
+    Distinct (db, query) pairs run once. `workers=None` uses a shared pool of
+    `min(4, cpu_count)` processes (started on first use, kept for later calls); `workers=0`
+    runs in this process (no crash isolation). A query that hangs past `timeout` plus a
+    grace period, or crashes its worker, gets an error and costs only its own job.
+    """
+    from mrtpo.verifiers.sql_pool import execute_many
+
+    norm = []
+    for k, job in enumerate(jobs):
+        if len(job) not in (3, 4):
+            raise ValueError(f"job {k}: expected (pred_sql, gold_sql, db_path[, mode]), got {job!r}")
+        pred, gold, db = job[0], job[1], str(job[2])
+        m = job[3] if len(job) == 4 else mode
+        if m not in MODES:
+            raise ValueError(f"job {k}: unknown comparison mode {m!r}; use one of {', '.join(MODES)}")
+        norm.append((pred, gold, db, m))
+    keys = sorted({(db, gold) for _, gold, db, _ in norm}
+                  | {(db, pred) for pred, _, db, _ in norm if pred is not None})
+    results = dict(zip(keys, execute_many(keys, timeout=timeout, max_rows=max_rows,
+                                          workers=workers)))
+    out = []
+    for pred, gold, db, m in norm:
+        g = results[(db, gold)]
+        if pred is None:
+            out.append(SQLCheck(False, False, "", "there is no query", None, g))
+            continue
+        p = results[(db, pred)]
+        ok, why = match_executed(p, g, gold, m)
+        out.append(SQLCheck(p.ok, ok, p.error or "", why, p, g))
+    return out

@@ -1,0 +1,76 @@
+"""The evaluation generator: batched, left-padded greedy decoding through the chat template.
+
+Run: .venv/bin/python -m pytest tests/test_eval_generate.py -q
+"""
+from __future__ import annotations
+
+import pytest
+
+from mrtpo.evaluation.generate import GenerationConfig, generate, load_model, render_prompts
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "How many singers are there?"}],
+    [{"role": "system", "content": "You write SQL."},
+     {"role": "user", "content": "SELECT name, age FROM singer WHERE age > 30 ORDER BY age DESC"}],
+    [{"role": "user", "content": "Write a short poem about the sea."}],
+    [{"role": "user", "content": "no such column: nme"}],
+    [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 3}],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_qwen2_dir):
+    return load_model(tiny_qwen2_dir, GenerationConfig(device="cpu"))
+
+
+def test_prompts_use_the_chat_template_with_the_assistant_turn_opened(tiny):
+    _, tok = tiny
+    ids = render_prompts(tok, CONVERSATIONS[:1])[0]
+    text = tok.decode(ids)
+    assert text == "<|im_start|>user\nHow many singers are there?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_batched_left_padded_greedy_equals_one_prompt_at_a_time(tiny):
+    model, tok = tiny
+    cfg = GenerationConfig(max_new_tokens=12, batch_size=4, device="cpu")
+    batched = generate(model, tok, CONVERSATIONS, cfg, progress=False)
+    single = [generate(model, tok, [c], GenerationConfig(max_new_tokens=12, batch_size=1, device="cpu"),
+                       progress=False)[0] for c in CONVERSATIONS]
+    assert batched == single
+    assert len(batched) == len(CONVERSATIONS)
+    assert any(batched)  # a random tiny model still emits some tokens within 12 steps
+
+
+def test_outputs_follow_input_order_whatever_the_batching(tiny):
+    model, tok = tiny
+    a = generate(model, tok, CONVERSATIONS, GenerationConfig(max_new_tokens=6, batch_size=2), progress=False)
+    b = generate(model, tok, CONVERSATIONS[::-1], GenerationConfig(max_new_tokens=6, batch_size=3), progress=False)
+    assert a == b[::-1]
+
+
+def test_generation_stops_at_eos_and_drops_special_tokens(tiny):
+    model, tok = tiny
+    # Force EOS as the first token: the response is empty, not padding or "<|im_end|>".
+    eos = tok.eos_token_id
+    bias = model.lm_head.weight.new_zeros(model.lm_head.weight.shape[0])  # [V]
+    bias[eos] = 1e4
+    model.lm_head.bias = __import__("torch").nn.Parameter(bias)
+    try:
+        out = generate(model, tok, CONVERSATIONS[:2], GenerationConfig(max_new_tokens=5), progress=False)
+    finally:
+        model.lm_head.bias = None
+    assert out == ["", ""]
+
+
+def test_bad_settings_and_templateless_tokenizers_are_refused(tiny):
+    _, tok = tiny
+    with pytest.raises(ValueError, match="batch_size"):
+        GenerationConfig(batch_size=0)
+    with pytest.raises(ValueError, match="dtype"):
+        GenerationConfig(dtype="float8")
+    template, tok.chat_template = tok.chat_template, None
+    try:
+        with pytest.raises(ValueError, match="chat template"):
+            render_prompts(tok, CONVERSATIONS[:1])
+    finally:
+        tok.chat_template = template

@@ -1,0 +1,73 @@
+"""TrainConfig: YAML + flags, validation messages that say what to do, resume rules."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from mrtpo.harness.config import ConfigError, TrainConfig, resolve
+
+
+def test_every_field_has_a_default_and_a_why():
+    cfg = TrainConfig()  # constructible with defaults alone
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("help"), f"{f.name} has no help line"
+    assert cfg.clip_high == cfg.epsilon
+    assert TrainConfig(epsilon_high=0.28).clip_high == 0.28
+
+
+def test_yaml_is_overridden_by_flags(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model: some/model\ntask: toolcall\nnum-generations: 4\nlr: 0.001\n"
+                    "lora_target_modules: [q_proj, v_proj]\n")
+    cfg = resolve(path, {"lr": 0.5, "output_dir": str(tmp_path / "run")})
+    assert (cfg.model, cfg.task, cfg.num_generations, cfg.lr) == ("some/model", "toolcall", 4, 0.5)
+    assert cfg.lora_target_modules == ["q_proj", "v_proj"]
+
+
+def test_default_run_dir_is_under_runs():
+    cfg = resolve(None, {"task": "toolcall", "advantage": "grpo", "saw": "reward"})
+    assert cfg.output_dir.startswith("runs/toolcall-grpo-saw-mrtpo-")
+    assert resolve(None, {"run_name": "mine"}).output_dir == "runs/mine"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"num_generations": 1}, "--num-generations must be >= 2"),
+    ({"loss_type": "bnpo"}, "--loss-type must be one of dapo, grpo, dr_grpo"),
+    ({"saw": "reward", "advantage": "gdpo"}, "use --saw advantage"),
+    ({"saw": "advantage", "advantage": "grpo"}, r"use --saw reward \(GRPO-h\)"),
+    ({"scale_rewards": "batch"}, "applies to --advantage grpo only"),
+    ({"grad_accum": 9, "batch_prompts": 2, "num_generations": 4}, "lower it"),
+    ({"top_p": 0.0}, "--top-p"),
+    ({"eval_every": 2, "eval_size": 0}, "--eval-data FILE or --eval-size"),
+    ({"mrtpo_lambda": 1.5}, r"--mrtpo-lambda must be in \[0, 1\]"),
+])
+def test_invalid_values_say_what_to_do(values, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**values)
+
+
+def test_unknown_settings_get_a_suggestion(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("num_generation: 4\n")
+    with pytest.raises(ConfigError, match="unknown setting 'num_generation'.*Did you mean num_generations"):
+        resolve(path)
+    with pytest.raises(ConfigError, match="no such file"):
+        resolve(tmp_path / "missing.yaml")
+
+
+def test_resume_starts_from_the_saved_config(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = TrainConfig(model="m", task="toolcall", steps=2, lr=0.01, output_dir=str(run))
+    saved.save(run / "config.yaml")
+    assert yaml.safe_load((run / "config.yaml").read_text())["lr"] == 0.01
+    cfg = resolve(None, {"resume": True, "output_dir": str(run), "steps": 4})
+    assert (cfg.model, cfg.lr, cfg.steps, cfg.resume) == ("m", 0.01, 4, True)
+    with pytest.raises(ConfigError, match=r"--resume would change settings that alter training \(--lr"):
+        resolve(None, {"resume": True, "output_dir": str(run), "lr": 0.1})
+    with pytest.raises(ConfigError, match="pass its directory with --output-dir"):
+        resolve(None, {"resume": True})
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve(None, {"resume": True, "output_dir": str(tmp_path / "nope")})

@@ -1,0 +1,130 @@
+"""The loss and update pieces of the harness: golden numbers derived by hand, and the
+micro-batching claim (grad_accum gives the full batch's gradient) on a real model."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mrtpo.harness.loss import aggregate, kl_k3, policy_loss, token_logps
+
+
+def _loss(logp, old, adv, mask, **kw):
+    n, t = logp.shape
+    kw.setdefault("num_sequences", n)
+    kw.setdefault("num_tokens", float(mask.sum()))
+    kw.setdefault("max_completion_length", t)
+    return policy_loss(logp, old, adv, mask, **kw)
+
+
+def test_aggregations_follow_trl_definitions():
+    # two sequences: lengths 1 and 3, per-token losses 4 | 1 2 3 (padding value 100 ignored)
+    per = torch.tensor([[4.0, 100.0, 100.0], [1.0, 2.0, 3.0]])
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    common = dict(num_sequences=2, num_tokens=4.0, max_completion_length=5)
+    # dapo: (4 + 1 + 2 + 3) / 4 tokens
+    assert aggregate(per, mask, "dapo", **common).item() == pytest.approx(2.5)
+    # grpo: mean of per-sequence means (4 and 2)
+    assert aggregate(per, mask, "grpo", **common).item() == pytest.approx(3.0)
+    # dr_grpo: 10 / (2 sequences * 5 max tokens)
+    assert aggregate(per, mask, "dr_grpo", **common).item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="loss_type"):
+        aggregate(per, mask, "bnpo", **common)
+
+
+def test_clipped_surrogate_by_hand():
+    # ratios e^{0.5}=1.65 (A=+1: clipped at 1.2), e^{-0.5}=0.61 (A=-1: clipped at 0.8), 1 (A=2)
+    logp = torch.tensor([[0.5, -0.5, 0.0]])
+    old = torch.zeros(1, 3)
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    mask = torch.ones(1, 3)
+    loss, parts = _loss(logp, old, adv, mask, epsilon=0.2, loss_type="dapo")
+    # per-token: -min(1.65, 1.2) = -1.2 ; -min(-0.61, -0.8) = 0.8 ; -2
+    assert loss.item() == pytest.approx((-1.2 + 0.8 - 2.0) / 3, abs=1e-6)
+    assert (parts.clip_high, parts.clip_low, parts.tokens) == (1.0, 1.0, 3.0)
+    # a wider upper range leaves the first token unclipped: -e^{0.5}
+    loss_hi, parts_hi = _loss(logp, old, adv, mask, epsilon=0.2, epsilon_high=1.0)
+    assert loss_hi.item() == pytest.approx((-math.exp(0.5) + 0.8 - 2.0) / 3, abs=1e-6)
+    assert parts_hi.clip_high == 0.0
+
+
+def test_ratio_one_gives_minus_advantage_gradient():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0], [-2.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    loss, _ = _loss(logp, logp.detach(), adv, mask, loss_type="dapo")
+    loss.backward()
+    # d/dlogp of -ratio*A at ratio 1 is -A / num_tokens (3), padding gets none
+    expected = -adv * mask / 3.0
+    torch.testing.assert_close(logp.grad, expected)
+
+
+def test_kl_k3_is_zero_at_equality_and_positive_elsewhere():
+    logp = torch.tensor([[-1.0, -2.0, -0.1]])
+    assert torch.all(kl_k3(logp, logp) == 0)
+    ref = torch.tensor([[-1.5, -1.0, -0.1]])
+    kl = kl_k3(logp, ref)
+    # d = ref - logp = -0.5 -> e^-0.5 + 0.5 - 1
+    assert kl[0, 0].item() == pytest.approx(math.exp(-0.5) + 0.5 - 1.0)
+    assert torch.all(kl >= 0)
+    loss, parts = _loss(logp, logp, torch.zeros_like(logp), torch.ones_like(logp), ref_logp=ref, beta=0.5)
+    assert loss.item() == pytest.approx(0.5 * kl.sum().item() / 3, abs=1e-6)
+    assert parts.kl == pytest.approx(kl.sum().item(), abs=1e-6)
+
+
+def test_token_advantages_must_match_logp_shape():
+    logp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="must match"):
+        _loss(logp, logp, torch.zeros(2, 1), torch.ones(2, 3))
+
+
+def test_token_logps_match_a_full_forward(tiny_qwen2_dir):
+    """Taking logits only at response positions equals slicing a full forward's log-softmax."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
+    ids = torch.tensor([[0, 5, 6, 7, 8, 9], [11, 12, 13, 14, 15, 16]])
+    attn = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])  # row 0 left-padded
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    logp, ent = token_logps(model, ids, attn, pos, num_response=3, temperature=0.7, with_entropy=True)
+    full = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits.float() / 0.7
+    lsm = full.log_softmax(-1)[:, -4:-1]  # positions predicting the last 3 tokens
+    expected = lsm.gather(-1, ids[:, -3:].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logp, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, -(lsm.exp() * lsm).sum(-1), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_grad_accum_gives_the_full_batch_gradient(tiny_qwen2_dir, loss_type):
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import Rollout
+    from mrtpo.harness.update import update
+
+    def grads(parts):
+        torch.manual_seed(0)
+        policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+        roll = Rollout(examples=[None] * 4, prompts=[""] * 4,
+                       prompt_ids=[[1, 5, 6], [1, 7], [1, 8, 9, 10], [1, 11]],
+                       response_ids=[[20, 21, 2], [22], [23, 24, 25, 26], [27, 28]],
+                       responses=[""] * 4, truncated=[False] * 4, group_size=2)
+        batch = roll.batch(policy.pad_id)
+        adv = torch.tensor([[1.0, 0.5, -0.5, 0], [-1.0, 0, 0, 0], [2.0, 1.0, 0.0, -1.0], [0.3, -0.3, 0, 0]])
+        opt = torch.optim.SGD(policy.trainable_parameters(), lr=0.0)  # look at grads, move nothing
+        captured = {}
+
+        def keep(*_):
+            captured.update({n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None})
+        opt.register_step_pre_hook(keep)
+        stats = update(policy, opt, batch, adv, temperature=1.0, loss_type=loss_type, epsilon=0.2,
+                       epsilon_high=None, beta=0.1, num_iterations=1, grad_accum=parts,
+                       max_grad_norm=0.0, max_completion_length=4)
+        return captured, stats
+
+    g1, s1 = grads(1)
+    g3, s3 = grads(3)
+    assert g1 and set(g1) == set(g3)
+    assert any(v.abs().sum() > 0 for v in g1.values())
+    for name in g1:
+        torch.testing.assert_close(g1[name], g3[name], atol=1e-6, rtol=1e-4)
+    assert s1["loss"] == pytest.approx(s3["loss"], abs=1e-6)

@@ -1,0 +1,237 @@
+"""Replay: the shared-prefix method equals one full forward per context, on real tiny models.
+
+The reference in these tests is independent of mrtpo.replay: one unbatched forward per
+(response, context) over the whole sequence, all logits kept, JS computed in float64.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mrtpo.advantages import js_distance
+from mrtpo.contexts import ReplayItem, build_item
+from mrtpo.replay import distances, replay_groups, replay_tokens
+from mrtpo.tasks.base import Example
+from replay_task import EX, SQLishTask
+
+TOL = 1e-5
+
+
+def _load(path, sharpen: bool = True):
+    """A saved tiny model, loaded as a user's would be; random weights made larger so the
+    contexts change the next-token distributions visibly (q of 0.1-0.5, not 0.003)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if sharpen:
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() == 2:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+                elif name.endswith("bias"):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def models(tiny_qwen2_dir, tiny_llama_dir):
+    return {"qwen2": _load(tiny_qwen2_dir), "llama": _load(tiny_llama_dir)}
+
+
+EX2 = Example(id="ex2", prompt="List the names of singers ordered by age.\n\nCREATE TABLE singer (singer_id INTEGER, name TEXT, age INTEGER)",
+              data={"gold": "SELECT name FROM singer ORDER BY age"})
+
+
+def _sampled_items(model, tokenizer, n_per_example: int = 3) -> list[ReplayItem]:
+    """Responses sampled from the model on P0 (plus a hand-written one that errors), with their
+    verdicts and contexts, as the trainer will build them."""
+    from mrtpo.contexts import render_ids
+
+    task = SQLishTask()
+    items = []
+    torch.manual_seed(0)
+    for ex in (EX, EX2):
+        p0 = torch.tensor([render_ids(tokenizer, task.messages(ex))])
+        for i in range(n_per_example):
+            out = model.generate(p0, attention_mask=torch.ones_like(p0), do_sample=True,
+                                 max_new_tokens=4 + 3 * i, min_new_tokens=4 + 3 * i,
+                                 pad_token_id=tokenizer.pad_token_id)
+            ids = out[0, p0.shape[1]:].tolist()
+            items.append(build_item(task, tokenizer, ex, ids, task.score(ex, tokenizer.decode(ids))))
+        text = "```sql\nSELECT nme FROM singer\n```"
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        items.append(build_item(task, tokenizer, ex, ids, task.score(ex, text)))
+    return items
+
+
+@pytest.fixture(scope="module")
+def items(models, tiny_tokenizer):
+    return _sampled_items(models["qwen2"], tiny_tokenizer)
+
+
+def _js64(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
+    """JS distance in float64 straight from the definition (KL to the mixture, base 2)."""
+    p, q = torch.softmax(la.double(), -1), torch.softmax(lb.double(), -1)
+    m = (p + q) / 2
+
+    def kl(a):
+        return torch.where(a > 0, a * (a.log() - m.log()), torch.zeros_like(a)).sum(-1)
+
+    return ((kl(p) + kl(q)) / 2 / math.log(2)).clamp(0, 1).sqrt()
+
+
+def naive_distances(model, items, temperature: float = 1.0) -> torch.Tensor:
+    k = max(it.num_rewards for it in items)
+    t = max(len(it.response_ids) for it in items)
+    q = torch.zeros(len(items), k, t, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        def logits(ctx, resp):
+            out = model(torch.tensor([ctx + resp])).logits[0]  # [L, V]
+            return out[len(ctx) - 1:len(ctx) - 1 + len(resp)] / temperature  # [T, V]
+
+        for n, it in enumerate(items):
+            la = logits(it.context_ids[0], it.response_ids)
+            for j in range(it.num_rewards):
+                lb = logits(it.context_ids[1 + j], it.response_ids)
+                q[n, j, :len(it.response_ids)] = _js64(la, lb)
+    return q
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_shared_prefix_equals_one_forward_per_context(models, items, arch, side):
+    model = models[arch]
+    ref = naive_distances(model, items)
+    shared = distances(model, items, padding_side=side)
+    plain = distances(model, items, shared_prefix=False, padding_side=side)
+    assert shared.shape == plain.shape == ref.shape and shared.dtype == torch.float32
+    assert (shared.double() - ref).abs().max() <= TOL
+    assert (plain.double() - ref).abs().max() <= TOL
+    assert (shared - plain).abs().max() <= TOL
+    assert ref.max() > 0.1  # the contexts really change the distributions
+    # the shared prefix really is shared: two prompts -> two groups, far fewer tokens
+    assert len(replay_groups(items)) == 2
+    assert replay_tokens(items) < 0.6 * replay_tokens(items, shared_prefix=False)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_lora_adapter(models, items, arch):
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    base = models[arch]
+    q_base = distances(base, items)
+    peft_model = get_peft_model(copy.deepcopy(base), LoraConfig(
+        r=4, lora_alpha=8, init_lora_weights=False,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    peft_model.train()
+    ref = naive_distances(peft_model, items)
+    peft_model.train()
+    shared = distances(peft_model, items, padding_side="left")
+    assert peft_model.training  # restored
+    plain = distances(peft_model, items, shared_prefix=False)
+    assert (shared.double() - ref).abs().max() <= TOL
+    assert (shared - plain).abs().max() <= TOL
+    assert (shared - q_base).abs().max() > 1e-3  # the adapter is part of the replay
+
+
+def test_small_batches_and_chunks_give_the_same_distances(models, items):
+    model = models["llama"]
+    default = distances(model, items)
+    tiny = distances(model, items, batch_tokens=1, chunk_tokens=1)
+    assert (default - tiny).abs().max() <= TOL
+    plain = distances(model, items, shared_prefix=False, batch_tokens=1)
+    assert (default - plain).abs().max() <= TOL
+
+
+def test_empty_block_gives_zero_for_that_reward(models, items):
+    q = distances(models["qwen2"], items)
+    for n, it in enumerate(items):
+        t = len(it.response_ids)
+        for k, block in enumerate(it.blocks):
+            if block:
+                assert q[n, k, :t].max() > 0
+            else:
+                assert torch.all(q[n, k] == 0)
+    assert any(not it.blocks[1] for it in items) and any(it.blocks[1] for it in items)
+
+
+def test_identical_contexts_give_zero(models, items):
+    same = [ReplayItem([it.context_ids[0]] * 4, it.response_ids, it.reward_names, ["x", "y", "z"]) for it in items]
+    for shared in (True, False):
+        assert torch.all(distances(models["qwen2"], same, shared_prefix=shared) == 0)
+    logits = torch.randn(5, 7, 400)
+    assert torch.all(js_distance(logits, logits.clone()) == 0)
+
+
+def test_response_ids_in_every_context_are_the_sampled_ids(items):
+    for shared in (True, False):
+        fed = 0
+        for group in replay_groups(items, shared_prefix=shared):
+            for n, slot, ids in group.rows:
+                it = items[n]
+                assert ids[len(ids) - len(it.response_ids):] == it.response_ids
+                assert group.prefix + ids == it.context_ids[slot] + it.response_ids
+                fed += 1
+        # every context that differs from P_all is replayed, plus P_all once per response
+        assert fed == sum(1 + len({tuple(c) for c in it.context_ids[1:]} - {tuple(it.context_ids[0])})
+                          for it in items)
+
+
+def test_shape_padding_and_absent_rewards(models, items):
+    one = items[0]
+    short = ReplayItem(one.context_ids[:2], one.response_ids[:2], one.reward_names[:1], one.blocks[:1])
+    batch = [short, items[3]]
+    t = len(items[3].response_ids)
+    q = distances(models["qwen2"], batch, k_max=5, length=t + 4)
+    assert q.shape == (2, 5, t + 4)
+    assert torch.all(q[0, 1:] == 0) and torch.all(q[0, 0, 2:] == 0)  # absent rewards, padding
+    assert torch.all(q[1, 3:] == 0) and torch.all(q[1, :, t:] == 0)
+    assert q[0, 0, :2].min() > 0
+    with pytest.raises(ValueError, match="k_max=2"):
+        distances(models["qwen2"], batch, k_max=2)
+    with pytest.raises(ValueError, match="length=1"):
+        distances(models["qwen2"], batch, length=1)
+    assert distances(models["qwen2"], [], k_max=3, length=4).shape == (0, 3, 4)
+
+
+def test_temperature_applies_to_logits(models, items):
+    model = models["llama"]
+    q2 = distances(model, items, temperature=2.0)
+    assert (q2.double() - naive_distances(model, items, temperature=2.0)).abs().max() <= TOL
+    assert (q2 - distances(model, items)).abs().max() > 1e-3
+
+
+def test_no_grad_and_eval_mode_during_replay(models, items):
+    model = models["qwen2"]
+    seen = []
+    hook = model.get_decoder().register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
+    try:
+        model.train()
+        q = distances(model, items)
+    finally:
+        hook.remove()
+        model.eval()
+    assert seen and all(s == (False, False) for s in seen)
+    assert not q.requires_grad
+
+
+def test_js_distance_is_exact_near_zero():
+    """Rounding noise must not be amplified by the square root (q ~ 1e-4 for equal inputs)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 3000, generator=g, dtype=torch.float64) * 3
+    for eps in (1e-6, 1e-3, 0.3):
+        b = a + eps * torch.randn(a.shape, generator=g, dtype=torch.float64)
+        got = js_distance(a.float(), b.float()).double()
+        assert (got - _js64(a.float().double(), b.float().double())).abs().max() < 1e-6
+        assert torch.equal(got, js_distance(b.float(), a.float()).double())  # symmetric
+    a[:, :5] = -math.inf
+    b = a.clone()
+    b[:, 3:9] = -math.inf
+    got = js_distance(a.float(), b.float())
+    assert torch.isfinite(got).all() and (got.double() - _js64(a, b)).abs().max() < 1e-6
