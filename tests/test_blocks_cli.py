@@ -3,6 +3,7 @@ task (tests/blocks_minitask.py) registered for the test."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -47,8 +48,9 @@ def test_preview_plain_when_piped(tasks):
 def test_preview_rich_tables(tasks):
     r = runner.invoke(app, ["blocks", "preview", "minisql-test", "-n", "1", "--rich"])
     assert r.exit_code == 0, r.output
-    assert "\u2502" in r.stdout or "\u2503" in r.stdout  # table borders
-    assert "P_without[executes]" in r.stdout and "response-dependent" in r.stdout
+    out = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout)
+    assert "\u2502" in out or "\u2503" in out  # table borders
+    assert "P_without[executes]" in out and "response-dependent" in out
 
 
 def test_preview_json_records(tasks):

@@ -8,7 +8,6 @@ from mrtpo.tasks.base import Example, Verdict
 from replay_task import EX, FORMAT, ConstraintTask, SQLishTask
 
 
-
 def _user(messages):
     return [m for m in messages if m["role"] == "user"][-1]["content"]
 
@@ -112,3 +111,22 @@ def test_in_prompt_uses_task_prompt_without_when_given():
     ex = Example(id="if3", prompt="Write a poem. Use no commas.", data={"constraints": c})
     _, without = context_messages(WithOwnRemoval(), ex, c)
     assert _user(without[0]) == "Write a poem. [removed]"
+
+
+def test_instruct_task_contexts(tiny_tokenizer):
+    """The built-in instruction task: P_all is P0, P_without_k drops exactly one sentence."""
+    from mrtpo.tasks.instruct import InstructTask
+
+    task = InstructTask()
+    ex = next(e for e in task.load() if len(task.rewards(e)) >= 2)
+    blocks = block_texts(task, ex, task.score(ex, "a response"))
+    p_all, without = context_messages(task, ex, blocks)
+    assert p_all == task.messages(ex)
+    for k, block in enumerate(blocks):
+        if block:
+            assert block in _user(p_all) and _user(without[k]) == task.prompt_without(ex, k)
+            assert block not in _user(without[k])
+        else:
+            assert without[k] == p_all
+    item = build_item(task, tiny_tokenizer, ex, [7, 8, 9], task.score(ex, "a response"))
+    assert item.context_ids[0] == render_ids(tiny_tokenizer, task.messages(ex))

@@ -108,3 +108,18 @@ def test_a_task_without_a_benchmark_is_scored_by_its_rewards(echo_task, tmp_path
     assert json.loads(r.stdout)["metrics"]["rewards/says_hello/mean"] == 0.5
     r = _invoke("echo_eval_test", "--responses", responses, "--mode", "bag")
     assert r.exit_code == 2 and "do not apply to task 'echo_eval_test'" in r.stderr
+
+
+@pytest.mark.parametrize("name,metric", [("text2sql", "execution_accuracy"), ("instruct", "prompt_level_strict_acc"),
+                                         ("toolcall", "ast_accuracy")])
+def test_bundled_references_score_perfectly_through_the_cli(name, metric, tmp_path):
+    task = get_task(name)
+    exs = [ex for ex in task.load() if task.reference(ex)]
+    assert len(exs) >= 10
+    responses = tmp_path / "refs.jsonl"
+    responses.write_text("".join(json.dumps({"id": ex.id, "response": task.reference(ex)}) + "\n" for ex in exs))
+    r = _invoke(name, "--responses", responses, "--missing", "skip", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["n"] == len(exs)
+    assert summary["metrics"][metric] == 1.0

@@ -138,15 +138,13 @@ def test_ifeval_gpt4_responses_reproduce_the_official_figures(shared_dir, tmp_pa
     off_loose = acc([loose[keys[k]] for k in keys], "follow_instruction_list")
     assert off_strict == pytest.approx((0.7671, 0.8345), abs=5e-5)  # the published figures
     assert off_loose == pytest.approx((0.7948, 0.8549), abs=5e-5)
-    # loose: within 0.002 of the official figures on all 541 prompts
+    # all 541 prompts: the printed figures are the official ones within 0.002. The two random-letter
+    # prompts are scored as not followed, as the published strict run has them (strict is then
+    # exact); the published loose run drew another letter and passed one of them (1/541 = 0.0018).
+    assert abs(m["prompt_level_strict_acc"] - 0.7671) <= 0.002
+    assert abs(m["inst_level_strict_acc"] - 0.8345) <= 0.002
     assert abs(m["prompt_level_loose_acc"] - 0.7948) <= 0.002
     assert abs(m["inst_level_loose_acc"] - 0.8549) <= 0.002
-    # strict: the whole gap is the two random-letter prompts (official: False by the draw; here the
-    # literal '#'/'!' is counted, and both responses have enough); there is no other difference
-    n_prompts, n_inst = 541, 834
-    extra = [k for k in RANDOM_KEYS if all(ours[k]["follow_instruction_list"])
-             and not all(strict[keys[k]]["follow_instruction_list"])]
-    extra_inst = sum(a and not b for k in RANDOM_KEYS for a, b in
-                     zip(ours[k]["follow_instruction_list"], strict[keys[k]]["follow_instruction_list"]))
-    assert m["prompt_level_strict_acc"] == pytest.approx(off_strict[0] + len(extra) / n_prompts, abs=1e-12)
-    assert m["inst_level_strict_acc"] == pytest.approx(off_strict[1] + extra_inst / n_inst, abs=1e-12)
+    assert (m["prompt_level_strict_acc"], m["inst_level_strict_acc"]) == pytest.approx(off_strict, abs=1e-12)
+    for k in RANDOM_KEYS:
+        assert ours[k]["nondeterministic"] == ["keywords:letter_frequency"]

@@ -169,3 +169,14 @@ def test_cli_errors_are_clear(tiny_sql):
     assert r.exit_code == 2 and "row 1: no response field" in r.stderr
     r = runner.invoke(app, ["eval", "text2sq", "--responses", str(responses)], env=ENV, prog_name="mrtpo")
     assert r.exit_code == 2 and "Did you mean 'text2sql'" in r.stderr
+
+
+def test_task_options_reach_the_task(tiny_sql):
+    data, responses, _ = tiny_sql
+    r = CliRunner().invoke(app, ["eval", "text2sql", "--data", str(data), "--responses", str(responses),
+                                 "-o", "mode=set", "--json"], env=ENV, prog_name="mrtpo")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["metrics"]["execution_accuracy"] == 0.5  # distinct + same, as --mode set
+    r = CliRunner().invoke(app, ["eval", "text2sql", "--data", str(data), "--responses", str(responses),
+                                 "-o", "nonsense=1"], env=ENV, prog_name="mrtpo")
+    assert r.exit_code == 2 and "could not be built" in r.stderr

@@ -83,6 +83,19 @@ def _js64(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
     return ((kl(p) + kl(q)) / 2 / math.log(2)).clamp(0, 1).sqrt()
 
 
+@pytest.fixture(scope="module")
+def reference(models, items):
+    """The naive distances of the module's items, computed once per (arch, temperature)."""
+    cache = {}
+
+    def get(arch: str, temperature: float = 1.0) -> torch.Tensor:
+        if (arch, temperature) not in cache:
+            cache[arch, temperature] = naive_distances(models[arch], items, temperature)
+        return cache[arch, temperature]
+
+    return get
+
+
 def naive_distances(model, items, temperature: float = 1.0) -> torch.Tensor:
     k = max(it.num_rewards for it in items)
     t = max(len(it.response_ids) for it in items)
@@ -103,9 +116,9 @@ def naive_distances(model, items, temperature: float = 1.0) -> torch.Tensor:
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_shared_prefix_equals_one_forward_per_context(models, items, arch, side):
+def test_shared_prefix_equals_one_forward_per_context(models, items, reference, arch, side):
     model = models[arch]
-    ref = naive_distances(model, items)
+    ref = reference(arch)
     shared = distances(model, items, padding_side=side)
     plain = distances(model, items, shared_prefix=False, padding_side=side)
     assert shared.shape == plain.shape == ref.shape and shared.dtype == torch.float32
@@ -143,7 +156,8 @@ def test_lora_adapter(models, items, arch):
 def test_small_batches_and_chunks_give_the_same_distances(models, items):
     model = models["llama"]
     default = distances(model, items)
-    tiny = distances(model, items, batch_tokens=1, chunk_tokens=1)
+    tiny = distances(model, items, batch_tokens=400, chunk_tokens=3)  # 1-2 items per forward
+    assert len(items) > 4
     assert (default - tiny).abs().max() <= TOL
     plain = distances(model, items, shared_prefix=False, batch_tokens=1)
     assert (default - plain).abs().max() <= TOL
@@ -200,10 +214,10 @@ def test_shape_padding_and_absent_rewards(models, items):
     assert distances(models["qwen2"], [], k_max=3, length=4).shape == (0, 3, 4)
 
 
-def test_temperature_applies_to_logits(models, items):
+def test_temperature_applies_to_logits(models, items, reference):
     model = models["llama"]
     q2 = distances(model, items, temperature=2.0)
-    assert (q2.double() - naive_distances(model, items, temperature=2.0)).abs().max() <= TOL
+    assert (q2.double() - reference("llama", 2.0)).abs().max() <= TOL
     assert (q2 - distances(model, items)).abs().max() > 1e-3
 
 
@@ -235,3 +249,27 @@ def test_js_distance_is_exact_near_zero():
     b[:, 3:9] = -math.inf
     got = js_distance(a.float(), b.float())
     assert torch.isfinite(got).all() and (got.double() - _js64(a, b)).abs().max() < 1e-6
+
+
+def test_text2sql_task_items(models, tiny_tokenizer, reference):
+    """The built-in text-to-SQL task end to end: bundled sample, real SQLite verdicts, blocks."""
+    from mrtpo.contexts import render_ids
+    from mrtpo.tasks.text2sql import Text2SQLTask
+
+    task = Text2SQLTask(workers=0)
+    ex = task.load()[0]
+    model = models["qwen2"]
+    p0 = torch.tensor([render_ids(tiny_tokenizer, task.messages(ex))])
+    torch.manual_seed(0)
+    sampled = model.generate(p0, attention_mask=torch.ones_like(p0), do_sample=True, max_new_tokens=6,
+                             min_new_tokens=6, pad_token_id=tiny_tokenizer.pad_token_id)[0, p0.shape[1]:].tolist()
+    texts = [task.reference(ex), "```sql\nSELECT nme FROM no_such_table\n```"]
+    responses = [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts] + [sampled]
+    items = [build_item(task, tiny_tokenizer, ex, ids, task.score(ex, tiny_tokenizer.decode(ids))) for ids in responses]
+    assert items[0].blocks[1] == "" and "no such table" in items[1].blocks[1]
+    shared = distances(model, items)
+    ref = naive_distances(model, items)
+    assert (shared.double() - ref).abs().max() <= TOL
+    assert torch.all(shared[0, 1] == 0) and shared[1, 1].max() > 0
+    (group,) = replay_groups(items)  # one prompt -> one group sharing the schema prompt
+    assert len(group.prefix) > 0.8 * min(len(c) for it in items for c in it.context_ids)

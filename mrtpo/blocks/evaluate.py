@@ -7,6 +7,7 @@ or the lint: an exception in a verifier, a block builder or the contexts becomes
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +41,15 @@ class Evaluation:
 
 
 def location(example: Example) -> str:
-    """Where an example came from: its source (file and row) and id."""
-    if example.source and example.id and example.id not in example.source:
-        return f"{example.source} ({example.id})"
-    return example.source or example.id
+    """Where an example came from: its source (file and row, relative to the working
+    directory when under it) and id."""
+    src = example.source
+    cwd = os.getcwd().rstrip(os.sep) + os.sep
+    if src.startswith(cwd):
+        src = src[len(cwd):]
+    if src and example.id and example.id not in src:
+        return f"{src} ({example.id})"
+    return src or example.id
 
 
 def _raised(what: str, exc: BaseException) -> str:

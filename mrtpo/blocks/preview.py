@@ -12,7 +12,6 @@ rich tables, plain text or JSON lines:
 """
 from __future__ import annotations
 
-import difflib
 from typing import Iterator
 
 from mrtpo.blocks.evaluate import Evaluation, Messages, evaluate
@@ -20,8 +19,30 @@ from mrtpo.blocks.probes import Probe, probes
 from mrtpo.tasks.base import Example, Task
 
 
+def _one_hunk(a: str, b: str) -> tuple[str, str]:
+    """(removed, added): the middle of `a` and `b` once their common prefix and suffix are cut,
+    with the cuts moved back to whitespace so a word shared by chance ("<tool" in "<tools>"
+    and "<tool_call>") does not split the piece. A context differs from its neighbour by one
+    contiguous edit (blocks appended, or one block removed), so one hunk says it exactly."""
+    def ws(t: str, i: int) -> bool:
+        return 0 <= i < len(t) and t[i].isspace()
+
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    while p > 0 and not (p in (len(a), len(b)) or ws(a, p - 1) or ws(a, p) or ws(b, p)):
+        p -= 1
+    s = 0
+    while s < min(len(a), len(b)) - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
+        s += 1
+    while s > 0 and not (p in (len(a) - s, len(b) - s) or ws(a, len(a) - s)
+                         or ws(a, len(a) - s - 1) or ws(b, len(b) - s - 1)):
+        s -= 1
+    return a[p:len(a) - s], b[p:len(b) - s]
+
+
 def message_changes(before: Messages | None, after: Messages | None) -> list[dict]:
-    """What differs between two message lists, per message: removed and added text pieces."""
+    """What differs between two message lists, per message: the removed and added text."""
     if before is None or after is None:
         return []
     out = []
@@ -31,16 +52,10 @@ def message_changes(before: Messages | None, after: Messages | None) -> list[dic
         b = after[i] if i < len(after) else {"role": "", "content": ""}
         if a == b:
             continue
-        ta, tb = str(a.get("content", "")), str(b.get("content", ""))
-        sm = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-        removed, added = [], []
-        for op, i1, i2, j1, j2 in sm.get_opcodes():
-            if op in ("delete", "replace") and ta[i1:i2].strip():
-                removed.append(ta[i1:i2].strip())
-            if op in ("insert", "replace") and tb[j1:j2].strip():
-                added.append(tb[j1:j2].strip())
+        removed, added = _one_hunk(str(a.get("content", "")), str(b.get("content", "")))
         out.append({"message": i, "role": b.get("role") or a.get("role"),
-                    "removed": removed, "added": added})
+                    "removed": [removed.strip()] if removed.strip() else [],
+                    "added": [added.strip()] if added.strip() else []})
     return out
 
 

@@ -563,6 +563,49 @@ def check_reference(block: str, *, fmt: Format | None, reward: Reward | None = N
     return []
 
 
+def _bare_answer(block: str, fmt: Format):
+    """The answer a block would be if it were a reference written without the format's
+    wrapping (a bare query, a call as plain JSON); None when it does not look like one."""
+    text = block.strip()
+    if isinstance(fmt, CodeBlockFormat):
+        return None if "```" in text or "\n\n" in text else text
+    if isinstance(fmt, ToolCallFormat):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return None
+        calls = [obj] if isinstance(obj, dict) else obj
+        if isinstance(calls, list) and calls and all(
+                isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments"), dict)
+                for c in calls):
+            return calls
+    return None
+
+
+def check_bare_answer(block: str, *, fmt: Format | None, reward: Reward | None,
+                      example: Example | None) -> list[Finding]:
+    """R5 for a block whose reward does not say it is a reference: if the block, wrapped in the
+    task's format, is an answer that gets full marks from its reward, it is a reference
+    written outside the policy's form (a bare query, a call without its tags)."""
+    if fmt is None or reward is None or example is None or not block.strip():
+        return []
+    if fmt.parse(as_response(block, fmt)).strict:
+        return []
+    answer = _bare_answer(block, fmt)
+    if answer is None:
+        return []
+    try:
+        score = reward.verify(example, fmt.render(answer)).score
+    except Exception:
+        return []
+    if score >= FULL_MARKS:
+        return [Finding("R5", "not-policy-form",
+                        f"the block is this example's answer but not in the task's {fmt.name} "
+                        "format (the policy writes it wrapped); render it with "
+                        "task.format.render(answer)", block[:60])]
+    return []
+
+
 def check_specific(block: str, *, kind: str, example: Example | None, verdict: Verdict | None,
                    fmt: Format | None, reference: str | None = None) -> list[Finding]:
     """R2: the block carries something from this example's label or the verifier's output.
@@ -643,6 +686,8 @@ def check_block(block: str, *, kind: str = "", example: Example | None = None,
         # R1's, so with a label the payload alone is checked (a merged block is not)
         payload = reference_payload(block) if any(f.check == "label" for f in found) else None
         found += check_reference(payload or block, fmt=fmt, reward=reward, example=example)
+    if kind == "" and not any(f.rule == "R1" for f in found):
+        found += check_bare_answer(block, fmt=fmt, reward=reward, example=example)
     if placement == "in_prompt" and p0_messages is not None:
         found += check_in_prompt(block, p0_messages)
     return found

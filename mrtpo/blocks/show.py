@@ -105,14 +105,14 @@ def record_rich(rec: dict, console) -> None:
     console.print(Text("* response-dependent block", style="dim"))
 
     ctx = rec["contexts"]
-    ct = Table("context", "vs", "removed", "added", title=f"contexts (placement: {ctx['placement']})",
+    ct = Table("context", "vs", "removed", "added", title=Text(f"contexts (placement: {ctx['placement']})"),
                expand=True, show_lines=True)
     if ctx["P_all"] is not None:
         ch = ctx["P_all"]["changes_from_P0"]
         ct.add_row("P_all", "P0", Text("\n".join(t for c in ch for t in c["removed"]) or "-"),
                    Text("\n".join(t for c in ch for t in c["added"]) or "-", style="green"))
         for w in ctx["P_without"]:
-            ct.add_row(f"P_without[{w['reward']}]", "P_all",
+            ct.add_row(Text(f"P_without[{w['reward']}]"), "P_all",
                        Text("\n".join(t for c in w["changes"] for t in c["removed"]) or "- (empty block)",
                             style="red"),
                        Text("\n".join(t for c in w["changes"] for t in c["added"]) or "-"))
@@ -151,12 +151,13 @@ def report_plain(report: LintReport, task: str, max_per_rule: int = 10) -> str:
 
 
 def report_rich(report: LintReport, task: str, console, max_per_rule: int = 10) -> None:
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
-    t = Table("rule", "check [reward]", "what to change", "examples",
-              title=f"blocks lint: task {task}: {report.examples} examples, {report.responses} "
-                    f"responses, {report.blocks} non-empty blocks", show_lines=True, expand=True)
+    t = Table("rule", escape("check [reward]"), "what to change", "examples",
+              title=Text(f"blocks lint: task {task}: {report.examples} examples, {report.responses} "
+                         f"responses, {report.blocks} non-empty blocks"), show_lines=True, expand=True)
     for rule, groups in report.grouped().items():
         title = f"{rule} {RULES.get(rule, '')}"
         if not groups:

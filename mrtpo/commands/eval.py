@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         responses: Annotated[Optional[Path], typer.Option("--responses", help="JSONL with an id (or prompt) and a response per row.")] = None,
         model: Annotated[Optional[str], typer.Option("--model", help="Model directory or hub id to generate responses with.")] = None,
         mode: Annotated[Optional[CompareMode], typer.Option("--mode", help="text2sql: result comparison (bag = Spider, set = BIRD); default: the data's own.")] = None,
+        task_options: Annotated[Optional[list[str]], typer.Option("--task-option", "-o", help="KEY=VALUE passed to the task's constructor (value read as JSON if it parses), e.g. -o think=true -o skip_unsupported=true.")] = None,
         limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Evaluate only the first N examples.")] = None,
         missing: Annotated[MissingPolicy, typer.Option("--missing", help="Examples with no response: error, zero (score as empty) or skip.")] = MissingPolicy.error,
         batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Generation: prompts per batch.")] = 8,
@@ -65,9 +66,12 @@ def register(app: typer.Typer) -> None:
         if (responses is None) == (model is None):
             _fail("give exactly one of --responses FILE and --model PATH")
         try:
+            t = get_task(task, **parse_task_options(task_options or []))
+        except (TypeError, ValueError, TaskNotFound, TaskLoadError) as exc:  # TypeError: bad -o
+            _fail(str(exc))
+        try:
             gen = GenerationConfig(max_new_tokens=max_new_tokens, batch_size=batch_size,
                                    temperature=temperature, device=device, dtype=dtype)
-            t = get_task(task)
             options = {"mode": mode.value if mode is not None else None}
             validate_options(t, options)  # before loading data: fail fast
             examples = t.load(data, split) if split is not None else t.load(data)
@@ -76,7 +80,7 @@ def register(app: typer.Typer) -> None:
             report = run_eval(t, examples, responses_path=responses, model_path=model,
                               missing=missing.value, generation=gen, progress=progress,
                               **options)
-        except (ResponsesError, ValueError, TaskNotFound, TaskLoadError, FileNotFoundError) as exc:
+        except (ResponsesError, ValueError, FileNotFoundError) as exc:
             _fail(str(exc))
         if out is not None:
             report.write_jsonl(out)
@@ -86,6 +90,22 @@ def register(app: typer.Typer) -> None:
             _print_table(report, out)
         for w in report.warnings:
             typer.echo(f"warning: {w}", err=True)
+
+
+def parse_task_options(items: list[str]) -> dict:
+    """["think=true", "mode=set"] -> {"think": True, "mode": "set"}: JSON values, else strings."""
+    import json
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise typer.BadParameter(f"{item!r}: write KEY=VALUE, e.g. think=true", param_hint="--task-option")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def _fail(msg: str) -> None:

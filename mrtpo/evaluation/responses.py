@@ -7,12 +7,12 @@ text is read from `response` (or `completion`, `output`, `result`, in that order
 
 Pairing, per row: by identifier when the row has one that names an example; otherwise by
 prompt text, first exactly, then with whitespace collapsed, then, for rows still unpaired,
-by the single closest unpaired prompt when it is nearly identical (skipped when thousands of
-rows and examples are left over: the file is then for other data; the official IFEval
-response file answers one prompt whose wording differs by a few words from the input file:
-the official evaluator scored that response against the input prompt, so must we). Every
-inexact pairing is reported as a warning. Bad rows raise `ResponsesError` naming the file,
-the row and the field.
+by the single closest unpaired prompt when it is nearly identical. The last step exists
+because the official IFEval response file answers one prompt ("Shinto shrines", key 2785)
+worded slightly differently from the input file, and the official evaluator scored that
+response against the input prompt; it is skipped when thousands of rows and examples are
+left over (the file is then for other data). Every inexact pairing is reported as a
+warning. Bad rows raise `ResponsesError` naming the file, the row and the field.
 """
 from __future__ import annotations
 

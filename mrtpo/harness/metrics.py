@@ -22,6 +22,9 @@ from typing import Any, Iterable
 
 import torch
 
+# the concentration metric has one implementation, shared with `mrtpo credit`
+from mrtpo.credit.statistics import top_share
+
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
@@ -61,22 +64,6 @@ def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = 
         f"{prefix}completions/max_length": float(max(lengths, default=0)),
         f"{prefix}completions/clipped_ratio": sum(truncated) / n,
     }
-
-
-def top_share(distances: torch.Tensor, mask: torch.Tensor, share: float = 0.8) -> torch.Tensor:
-    """Per response and reward: fraction of tokens holding `share` of the distance -> [N, K].
-
-    NaN where the reward's distances are all zero on that response (nothing to locate).
-    """
-    q = distances.float() * mask.unsqueeze(1).float()  # [N, K, T]
-    n_tok = mask.float().sum(-1).clamp(min=1).unsqueeze(-1)  # [N, 1]
-    total = q.sum(-1)  # [N, K]
-    sorted_q, _ = q.sort(-1, descending=True)  # [N, K, T]
-    cum = sorted_q.cumsum(-1)  # [N, K, T]
-    # tokens needed: 1 + number of prefixes still short of the target
-    need = (cum < share * total.unsqueeze(-1) - 1e-12).sum(-1).float() + 1.0  # [N, K]
-    frac = need / n_tok  # [N, K]
-    return torch.where(total > 0, frac, torch.full_like(frac, float("nan")))
 
 
 def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str]) -> dict[str, float]:

@@ -374,7 +374,7 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
         return _jsonl_rows(p.read_text(encoding="utf-8").splitlines(), str(p)), str(p)
     if p.exists():
         raise DataError(f"{path}: is a directory; pass a .jsonl, .json or .parquet file")
-    if "/" in path and not path.startswith((".", "/")):
+    if path.count("/") == 1 and not path.startswith((".", "/")) and not p.suffix:  # "org/name"
         import datasets
 
         try:

@@ -82,7 +82,8 @@ class ToolCallTask(Task):
         ]
 
     def reference(self, example: Example) -> str:
-        """The first possible value of each argument (optional "" ones skipped), in the format."""
+        """The calls with the first possible value of each argument (skipping the optional
+        marker "" and values that break the parameter's schema), rendered in the format."""
         return self.format.render(reference_calls(example.data["functions"], example.data["ground_truth"]))
 
     def parse(self, response: object) -> ParsedCalls:

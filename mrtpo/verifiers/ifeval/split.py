@@ -75,16 +75,26 @@ def find_close(prompt: str, description: str, taken: list[tuple[int, int]] = ())
 
 
 def _trim(prompt: str, span: tuple[int, int], want: set[str]) -> tuple[int, int]:
-    """Drop words at either end of `span` that the description lacks (a base request running
-    into the constraint without a full stop: "Add dialogue throughout Each word ...")."""
-    toks = [(m.start(), m.end()) for m in re.finditer(r"\S+", prompt[span[0]:span[1]])]
-    toks = [(a + span[0], b + span[0]) for a, b in toks]
-    i, j = 0, len(toks) - 1
-    while i < j and not (_words(prompt[toks[i][0]:toks[i][1]]) & want):
-        i += 1
-    while j > i and not (_words(prompt[toks[j][0]:toks[j][1]]) & want):
-        j -= 1
-    return toks[i][0], toks[j][1]
+    """Drop words at either end of `span` that the description lacks, cutting only where a
+    sentence starts (a capital) or ends (. ! ?): a base request running into the constraint
+    without a full stop ("Add dialogue throughout Each word ...") loses its words, while a
+    lead-in such as "In your response, the last word ..." stays whole."""
+    toks = [(m.start() + span[0], m.end() + span[0]) for m in re.finditer(r"\S+", prompt[span[0]:span[1]])]
+    text = [prompt[a:b] for a, b in toks]
+    n = len(toks)
+    start = 0
+    for j in range(1, n):
+        if _words(text[j - 1]) & want:
+            break
+        if text[j][:1].isupper():
+            start = j
+    end = n
+    for j in range(n - 1, start, -1):
+        if _words(text[j]) & want:
+            break
+        if text[j - 1][-1:] in ".!?":
+            end = j
+    return toks[start][0], toks[end - 1][1]
 
 
 def find_sentence(prompt: str, instruction_id: str, kwargs: dict | None,

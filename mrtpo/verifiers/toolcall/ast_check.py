@@ -118,7 +118,9 @@ def ast_check_reason(functions: list[dict], calls: Any, possible_answer: list[di
                 break
             reasons.append(f"call {j + 1}: {res.reason}")
         else:
-            return AstResult(False, f"no call matches expected call {i + 1} ({name}): " + " | ".join(reasons),
+            why = " | ".join(reasons)
+            why = why if len(why) <= 800 else why[:800] + " ..."
+            return AstResult(False, f"no call matches expected call {i + 1} ({name}): {why}",
                              "parallel_function_checker_no_order:cannot_find_match")
     return _OK
 

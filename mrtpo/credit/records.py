@@ -1,0 +1,278 @@
+"""Credit records: one completion with its rewards, their credit, and where each one lands.
+
+Two sources give the same `CreditRecord`:
+
+- `read_run(run_dir)`: the completions a training run logged (`<run>/completions.jsonl`,
+  format in mrtpo.harness.completions), one step at a time;
+- `compute(...)` / `fresh(...)`: responses scored and replayed now, with a model, through the
+  same functions the trainer uses (task verifiers, mrtpo.contexts, mrtpo.replay,
+  mrtpo.advantages). Each example's responses form one group: credit comes from the
+  estimator over that group (GDPO by default), so a response is credited relative to the
+  others of its prompt. Without responses from the user, each example gets the task's
+  reference answer and a corrupted copy of it (mrtpo.blocks.probes), which is the smallest
+  group in which every reward can disagree.
+
+Fresh responses are tokenised as the policy would have written them: the text's tokens
+without special tokens, then the tokenizer's EOS (the end of the assistant turn), since a
+sampled response ends with the stop token too and constraints on the ending point at it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+COMPLETIONS = "completions.jsonl"
+
+
+class CreditError(ValueError):
+    """A run directory, completions log or responses file that cannot be shown; says what to do."""
+
+
+@dataclass
+class CreditRecord:
+    """One completion: its tokens, each reward's verdict and block, credit, distances, weights."""
+
+    example_id: str
+    tokens: list[str]  # each response id decoded on its own
+    response_ids: list[int]
+    reward_names: list[str]  # K names
+    scores: list[float]  # [K]
+    credit: list[float]  # [K] each reward's share of the response's advantage
+    blocks: list[str]  # [K] Z_k ("" = no information)
+    advantage: float
+    offset: float = 0.0
+    feedback: list[str] = field(default_factory=list)  # [K]
+    distances: list[list[float]] | None = None  # [K][T] JS distance; None: MRTPO off in the run
+    token_weights: list[list[float]] | None = None  # [K][T] weights (mean 1 over the tokens)
+    token_advantages: list[float] | None = None  # [T]
+    prompt: str = ""
+    response: str = ""
+    step: int | None = None
+    group: int | None = None
+    sample: int | None = None
+    source: str = ""
+    name: str = ""  # what the response is ("reference", "corrupted", "response 1", ...)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    def label(self) -> str:
+        """A one-line heading: example, where it came from, step and sample."""
+        parts = [f"example {self.example_id}"]
+        if self.name:
+            parts.append(self.name)
+        if self.step is not None:
+            parts.append(f"step {self.step}")
+        if self.group is not None and self.sample is not None:
+            parts.append(f"group {self.group} sample {self.sample}")
+        parts.append(f"advantage {self.advantage:+.3f}")
+        return " · ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RunView:
+    """The records of one logged step of a run, and what is known about the run."""
+
+    run_dir: Path
+    records: list[CreditRecord]
+    step: int
+    steps: list[int]  # every step the log holds
+    task: str | None = None
+    model: str | None = None
+    mrtpo: bool = True
+
+
+# ------------------------------------------------------------------------------ run logs
+_REQUIRED = ("example_id", "response_ids", "tokens", "reward_names", "scores", "credit", "blocks",
+             "advantage")
+
+
+def read_run(run_dir: str | Path, step: int | None = None, limit: int | None = None) -> RunView:
+    """The completions of one logged step (default: the last one), at most `limit` of them."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CreditError(f"{run_dir}: no such run directory")
+    path = run_dir / COMPLETIONS
+    if not path.is_file():
+        raise CreditError(f"{run_dir} has no {COMPLETIONS}: the run logged no completions. Train with "
+                          "--log-completions-every N (N > 0) to log every completion of every Nth step.")
+    config = _read_config(run_dir)
+    rows: list[tuple[int, dict]] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CreditError(f"{path}, line {n}: not valid JSON ({exc}); a crashed run may have left a "
+                              "partial last line: delete it, or resume the run to rewrite it") from None
+        if not isinstance(row, dict):
+            raise CreditError(f"{path}, line {n}: expected a JSON object, got {type(row).__name__}")
+        rows.append((n, row))
+    if not rows:
+        raise CreditError(f"{path} is empty: no step has been logged yet")
+    steps = sorted({int(r.get("step", 0)) for _, r in rows})
+    chosen = steps[-1] if step is None else step
+    if chosen not in steps:
+        raise CreditError(f"step {step} was not logged in {path}; logged steps: {_ranges(steps)}")
+    picked = [(n, r) for n, r in rows if int(r.get("step", 0)) == chosen]
+    if limit is not None:
+        picked = picked[:limit]
+    records = [from_log_row(r, f"{path}, line {n}") for n, r in picked]
+    return RunView(run_dir, records, chosen, steps, task=config.get("task"), model=config.get("model"),
+                   mrtpo=all(r.distances is not None for r in records))
+
+
+def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:
+    """A completions-log line as a record; a missing or inconsistent field raises, naming it."""
+    for key in _REQUIRED:
+        if key not in row:
+            raise CreditError(f"{where}: field {key!r} is missing; this is not a completions log "
+                              "written by `mrtpo train` (see mrtpo/harness/completions.py)")
+    t = len(row["response_ids"])
+    k = len(row["reward_names"])
+    if len(row["tokens"]) != t:
+        raise CreditError(f"{where}: field 'tokens' has {len(row['tokens'])} entries for {t} response ids")
+    for key in ("scores", "credit", "blocks") + (("feedback",) if row.get("feedback") is not None else ()):
+        if len(row[key]) != k:
+            raise CreditError(f"{where}: field {key!r} has {len(row[key])} entries for {k} rewards")
+    for key in ("distances", "token_weights"):
+        value = row.get(key)
+        if value is None:
+            continue
+        if len(value) != k or any(len(v) != t for v in value):
+            raise CreditError(f"{where}: field {key!r} must be one list of {t} numbers per reward ({k})")
+    scores = [math.nan if s is None else float(s) for s in row["scores"]]
+    return CreditRecord(
+        example_id=str(row["example_id"]), tokens=[str(x) for x in row["tokens"]],
+        response_ids=[int(x) for x in row["response_ids"]], reward_names=[str(x) for x in row["reward_names"]],
+        scores=scores, credit=[float(x) for x in row["credit"]], blocks=[str(x) for x in row["blocks"]],
+        advantage=float(row["advantage"]), offset=float(row.get("offset") or 0.0),
+        feedback=[str(x) for x in row.get("feedback") or [""] * k],
+        distances=row.get("distances"), token_weights=row.get("token_weights"),
+        token_advantages=row.get("token_advantages"), prompt=str(row.get("prompt", "")),
+        response=str(row.get("response", "")), step=row.get("step"), group=row.get("group"),
+        sample=row.get("sample"), source=str(row.get("source", "")))
+
+
+def _read_config(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return {}  # the config only labels the view; a damaged one should not hide the log
+    return data if isinstance(data, dict) else {}
+
+
+def _ranges(steps: list[int]) -> str:
+    shown = ", ".join(map(str, steps[:20]))
+    return shown + (f" ... ({len(steps)} in all)" if len(steps) > 20 else "")
+
+
+# ------------------------------------------------------------------------------ fresh
+Probe = tuple[str, str]  # (name, response text)
+
+
+def responses_for(task, examples, responses_path: str | Path | None) -> dict[str, list[Probe]]:
+    """Each example's responses: from the file (JSONL rows {"id", "response" | "responses"}), or
+    the task's reference and a corrupted copy. Examples the file does not answer are left out."""
+    from mrtpo.blocks.probes import ResponsesFileError, probes, read_responses
+
+    if responses_path is None:
+        return {ex.id: probes(task, ex) for ex in examples}
+    try:
+        return read_responses(responses_path, list(examples))
+    except ResponsesFileError as exc:
+        raise CreditError(str(exc)) from None
+
+
+def response_ids(tokenizer, text: str) -> list[int]:
+    """A response's token ids as the policy would have sampled them: text, then EOS."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if tokenizer.eos_token_id is not None:
+        ids = list(ids) + [int(tokenizer.eos_token_id)]
+    return [int(t) for t in ids]
+
+
+def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
+            estimator: str = "gdpo", temperature: float = 1.0, lam: float = 1.0) -> list[CreditRecord]:
+    """Score, replay and credit each example's responses (one group per example) -> records.
+
+    The steps are the trainer's: `task.score` for the verdicts, `build_item` for the blocks and
+    contexts, `replay.distances` for q [N, K, T], `advantages.estimate` per group for credit,
+    `token_weights` and `place` for where it lands.
+    """
+    import torch
+
+    from mrtpo.advantages import estimate, place, token_weights
+    from mrtpo.contexts import build_item
+    from mrtpo.replay import distances
+
+    rows: list[tuple[int, Any, str, str, list[int], list]] = []  # (group, example, name, text, ids, verdicts)
+    for g, ex in enumerate(e for e in examples if responses.get(e.id)):
+        for name, text in responses[ex.id]:
+            verdicts = task.score(ex, text)
+            rows.append((g, ex, name, text, response_ids(tokenizer, text), verdicts))
+    if not rows:
+        return []
+    items = [build_item(task, tokenizer, ex, ids, v) for _, ex, _, _, ids, v in rows]
+    q = distances(model, items, temperature=temperature).float().cpu()  # [N, K_max, T]
+    lengths = torch.tensor([len(r[4]) for r in rows])  # [N]
+    mask = torch.arange(q.shape[-1]).unsqueeze(0) < lengths.unsqueeze(1)  # [N, T]
+
+    out: list[CreditRecord] = []
+    n = 0
+    while n < len(rows):
+        end = n
+        while end < len(rows) and rows[end][0] == rows[n][0]:
+            end += 1
+        sel = slice(n, end)
+        k = items[n].num_rewards
+        scores = torch.tensor([[v.score for v in r[5]] for r in rows[sel]], dtype=torch.float32)  # [G, K]
+        weights = [r.weight for r in task.rewards(rows[n][1])]
+        credit = estimate(scores, end - n, estimator, weights=weights)
+        q_g, m_g = q[sel, :k], mask[sel]  # [G, K, T], [G, T]
+        w_g = token_weights(q_g, m_g, lam)  # [G, K, T]
+        a_g = place(credit, q_g, m_g, lam)  # [G, T]
+        for j, (_, ex, name, text, ids, verdicts) in enumerate(rows[sel]):
+            t = len(ids)
+            out.append(CreditRecord(
+                example_id=ex.id, tokens=[tokenizer.decode([i]) for i in ids], response_ids=ids,
+                reward_names=list(items[n + j].reward_names), scores=[float(v.score) for v in verdicts],
+                credit=credit.per_reward[j].tolist(), blocks=list(items[n + j].blocks),
+                advantage=float(credit.total[j]), offset=float(credit.offset[j]),
+                feedback=[v.feedback for v in verdicts],
+                distances=q_g[j, :, :t].tolist(), token_weights=w_g[j, :, :t].tolist(),
+                token_advantages=a_g[j, :t].tolist(), prompt=_prompt_text(tokenizer, task, ex),
+                response=text, group=rows[n][0], sample=j, source=ex.source, name=name))
+        n = end
+    return out
+
+
+def fresh(task, examples, model_path: str, responses_path: str | Path | None = None,
+          estimator: str = "gdpo", temperature: float = 1.0, device: str = "auto",
+          dtype: str = "auto") -> list[CreditRecord]:
+    """Load the model at `model_path` (a directory, a hub id or a built-in policy's name) and
+    `compute` the records of `examples` with the given responses (or reference + corrupted)."""
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.models.default import resolve_model
+
+    responses = responses_for(task, examples, responses_path)
+    policy = load_policy(resolve_model(model_path), lora=False, device=device, dtype=dtype)
+    return compute(task, examples, responses, policy.model, policy.tokenizer, estimator, temperature)
+
+
+def _prompt_text(tokenizer, task, example) -> str:
+    out = tokenizer.apply_chat_template(task.messages(example), add_generation_prompt=True, tokenize=False)
+    return out if isinstance(out, str) else str(out)

@@ -1,0 +1,86 @@
+"""`mrtpo train` through the real typer app: flags over YAML, the run directory, resume, errors."""
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from typer.testing import CliRunner
+
+import harness_task
+from mrtpo.cli import app
+
+harness_task.register()
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def _invoke(args):
+    result = CliRunner().invoke(app, ["train", *args], env=ENV, prog_name="mrtpo")
+    return result, ANSI.sub("", result.output)
+
+
+def test_train_writes_the_run_directory_and_resumes(tiny_qwen2_dir, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({
+        "task": "harness-words", "steps": 7, "batch-prompts": 2, "num_generations": 2,
+        "max_new_tokens": 8, "lr": 0.01, "verify_workers": 0, "log_completions_every": 1}))
+    run = tmp_path / "run"
+    result, out = _invoke(["--config", str(config), "--model", str(tiny_qwen2_dir), "--steps", "1",
+                           "--output-dir", str(run), "--no-mrtpo", "--lora-r", "4",
+                           "--reward-weight", "short=2", "--lora-target-modules", "q_proj,v_proj"])
+    assert result.exit_code == 0, out
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["steps"] == 1 and saved["lr"] == 0.01 and saved["lora_r"] == 4  # flag beat YAML
+    assert saved["reward_weights"] == {"short": 2.0}
+    assert saved["lora_target_modules"] == ["q_proj", "v_proj"]
+    assert f"run directory: {run}" in out and "short" in out and "generate" in out
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+    row = json.loads((run / "completions.jsonl").read_text().splitlines()[0])
+    assert row["reward_weights"][row["reward_names"].index("short")] == 2.0
+    adapter = json.loads((run / "checkpoints" / "step-000001" / "adapter" / "adapter_config.json").read_text())
+    assert set(adapter["target_modules"]) == {"q_proj", "v_proj"}
+
+    result, out = _invoke(["--resume", "--output-dir", str(run), "--steps", "2"])
+    assert result.exit_code == 0, out
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert (run / "checkpoints" / "step-000002").is_dir()
+
+    result, out = _invoke(["--resume", "--output-dir", str(run), "--lr", "0.5"])
+    assert result.exit_code == 2 and "--resume would change settings" in out
+
+
+def test_errors_are_one_line_and_exit_nonzero(tiny_qwen2_dir, tmp_path):
+    result, out = _invoke(["--task", "harness-words", "--output-dir", str(tmp_path / "a")])
+    assert result.exit_code == 2 and "--model is required" in out and "Traceback" not in out
+    result, out = _invoke(["--model", str(tmp_path / "missing"), "--task", "harness-words",
+                           "--output-dir", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "no such local directory" in out
+    result, out = _invoke(["--model", str(tiny_qwen2_dir), "--task", "harness-words",
+                           "--advantage", "gdpo", "--saw", "reward"])
+    assert result.exit_code == 2 and "use --saw advantage" in out
+    result, out = _invoke(["--model", str(tiny_qwen2_dir), "--task", "harness-word",
+                           "--output-dir", str(tmp_path / "c")])
+    assert result.exit_code == 2 and "Did you mean 'harness-words'" in out
+    result, out = _invoke(["--model", str(tiny_qwen2_dir), "--task", "harness-words",
+                           "--reward-weight", "short"])
+    assert result.exit_code == 2 and "expected KEY=VALUE" in out
+    result, out = _invoke(["--model", str(tiny_qwen2_dir), "--task", "harness-broken", "--task-arg",
+                           "mode=nan", "--output-dir", str(tmp_path / "d"), "--steps", "1",
+                           "--batch-prompts", "1", "--num-generations", "2", "--max-new-tokens", "4",
+                           "--verify-workers", "0", "--no-mrtpo"])
+    assert result.exit_code == 1 and "reward 'fragile'" in out
+
+
+def test_help_lists_the_flags_the_issue_asks_for():
+    result = CliRunner().invoke(app, ["train", "--help"], env=ENV, prog_name="mrtpo")
+    out = ANSI.sub("", result.output)
+    for flag in ("--config", "--model", "--task", "--data", "--lora", "--no-lora", "--lora-r",
+                 "--lora-alpha", "--lora-dropout", "--lora-target-modules", "--batch-prompts",
+                 "--num-generations", "--temperature", "--top-p", "--max-new-tokens", "--steps",
+                 "--output-dir", "--seed", "--advantage", "--saw", "--mrtpo", "--no-mrtpo",
+                 "--epsilon", "--epsilon-high", "--beta", "--loss-type", "--lr", "--grad-accum",
+                 "--max-grad-norm", "--save-every", "--resume", "--log-completions-every",
+                 "--eval-every"):
+        assert flag in out, flag
