@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "mrtpo.commands.eval",
     "mrtpo.commands.blocks",
     "mrtpo.commands.train",
+    "mrtpo.commands.credit",
 ]
 
 for _name in COMMAND_MODULES:

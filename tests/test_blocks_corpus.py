@@ -5,8 +5,12 @@ the task's format). Reference blocks are scored by real verifiers (SQL executed 
 SQLite database by `exec_match`, tool calls by `ast_check`), so R5's "full marks" is the real
 thing. Precision and recall are printed (run with -s) and held to floors.
 
-The corpus and the rules were written by the same hand, so these figures are in-sample;
-blocks_corpus_heldout.jsonl was written after the rules were frozen and is measured apart.
+The corpus and the rules were written by the same hand, so its figures are in-sample. Two
+held-out sets are measured apart: blocks_corpus_heldout.jsonl was written after the rules were
+first frozen (measured then at precision 0.929, recall 0.765; its misses then led to a revision
+of the label and inline-fence checks, so it is no longer held out), and
+blocks_corpus_heldout2.jsonl was written after that revision and has not been used to change
+the rules. The held-out floors are below the measured figures, not tuned to them.
 """
 from __future__ import annotations
 
@@ -145,3 +149,16 @@ def test_each_bad_block_is_caught_for_its_own_rule(corpus_db):
         if rec["expect"] not in rules_found:
             wrong.append((rec["id"], rec["expect"], sorted(rules_found)))
     assert len(wrong) <= 3, wrong
+
+
+@pytest.mark.parametrize("name,min_precision,min_recall", [
+    ("blocks_corpus_heldout.jsonl", 0.95, 0.85),
+    ("blocks_corpus_heldout2.jsonl", 0.9, 0.8),
+])
+def test_heldout_corpus(corpus_db, name, min_precision, min_recall):
+    recs = load(name)
+    m = measure(recs, corpus_db)
+    _print(name, m)
+    assert m["good"] >= 15 and m["bad"] >= 15
+    assert m["precision"] >= min_precision, m["false_alarms"]
+    assert m["recall"] >= min_recall, m["misses"]

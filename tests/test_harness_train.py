@@ -36,14 +36,17 @@ def _read(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("advantage, saw, mrtpo", [
-    ("grpo", "off", False), ("grpo", "off", True), ("gdpo", "off", False), ("gdpo", "off", True),
-    ("grpo", "reward", True), ("gdpo", "advantage", False),
+@pytest.mark.parametrize("advantage, saw, mrtpo, extra", [
+    ("grpo", "off", False, {}), ("grpo", "off", True, {"loss_type": "grpo"}),
+    ("gdpo", "off", False, {"loss_type": "dr_grpo"}), ("gdpo", "off", True, {}),
+    ("grpo", "reward", True, {"scale_rewards": "batch"}),
+    ("gdpo", "advantage", False, {"gradient_checkpointing": True}),
 ])
-def test_one_step_changes_only_lora_parameters(tiny_qwen2_dir, tmp_path, advantage, saw, mrtpo):
+def test_one_step_changes_only_lora_parameters(tiny_qwen2_dir, tmp_path, advantage, saw, mrtpo, extra):
     from transformers import AutoModelForCausalLM
 
-    result = train(_cfg(tiny_qwen2_dir, tmp_path / "run", steps=1, advantage=advantage, saw=saw, mrtpo=mrtpo))
+    result = train(_cfg(tiny_qwen2_dir, tmp_path / "run", steps=1, advantage=advantage, saw=saw,
+                        mrtpo=mrtpo, **extra))
     base = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir).state_dict()
     changed_lora, n_lora = 0, 0
     for name, p in result.policy.model.named_parameters():
@@ -85,7 +88,7 @@ def test_resume_continues_exactly(tiny_qwen2_dir, tmp_path):
     completion and the adapter weights. Dropout, KL, two optimizer passes and micro-batches
     are on so every RNG and every piece of optimizer state matters."""
     kw = dict(mrtpo=True, beta=0.05, lora_dropout=0.1, num_iterations=2, grad_accum=2,
-              eval_every=2, eval_size=2)
+              eval_every=2, eval_size=1)
     straight = tmp_path / "straight"
     split = tmp_path / "split"
     train(_cfg(tiny_qwen2_dir, straight, steps=4, **kw))
@@ -144,6 +147,10 @@ def test_missing_model_and_data_give_clear_errors(tiny_qwen2_dir, tmp_path):
     missing = tmp_path / "nope.jsonl"
     with pytest.raises(DataError, match=rf"--data {missing}: no such file"):
         train(_cfg(tiny_qwen2_dir, tmp_path / "c", steps=1, data=str(missing)))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "Write the word poem."}\n{"prompt": \n')
+    with pytest.raises(DataError, match=rf"--data {bad}: .*line 1 column 12"):  # the task's own words
+        train(_cfg(tiny_qwen2_dir, tmp_path / "e", steps=1, data=str(bad)))
     with pytest.raises(ConfigError, match="--task is required"):
         train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(tmp_path / "d")))
 

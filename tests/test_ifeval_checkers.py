@@ -151,6 +151,7 @@ def test_kwargs_are_normalised_like_benchmark_rows():
     ("length_constraints:number_words", {"num_words": 2.5, "relation": "at least"}, "must be an integer"),
     ("length_constraints:number_words", {"num_words": 3, "relation": "at most"}, "must be one of"),
     ("keywords:existence", {"keywords": [1, 2]}, "list of strings"),
+    ("keywords:existence", {"keywords": ["smile("]}, "used as a regular expression"),
 ])
 def test_bad_kwargs_raise_with_the_field(iid, kwargs, needle):
     with pytest.raises(ValueError, match=None) as err:

@@ -2,10 +2,12 @@
 
 Each example is evaluated with its probe responses (the reference and a corrupted copy, or
 the user's responses) by `mrtpo.blocks.evaluate`, which runs the single-example checks.
-Then the cross-example check of R2 runs: a response-independent block that is identical
-for two examples is only right when the examples' labels agree for that reward, which is
-tested by scoring each example's reference under both examples' verifiers (if they judge
-the same answer differently, the labels differ and so must the blocks).
+Then the cross-example check of R2 runs (for "append" placement, where the task builds the
+blocks): a response-independent block that is identical for two examples is only right when
+the examples' labels agree for that reward, which is tested by scoring each example's
+reference under both examples' verifiers (if they judge the same answer differently, the
+labels differ and so must the blocks). At most MAX_PAIRS_PER_BLOCK pairs per distinct block
+are scored, so the cost stays linear in the dataset.
 """
 from __future__ import annotations
 
@@ -82,7 +84,9 @@ def lint_task(task: Task, examples: list[Example],
             found += ev.findings
             report.responses += 1
             report.blocks += sum(1 for b in ev.blocks if b)
-            if i == 0:
+            if i == 0 and task.placement == "append":
+                # in_prompt blocks are the user's own sentences, not built by the task: the
+                # same sentence in two prompts is the same request, whatever else differs
                 _collect(ev, ref, same)
         report.examples += 1
         if progress is not None:
@@ -95,7 +99,9 @@ def lint_task(task: Task, examples: list[Example],
 def _collect(ev: Evaluation, reference: str | None, same) -> None:
     for r, b in zip(ev.rewards, ev.blocks):
         if b and b.strip() and not r.response_dependent:
-            same[(r.name, b.strip())].append((ev.example, r, reference))
+            group = same[(r.name, b.strip())]
+            if len(group) <= MAX_PAIRS_PER_BLOCK:  # only the first few are compared
+                group.append((ev.example, r, reference))
 
 
 def _score(reward: Reward, example: Example, response: str) -> float | None:

@@ -92,7 +92,7 @@ class Finding:
 _MASK = " \u220e "  # stands in for quoted text, so prose checks skip it
 # payloads are replaced by one mark per kind, so adjacency and kind survive in the prose
 _PMARK = {"code": "\u25a0", "tool_call": "\u25b2", "json": "\u25c6"}
-_FENCE_RE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_FENCE_RE = re.compile(r"```[^\n`]*\n.*?```|```[^`\n]+```", re.DOTALL)
 _TOOL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
 _INLINE_CODE_RE = re.compile(r"`[^`\n]+`")
@@ -103,12 +103,12 @@ _SQUOTE_RE = re.compile(r"(?<![\w])['\u2018][^'\u2018\u2019\n]{1,80}['\u2019](?!
 
 @dataclass(frozen=True)
 class _Split:
-    prose: str  # the text with payloads and quotations replaced by _MASK
+    prose: str  # the text with quotations replaced by _MASK and payloads by their _PMARK
     payloads: list[tuple[str, str]]  # (kind, text) for code fences, tool calls, JSON values
 
 
 def _mask_json(text: str, payloads: list[tuple[str, str]]) -> str:
-    """Replace JSON objects/arrays (a schema, a call) by _MASK, recording them as payloads."""
+    """Replace JSON objects/arrays (a schema, a call) by their mark, recording them as payloads."""
     dec = json.JSONDecoder()
     out, i = [], 0
     while i < len(text):
@@ -190,7 +190,7 @@ other one two three four five six seven eight nine ten first second last also ju
 above below over under again further once per via i me my we our you your he him his she her
 they them their itself themselves out up down off while until because between through during
 before after without within against among upon yet still already even ever whose whether
-though although however instead rather than onto across toward towards
+though although however instead rather than onto across toward towards around near
 """.split())
 
 #: words that describe any example of a task; a block made only of these says nothing specific
@@ -230,6 +230,8 @@ _TRAINING_WORDS = re.compile(
     r"advantages?|polic(?:y|ies)|gradients?|fine-?tun\w*|rlhf|penalt(?:y|ies)|penali[sz]\w*|"
     r"evaluat(?:or|ors|ion|ed)|checker|full marks|mrtpo|grpo|gdpo|ppo)\b", re.IGNORECASE)
 _RL_WORD = re.compile(r"\bRL\b")
+_MODEL_WORDS = re.compile(r"\b(?:the|a) (?:language )?model (?:should|must|will|can|needs?|has to|is asked)\b"
+                          r"|\b(?:LLM|language model)s?\b", re.IGNORECASE)
 
 _LABEL_WORDS = ("reference|feedback|hint|hints|note|notes|error|errors|context|constraint|"
                 "constraints|block|info|information|solution|expected|schema|rubric|"
@@ -242,6 +244,12 @@ _BRACKET_RE = re.compile(r"^\s*\[[A-Z][A-Za-z _\-]{1,30}\]", re.MULTILINE)
 _LINE_LABEL_RE = re.compile(
     r"^\s*(?:[-*\u2022]\s+)?([A-Z][A-Za-z]*(?:[ \-][A-Za-z0-9]+){0,2}|(?i:" + _LABEL_WORDS
     + r")(?:[ \-][A-Za-z0-9]+){0,4})\s*:(?=\s|$)", re.MULTILINE)
+_DASH_LABEL_RE = re.compile(r"^\s*(?i:" + _LABEL_WORDS + r"|important)\s+[-\u2013\u2014]\s", re.MULTILINE)
+#: words shouted as labels ("IMPORTANT:", "NOTE:")
+_SHOUTS = frozenset("important note warning caution tip hint attention reminder nb".split())
+#: verbs that make "X verb: ..." a sentence with a colon rather than a label
+_VERBS = frozenset("""is are was were be has have had says said fails failed reports returns
+gives shows stops reads rejects refuses answers means contains holds lists gets""".split())
 _TAG_LABEL_RE = re.compile(r"</?(?:" + _LABEL_WORDS + r")\b[^>\n]{0,40}>", re.IGNORECASE)
 _LEAD_IN_RE = re.compile(r"^([^\n\u220e\u25a0\u25b2\u25c6]{1,80}?):[ \t]*(?=\s*[\u25a0\u25b2\u25c6])",
                          re.MULTILINE)
@@ -308,7 +316,7 @@ def _check_imperative(prose: str) -> list[Finding]:
                     "R3", "imperative",
                     f"the sentence starts with the imperative {m.group(0)!r}, an instruction to "
                     "the model; state the fact instead (e.g. 'The query ...', 'A correct "
-                    "response ...')", first[:60]))
+                    "response ...')", _excerpt(first, 0, 0, 50)))
                 break
     m = _IMPERATIVE_PHRASES.search(prose)
     if m and not found:
@@ -336,10 +344,19 @@ def _check_labels(prose: str) -> list[Finding]:
         return [Finding("R3", "label", f"the lead-in {m.group(0).strip()!r} labels the payload "
                         "that follows; drop it (the payload alone is the block)",
                         _excerpt(prose, m.start(), m.end()))]
+    m = _DASH_LABEL_RE.search(prose)
+    if m:
+        return [Finding("R3", "label", f"the line starts with the label {m.group(0).strip()!r}; "
+                        "drop it and write the information as a plain statement",
+                        _excerpt(prose, m.start(), m.end()))]
     for m in _LINE_LABEL_RE.finditer(prose):
         label = m.group(1)
-        if label.isupper() and len(label) > 1 and " " not in label:
+        words = label.lower().split()
+        if label.isupper() and len(label) > 1 and " " not in label and label.lower() not in _SHOUTS:
             continue  # SQL keyword or an acronym followed by a colon, not a label
+        if not re.match(r"(?i:" + _LABEL_WORDS + r")\b", label) and (
+                words[0] in ("the", "a", "an", "this", "it") or set(words) & _VERBS):
+            continue  # a sentence's own colon ("SQLite says: ...", "The query fails: ...")
         return [Finding("R3", "label", f"the line starts with the label {label + ':'!r}; drop "
                         "it and write the information as a plain statement",
                         _excerpt(prose, m.start(), m.end()))]
@@ -347,7 +364,7 @@ def _check_labels(prose: str) -> list[Finding]:
 
 
 def _check_training_words(prose: str) -> list[Finding]:
-    m = _TRAINING_WORDS.search(prose) or _RL_WORD.search(prose)
+    m = _TRAINING_WORDS.search(prose) or _RL_WORD.search(prose) or _MODEL_WORDS.search(prose)
     if not m:
         return []
     return [Finding("R3", "training-words",

@@ -5,8 +5,6 @@ content, so piping the preview loses only colour and boxes.
 """
 from __future__ import annotations
 
-from typing import Iterable
-
 from mrtpo.blocks.lint import LintReport
 from mrtpo.blocks.rules import RULES, Finding
 
@@ -172,7 +170,3 @@ def report_rich(report: LintReport, task: str, console, max_per_rule: int = 10) 
     console.print(t)
     n = len(report.findings)
     console.print(Text("no findings" if not n else f"{n} finding(s)", style="green" if not n else "red"))
-
-
-def findings_lines(findings: Iterable[Finding]) -> list[str]:
-    return [_finding_line(f) for f in findings]

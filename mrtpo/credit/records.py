@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -104,30 +105,41 @@ def read_run(run_dir: str | Path, step: int | None = None, limit: int | None = N
         raise CreditError(f"{run_dir} has no {COMPLETIONS}: the run logged no completions. Train with "
                           "--log-completions-every N (N > 0) to log every completion of every Nth step.")
     config = _read_config(run_dir)
-    rows: list[tuple[int, dict]] = []
+    # a long run's log is large: find each line's step from its opening (the trainer writes
+    # `{"step": N, ...`) and parse in full only the lines of the step shown
+    lines: list[tuple[int, int, str]] = []  # (line number, step, text)
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CreditError(f"{path}, line {n}: not valid JSON ({exc}); a crashed run may have left a "
-                              "partial last line: delete it, or resume the run to rewrite it") from None
-        if not isinstance(row, dict):
-            raise CreditError(f"{path}, line {n}: expected a JSON object, got {type(row).__name__}")
-        rows.append((n, row))
-    if not rows:
+        if line.strip():
+            m = _STEP.match(line)
+            lines.append((n, int(m.group(1)) if m else _parse(path, n, line).get("step", 0), line))
+    if not lines:
         raise CreditError(f"{path} is empty: no step has been logged yet")
-    steps = sorted({int(r.get("step", 0)) for _, r in rows})
+    steps = sorted({s for _, s, _ in lines})
     chosen = steps[-1] if step is None else step
     if chosen not in steps:
         raise CreditError(f"step {step} was not logged in {path}; logged steps: {_ranges(steps)}")
-    picked = [(n, r) for n, r in rows if int(r.get("step", 0)) == chosen]
+    picked = [(n, text) for n, s, text in lines if s == chosen]
     if limit is not None:
         picked = picked[:limit]
-    records = [from_log_row(r, f"{path}, line {n}") for n, r in picked]
+    records = [from_log_row(_parse(path, n, text), f"{path}, line {n}") for n, text in picked]
     return RunView(run_dir, records, chosen, steps, task=config.get("task"), model=config.get("model"),
                    mrtpo=all(r.distances is not None for r in records))
+
+
+_STEP = re.compile(r'\s*\{"step":\s*(\d+)\s*,')
+
+
+def _parse(path: Path, n: int, line: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CreditError(f"{path}, line {n}: not valid JSON ({exc}); a crashed run may have left a "
+                          "partial last line: delete it, or resume the run to rewrite it") from None
+    if not isinstance(row, dict):
+        raise CreditError(f"{path}, line {n}: expected a JSON object, got {type(row).__name__}")
+    if not isinstance(row.get("step", 0), int):
+        raise CreditError(f"{path}, line {n}: field 'step' must be an integer, got {row['step']!r}")
+    return row
 
 
 def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:

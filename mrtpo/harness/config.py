@@ -87,7 +87,7 @@ class TrainConfig:
     save_every: int = opt(50, "Checkpoint every N steps (0 = only at the end).")
     save_total_limit: int = opt(0, "Keep only the newest N checkpoints (0 = keep all).")
     resume: bool = opt(False, "Continue the run in --output-dir from its latest checkpoint, with its saved config.")
-    log_completions_every: int = opt(10, "Write every completion of every Nth step to completions.jsonl (0 = never).")
+    log_completions_every: int = opt(10, "Write every completion of step 1 and of every Nth step to completions.jsonl (0 = never).")
     eval_every: int = opt(0, "Score greedy completions on the held-out examples every N steps (0 = never).")
     verify_workers: int = opt(2, "Processes that run the verifiers with deadlines (0 = in this process, no deadline).")
     verify_timeout: float = opt(30.0, "Seconds one reward may take on one completion before it scores its floor ('timed out').")

@@ -31,8 +31,8 @@ def load_examples(task: Task, path: str | None, what: str = "--data") -> list[Ex
                         "the task's bundled sample.")
     try:
         examples = task.load(path)
-    except (FileNotFoundError, IsADirectoryError) as exc:
-        raise DataError(f"{what} {path}: {exc}") from exc
+    except (OSError, ValueError) as exc:  # the task's own data errors name file, row and field
+        raise DataError(f"{what} {path or '(bundled sample)'}: {exc}") from exc
     if not examples:
         raise DataError(f"{what} {path or '(bundled sample)'}: task {task.name!r} read no examples "
                         "from it; check the file's format against the task's data card.")

@@ -7,7 +7,9 @@ credit (GRPO or GDPO, optionally SAW-weighted), place the credit on tokens, and 
 clipped policy-gradient step (TRL's loss definitions). Then log, evaluate, checkpoint.
 
 What it deliberately does not do: no transformers.Trainer, no reward model, no value head,
-no vLLM; one process (data-parallel runs and TRL integration are separate, see README).
+no vLLM. Under `accelerate launch` it runs data-parallel: each process takes a share of the
+prompts, scores are gathered so credit is the whole batch's, gradients are averaged
+(distributed.py); for large models use the TRL integration (mrtpo.integrations.trl).
 
     mrtpo train --model PATH --task toolcall --steps 3
     python -c "from mrtpo.harness import TrainConfig, train; train(TrainConfig(model=..., task=...))"
@@ -26,6 +28,7 @@ from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distances import blocks_for, replay_distances
+from mrtpo.harness.distributed import Distributed, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics)
 from mrtpo.harness.policy import check_model_arg, load_policy
@@ -52,7 +55,8 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         from mrtpo.tasks import available_tasks
 
         raise ConfigError(f"--task is required; available tasks: {', '.join(available_tasks())}")
-    run_dir = prepare_run_dir(cfg)
+    dist = Distributed.from_env()  # data-parallel under `accelerate launch`; one process otherwise
+    run_dir = dist.run_on_main(lambda: prepare_run_dir(cfg))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)
     train_set, eval_set = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size)
@@ -63,18 +67,21 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     policy = load_policy(
         cfg.model, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
-        device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
+        device=dist.policy_device(cfg.device), dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         keep_reference=cfg.beta > 0,
         weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
+    dist.broadcast_parameters(policy.trainable_parameters())  # every process starts from rank 0's weights
     metrics_log = JsonlLog(run_dir / "metrics.jsonl")
     completions_log = JsonlLog(run_dir / "completions.jsonl")
-    for log in (metrics_log, completions_log):
-        log.truncate_after(start)  # what a crashed run wrote after its last checkpoint
+    if dist.is_main:  # one process writes the logs and checkpoints
+        for log in (metrics_log, completions_log):
+            log.truncate_after(start)  # what a crashed run wrote after its last checkpoint
+    dist.barrier()
     history = metrics_log.read()
     G = cfg.num_generations
-    if on_start is not None:
+    if on_start is not None and dist.is_main:
         on_start(start)
 
     # -------------------------------------------------------------------------------- loop
@@ -82,13 +89,17 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         for step in range(start + 1, cfg.steps + 1):
             timer = PhaseTimer()
             picks = prompts_for_step(len(train_set), step - 1, cfg.batch_prompts, cfg.seed)
-            examples = [train_set[i] for i in picks]
+            examples = [train_set[i] for i in dist.shard(picks)]  # this process's share of the B prompts
+            rows = dist.rows(len(examples) * G)  # its completions' rows in the global batch
 
-            with timer("generate"):
+            with timer("generate"):  # each row samples from its own seeded generator
                 rollout = sample(policy, task, examples, G, temperature=cfg.temperature,
-                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-            with timer("verify"):
-                scored = scorer.score(rollout.examples, rollout.responses)  # scores [N, K]
+                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                 logits_processor=dist.sampler(cfg.seed, step, rows.start,
+                                                               cfg.temperature, cfg.top_p))
+            with timer("verify"):  # own rows on the global reward columns; the whole batch's scores
+                scored, batch_scored = dist.gather_scores(
+                    scorer.score(rollout.examples, rollout.responses))  # scores [n, K], [N, K]
             mask = rollout.response_mask()  # [N, T]
             with timer("replay"):
                 q, blocks = (replay_distances(policy, task, rollout, scored, cfg.temperature)
@@ -96,8 +107,10 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
 
             # credit per reward, then on tokens: the mean over a response's tokens stays the
             # estimator's advantage; only where it lands changes
-            credit = estimate(scored.scores, G, cfg.advantage, weights=scored.weights,
-                              saw=cfg.saw, floors=scored.floors, scale=cfg.scale_rewards)
+            # (computed on the whole batch's scores, so GDPO's and SAW's batch statistics are the
+            # ones a single process would see; each process keeps its own rows)
+            credit = local_credit(estimate(batch_scored.scores, G, cfg.advantage, weights=batch_scored.weights,
+                                           saw=cfg.saw, floors=batch_scored.floors, scale=cfg.scale_rewards), rows)
             advantages = place(credit, q, mask, lam=cfg.mrtpo_lambda)  # [N, T]
 
             lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
@@ -111,34 +124,38 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
                                epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
                                num_iterations=cfg.num_iterations, grad_accum=cfg.grad_accum,
                                max_grad_norm=cfg.max_grad_norm,
-                               max_completion_length=cfg.max_new_tokens, loss_mask=loss_mask)
+                               max_completion_length=cfg.max_new_tokens, loss_mask=loss_mask, dist=dist)
 
             record: dict[str, Any] = {"step": step, "epoch": step * cfg.batch_prompts / len(train_set)}
-            record.update(reward_metrics(scored.scores, scored.names, scored.weights, G))
-            record.update(completion_metrics([len(r) for r in rollout.response_ids], rollout.truncated))
+            record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))
+            record.update(completion_metrics(dist.gather_objects([len(r) for r in rollout.response_ids]),
+                                             dist.gather_objects(rollout.truncated)))
             record.update(stats)
             record["learning_rate"] = lr
             if q is not None:
-                record.update(mrtpo_metrics(q, mask, scored.names))
+                record.update(mrtpo_metrics(dist.gather_rows(q), dist.gather_rows(mask), scored.names))
 
-            if cfg.log_completions_every and step % cfg.log_completions_every == 0:
-                used_w = scored.weights * (saw_weights(scored.scores, scored.floors)
+            if cfg.log_completions_every and (step == 1 or step % cfg.log_completions_every == 0):
+                used_w = scored.weights * (saw_weights(batch_scored.scores, batch_scored.floors)
                                            if cfg.saw != "off" else 1.0)  # [K]
-                completions_log.write(completion_records(
+                records = dist.gather_objects(completion_records(
                     step, rollout, scored, blocks or blocks_for(task, rollout, scored), credit,
                     used_w, advantages, q,
                     None if q is None else token_weights(q, mask, cfg.mrtpo_lambda), policy.tokenizer))
-            if cfg.eval_every and step % cfg.eval_every == 0:
+                if dist.is_main:
+                    completions_log.write(records)
+            if cfg.eval_every and step % cfg.eval_every == 0 and dist.is_main:
                 with timer("eval"):
                     record.update(evaluate(policy, task, eval_set, scorer, cfg))
 
             record.update(timer.totals())
             record = clean(record)
-            metrics_log.write([record])
             history.append(record)
-            if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
-                checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
-            if on_step is not None:
+            if dist.is_main:
+                metrics_log.write([record])
+                if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
+                    checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
+            if on_step is not None and dist.is_main:
                 on_step(record)
     finally:
         scorer.close()

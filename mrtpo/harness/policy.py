@@ -153,7 +153,11 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
         reference = _load(model) if weights_from else copy.deepcopy(net)
         reference.eval().requires_grad_(False)
     if gradient_checkpointing:
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(net, "activation_checkpointing_enable", None)  # transformers >= 5 name
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:
         from peft import LoraConfig, get_peft_model
 

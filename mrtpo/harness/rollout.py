@@ -85,8 +85,12 @@ def prompt_token_ids(tokenizer, text: str) -> list[int]:
 @torch.no_grad()
 def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
-           greedy: bool = False) -> Rollout:
-    """Sample `num_generations` completions for each example (greedy: one, argmax)."""
+           greedy: bool = False, logits_processor: list | None = None) -> Rollout:
+    """Sample `num_generations` completions for each example (greedy: one, argmax).
+
+    `logits_processor`: extra transformers logits processors, e.g. the loop's per-row seeded
+    sampling (mrtpo.harness.distributed.RowSeededSampling).
+    """
     from transformers import GenerationConfig
 
     tok = policy.tokenizer
@@ -110,7 +114,8 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     was_training = policy.model.training
     policy.model.eval()
     try:
-        out = policy.model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen)
+        out = policy.model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
+                                     logits_processor=logits_processor)
     finally:
         policy.model.train(was_training)
     new = out[:, p:].tolist()  # [B*G, <= max_new_tokens]

@@ -24,23 +24,36 @@ def reference_logps(policy, batch: Batch, temperature: float, parts: int) -> tor
     t = batch.response_mask.shape[1]
     out = []
     with policy.reference() as ref:
-        for mb in micro_batches(batch.input_ids.shape[0], parts):
-            b = batch.rows(mb)
-            out.append(token_logps(ref, b.input_ids, b.attention_mask, b.position_ids, t, temperature)[0])
+        was_training = ref.training
+        ref.eval()  # the base model as it is served: no dropout
+        try:
+            for mb in micro_batches(batch.input_ids.shape[0], parts):
+                b = batch.rows(mb)
+                out.append(token_logps(ref, b.input_ids, b.attention_mask, b.position_ids, t, temperature)[0])
+        finally:
+            ref.train(was_training)
     return torch.cat(out)  # [N, T]
 
 
 def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: torch.Tensor, *,
            temperature: float, loss_type: str, epsilon: float, epsilon_high: float | None,
            beta: float, num_iterations: int, grad_accum: int, max_grad_norm: float,
-           max_completion_length: int, loss_mask: torch.Tensor | None = None) -> dict[str, float]:
-    """Run `num_iterations` optimizer steps on the batch; return TRL-named statistics."""
+           max_completion_length: int, loss_mask: torch.Tensor | None = None,
+           dist=None) -> dict[str, float]:
+    """Run `num_iterations` optimizer steps on the batch; return TRL-named statistics.
+
+    `dist` (mrtpo.harness.distributed.Distributed): this process holds one share of a
+    data-parallel batch; losses are normalised by the whole batch, gradients averaged over
+    processes before clipping (as DDP does), statistics reduced over the whole batch.
+    """
     model = policy.model
     params = policy.trainable_parameters()
     n, t = batch.response_mask.shape
     mask = batch.response_mask.float() if loss_mask is None else loss_mask.to(batch.response_mask.device).float()  # [N, T]
     adv = advantages.to(mask.device, torch.float32)  # [N, T]
     num_tokens = float(mask.sum())
+    if dist is not None:  # each process's share of the whole batch's tokens: the dapo normaliser
+        num_tokens = dist.mean(num_tokens)
     ref = reference_logps(policy, batch, temperature, grad_accum) if beta != 0.0 else None  # [N, T]
     old = torch.zeros(n, t, device=mask.device)  # [N, T] filled on the first pass
     model.train()
@@ -62,10 +75,15 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
             sums["loss"] += float(loss.detach())
             for key in ("tokens", "clip_low", "clip_high", "kl"):
                 sums[key] += getattr(parts, key)
+        if dist is not None:
+            dist.average_gradients(params)  # every process steps with the whole batch's gradient
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
         sums["grad_norm"] += float(norm)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if dist is not None:  # whole-batch statistics: counts add up, per-process losses average
+        sums = {k: dist.sum(v) / (dist.world_size if k in ("loss", "entropy", "grad_norm") else 1)
+                for k, v in sums.items()}
     tok = max(sums["tokens"], 1.0)
     stats = {
         "loss": sums["loss"] / num_iterations,

@@ -33,7 +33,6 @@ from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
 from mrtpo.verifiers.ifeval import (
     Evaluation,
-    UnsupportedInstruction,
     describe,
     normalize_kwargs,
     supported_ids,
@@ -284,7 +283,10 @@ class InstructTask(Task):
         return self.format.render(ref) if ref else None
 
     def evaluate(self, examples: list[Example], responses: list[str]) -> Evaluation:
-        """IFEval's accuracies (prompt/instruction level, strict and loose) over responses."""
+        """IFEval's accuracies (prompt/instruction level, strict and loose) with the rewards'
+        semantics: a non-letter in `letter_frequency` is counted as asked (IFEval prompts 1122 and
+        1129), where the official code draws a random letter. `mrtpo.evaluation.instruct` reports
+        the official figures."""
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples but {len(responses)} responses")
         ev = Evaluation()

@@ -392,3 +392,225 @@ if __name__ == "__main__":
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
     good = sum(r["expect"] is None for r in records)
     print(f"wrote {len(records)} records ({good} good, {len(records) - good} bad) to {out}")
+
+
+# ============================================================================================
+# Held-out corpus: written after the rules were frozen, never used to tune them. Measured and
+# reported apart (tests/test_blocks_corpus.py::test_heldout_corpus).
+# ============================================================================================
+dev_records, records = records, []
+
+TEXT_EX += [
+    ("Write a haiku about autumn.",
+     ["Your response must be in Japanese, no other language is allowed.",
+      "Highlight at least 2 sections in your answer with markdown, i.e. *highlighted section*."],
+     [{"instruction_id": "language:response_language", "kwargs": {"language": "ja"}},
+      {"instruction_id": "detectable_format:number_highlighted_sections", "kwargs": {"num_highlights": 2}}]),
+    ("Give advice on learning the guitar.",
+     ["Your response should contain 4 paragraphs. You separate paragraphs using the markdown divider: * * *",
+      "In your response, the letter q should appear at least 3 times.",
+      "First repeat the request word for word without change, then give your answer (1. do not say any words "
+      "or characters before repeating the request; 2. the request you need to repeat does not include this sentence)"],
+     [{"instruction_id": "length_constraints:number_paragraphs", "kwargs": {"num_paragraphs": 4}},
+      {"instruction_id": "keywords:letter_frequency", "kwargs": {"letter": "q", "let_frequency": 3, "let_relation": "at least"}},
+      {"instruction_id": "combination:repeat_prompt", "kwargs": {"prompt_to_repeat": "Give advice on learning the guitar."}}]),
+]
+
+# good
+add("h-g-ref-cte", None, "reference", SQL.render_body(
+    "WITH perf AS (SELECT concert_id FROM singer_in_concert)\nSELECT concert_id, count(*) FROM perf GROUP BY concert_id"),
+    sql_ctx(7))
+add("h-g-ref-lower", None, "reference", SQL.render_body("select name from singer where country is null"), sql_ctx(3))
+add("h-g-ref-semicolon", None, "reference", SQL.render_body("SELECT count(*) FROM singer;"), sql_ctx(0))
+add("h-g-ref-join-alias", None, "reference", SQL.render_body(
+    "SELECT DISTINCT stadium.name FROM concert JOIN stadium USING (stadium_id) WHERE concert.year = 2014"), sql_ctx(5))
+add("h-g-fb-function", None, "feedback", "SQLite stops the query with this message: no such function: YEAR",
+    sql_ctx(4), feedback="no such function: YEAR")
+add("h-g-fb-group", None, "feedback", 'The statement fails: near "GROUP": syntax error', sql_ctx(4),
+    feedback='near "GROUP": syntax error')
+add("h-g-fb-alias", None, "feedback", "The query fails with the SQLite error: no such column: T2.name", sql_ctx(5),
+    feedback="no such column: T2.name")
+add("h-g-fb-schema", None, "feedback",
+    "The arguments do not validate against the schema of convert_currency: 'amount' is a required property",
+    tool_ctx(1), feedback="'amount' is a required property")
+add("h-g-fb-empty", None, "feedback", "", sql_ctx(1), feedback="the query ran and returned 5 rows")
+add("h-g-fb-says", None, "feedback", "SQLite says: no such table: singers", sql_ctx(0), feedback="no such table: singers")
+add("h-g-format-tool", None, "format",
+    'A correct response gives the calls inside <tool_call></tool_call> tags, one JSON object with "name" and '
+    '"arguments" per call.', tool_ctx(3))
+add("h-g-format-think", None, "format",
+    "A correct response starts with its reasoning inside <think></think> tags and ends with a single ```sql code block.",
+    sql_ctx(2, think=True))
+add("h-g-format-text", None, "format", "A correct response is plain text with no markup around it.", text_ctx(4))
+add("h-g-ref-tool-think", None, "reference", tool_ref(0), tool_ctx(0, think=True))
+add("h-g-ref-tool-parallel-swapped", None, "reference", TOOL.render_body(list(reversed(TOOL_EX[3][3]))), tool_ctx(3))
+add("h-g-ref-tool-alt", None, "reference", TOOL.render_body(
+    [{"name": "get_current_weather", "arguments": {"location": "Lisbon", "unit": "celsius"}}]), tool_ctx(0))
+add("h-g-schema-list", None, "schema", json.dumps([FUNCS["book_table"]]), tool_ctx(2))
+add("h-g-schema-pretty", None, "schema", json.dumps(FUNCS["convert_currency"], indent=2), tool_ctx(1))
+for i in (4, 5):
+    for j, s in enumerate(TEXT_EX[i][1]):
+        add(f"h-g-constraint-{i}-{j}", None, "constraint", s, text_ctx(i), placement="in_prompt")
+for j, (i, s) in enumerate([(4, "The response is in Japanese."),
+                            (4, "The response highlights at least 2 sections with markdown, like *highlighted section*."),
+                            (5, "The letter q appears at least 3 times in the response."),
+                            (5, "The response has 4 paragraphs separated by * * *.")]):
+    add(f"h-g-append-{j}", None, "constraint", s, text_ctx(i))
+add("h-g-fact-youngest", None, "",
+    "The youngest singer is found by ordering on age and taking the first row whose age is known.", sql_ctx(6))
+add("h-g-fact-berlin", None, "", "Berlin has two stadiums in the database.", sql_ctx(2))
+add("h-g-fact-capacity", None, "", "The capacity column of stadium holds the number of seats.", sql_ctx(2))
+add("h-g-fact-not", None, "", "The question asks for the stadium names, not their ids.", sql_ctx(5))
+add("h-g-fact-tool", None, "", "The party of 4 dines at Nopa at 19:30.", tool_ctx(2))
+# first written as an R5 violation; on this database no 2014 stadium repeats, so the verifier
+# rightly gives the query without DISTINCT full marks: relabelled good (a labelling error)
+add("h-g-ref-no-distinct", None, "reference", SQL.render_body(SQL_EX[5][1].replace("DISTINCT ", "")), sql_ctx(5))
+
+# bad
+add("h-b1-fb-and-ref", "R1", "feedback",
+    "The query fails with: no such column: nme. The correct query is " + sql_ref(0).replace("\n", " "), sql_ctx(0),
+    feedback="no such column: nme")
+add("h-b1-two-answers", "R1", "reference", tool_ref(0) + "\nor\n" + TOOL.render_body(
+    [{"name": "get_current_weather", "arguments": {"location": "Lisbon"}}]), tool_ctx(0))
+add("h-b1-one-sentence-two", "R1", "constraint", "The response is in Japanese and highlights 2 sections.", text_ctx(4))
+add("h-b1-schema-and-value", "R1", "schema", json.dumps(FUNCS["convert_currency"]) + "\nThe amount is 250.", tool_ctx(1))
+add("h-b1-bullets", "R1", "", "\u2022 The call uses book_table.\n\u2022 party_size is 4.\n\u2022 time is 19:30.", tool_ctx(2))
+add("h-b1-two-errors", "R1", "feedback",
+    "The query fails with no such column: nme; the response also has no code block around it.", sql_ctx(0),
+    feedback="no such column: nme")
+add("h-b2-valid", "R2", "", "The SQL is syntactically valid.", sql_ctx(1))
+add("h-b2-checks", "R2", "", "A correct call passes all checks.", tool_ctx(2))
+add("h-b2-wants", "R2", "", "The output matches what the user wants.", text_ctx(4))
+add("h-b2-format", "R2", "format", "The response uses the expected format.", tool_ctx(1))
+add("h-b2-null", "R2", "", "The query handles NULL values correctly.", sql_ctx(3))
+add("h-b2-accurate", "R2", "", "The answer is accurate and complete.", sql_ctx(4))
+for rid, blk, ctx in [
+    ("h-b3-consider", "Consider joining concert with stadium on stadium_id.", sql_ctx(5)),
+    ("h-b3-careful", "Be careful: age can be NULL for Ana Lima.", sql_ctx(6)),
+    ("h-b3-hint-dash", "Hint - the city is stored as Berlin in stadium.", sql_ctx(2)),
+    ("h-b3-important", "IMPORTANT: the singers are ordered by age descending.", sql_ctx(1)),
+    ("h-b3-quote", "> Note the stadium table has a city column.", sql_ctx(2)),
+    ("h-b3-think", "Think about which table holds capacity: stadium.", sql_ctx(2)),
+    ("h-b3-the-model", "The model should call book_table for Nopa.", tool_ctx(2)),
+    ("h-b3-training", "This hint is only shown during training: singer has an age column.", sql_ctx(1)),
+    ("h-b3-full-marks", "Full marks need the keyword whiskers.", text_ctx(0)),
+    ("h-b3-check", "Check that party_size is 4.", tool_ctx(2)),
+]:
+    add(rid, "R3", "", blk, ctx)
+for rid, blk, fb, ctx in [
+    ("h-b4-near-miss", "SQLite error: no such column: name", "no such column: nme", sql_ctx(0)),
+    ("h-b4-no-error", "SQLite reports no error for the query on stadium.", "", sql_ctx(2)),
+    ("h-b4-paraphrase", "The value 4 for party_size is not valid.", "'4' is not of type 'integer'", tool_ctx(2)),
+    ("h-b4-embellished", 'The query fails with the SQLite error: near "FROM": syntax error at line 3',
+     'near "FROM": syntax error', sql_ctx(1)),
+    ("h-b4-slow", "The query on concert is too slow.", "interrupted", sql_ctx(4)),
+]:
+    add(rid, "R4", "feedback", blk, ctx, feedback=fb)
+for rid, blk, ctx in [
+    ("h-b5-upper-tag", "```SQL\n" + SQL_EX[0][1] + "\n```", sql_ctx(0)),
+    ("h-b5-extra-key", "<tool_call>\n" + json.dumps({"name": "book_table", "id": "call_1", "arguments": {
+        "restaurant": "Nopa", "party_size": 4, "time": "19:30"}}) + "\n</tool_call>", tool_ctx(2)),
+    ("h-b5-string-amount", TOOL.render_body([{"name": "convert_currency", "arguments": {
+        "amount": "250", "from_currency": "EUR", "to_currency": "JPY"}}]), tool_ctx(1)),
+    ("h-b5-think-not-asked", "<think>\n</think>\n" + sql_ref(3), sql_ctx(3)),
+]:
+    add(rid, "R5", "reference", blk, ctx)
+add("h-b6-curly-quotes", "R6", "constraint",
+    "Include the keywords \u2018whiskers\u2019 and \u2018garden\u2019 in the response.", text_ctx(0), placement="in_prompt")
+add("h-b6-double-space", "R6", "constraint", "Highlight at least 2 sections in your answer with  markdown, "
+    "i.e. *highlighted section*.", text_ctx(4), placement="in_prompt")
+add("h-b6-shortened", "R6", "constraint", "Your response should contain 4 paragraphs.", text_ctx(5),
+    placement="in_prompt")
+heldout_records = records
+records = dev_records
+
+if __name__ == "__main__":
+    out = HERE / "blocks_corpus_heldout.jsonl"
+    with out.open("w", encoding="utf-8") as fh:
+        for r in heldout_records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    good = sum(r["expect"] is None for r in heldout_records)
+    print(f"wrote {len(heldout_records)} records ({good} good, {len(heldout_records) - good} bad) to {out}")
+
+
+# ============================================================================================
+# Second held-out corpus: written after the rules were revised on the first one's misses, and
+# not used to change them.
+# ============================================================================================
+dev_records, records = records, []
+TEXT_EX += [
+    ("Describe the rules of chess.",
+     ["Answer with at least 50 words.",
+      "Your ENTIRE response should be in French language, no other language is allowed.",
+      "End your response with the phrase 'Any other questions?'. No other words should follow."],
+     [{"instruction_id": "length_constraints:number_words", "kwargs": {"num_words": 50, "relation": "at least"}},
+      {"instruction_id": "language:response_language", "kwargs": {"language": "fr"}},
+      {"instruction_id": "startend:end_checker", "kwargs": {"end_phrase": "Any other questions?"}}]),
+]
+add("h2-g-fb-town", None, "feedback",
+    "Running the statement on the concert database ends in the SQLite error no such column: stadium.town",
+    sql_ctx(2), feedback="no such column: stadium.town")
+add("h2-g-fb-type", None, "feedback", "The call fails schema validation: 19.30 is not of type 'string'",
+    tool_ctx(2), feedback="19.30 is not of type 'string'")
+add("h2-g-fb-none", None, "feedback", "", sql_ctx(5), feedback="")
+add("h2-g-ref-limit", None, "reference",
+    SQL.render_body("SELECT name FROM singer WHERE age > 30 ORDER BY age DESC LIMIT 100"), sql_ctx(1))
+add("h2-g-ref-optional", None, "reference",
+    TOOL.render_body([{"name": "get_current_weather", "arguments": {"location": "Lisbon, Portugal"}}]), tool_ctx(0))
+add("h2-g-ref-pretty", None, "reference", sql_ref(7, pretty=True), sql_ctx(7))
+add("h2-g-schema-bmi", None, "schema", json.dumps(FUNCS["calculate_bmi"]), tool_ctx(3))
+add("h2-g-format-think", None, "format", SQL_T.rule, sql_ctx(6, think=True))
+add("h2-g-format-tool", None, "format",
+    "A correct response holds each call as a JSON object in its own <tool_call></tool_call> pair and nothing else.",
+    tool_ctx(1))
+for j, s in enumerate(TEXT_EX[6][1]):
+    add(f"h2-g-constraint-{j}", None, "constraint", s, text_ctx(6), placement="in_prompt")
+add("h2-g-append-fr", None, "constraint", "The response is written in French.", text_ctx(6))
+add("h2-g-append-50", None, "constraint", "The response has at least 50 words.", text_ctx(6))
+add("h2-g-append-end", None, "constraint", "The last words of the response are: Any other questions?", text_ctx(6))
+add("h2-g-fact-ana", None, "", "Ana Lima has neither a country nor an age in the singer table.", sql_ctx(3))
+add("h2-g-fact-2015", None, "", "Two concerts took place in 2015.", sql_ctx(4))
+add("h2-g-fact-units", None, "", "Both BMI calls use weights in kilograms and heights in metres.", tool_ctx(3))
+add("h2-g-fact-colon", None, "", "One row per year: 2014 has three concerts and 2015 has two.", sql_ctx(4))
+
+add("h2-b1-inline-ref", "R1", "", "The reference query is ```sql SELECT count(*) FROM singer``` and it returns 7.",
+    sql_ctx(0))
+add("h2-b1-two-constraints", "R1", "constraint", "The response is in French. Its last words are Any other questions?",
+    text_ctx(6))
+add("h2-b1-schemas-and-pick", "R1", "schema",
+    json.dumps(FUNCS["convert_currency"]) + "\n" + json.dumps(FUNCS["get_current_weather"])
+    + "\nconvert_currency is the one to call.", tool_ctx(1))
+add("h2-b1-list", "R1", "", "- party_size is 4\n- time is 19:30", tool_ctx(2))
+add("h2-b2-correct-sql", "R2", "", "The query is correct SQL for SQLite.", sql_ctx(1))
+add("h2-b2-format", "R2", "format", "A correct response follows the output rules.", sql_ctx(2))
+add("h2-b2-args", "R2", "", "The call arguments match the user's request.", tool_ctx(1))
+add("h2-b2-expects", "R2", "", "The result is what the question expects.", sql_ctx(6))
+add("h2-b3-avoid", "R3", "", "Avoid selecting singer_id; the question asks for names.", sql_ctx(3))
+add("h2-b3-solution", "R3", "reference", "Solution:\n" + sql_ref(2), sql_ctx(2))
+add("h2-b3-tip", "R3", "", "Tip: stadium.city holds Berlin.", sql_ctx(2))
+add("h2-b3-grader", "R3", "", "The grader compares rows with SELECT avg(capacity) FROM stadium WHERE city = 'Berlin'.",
+    sql_ctx(2))
+add("h2-b3-you", "R3", "", "You will need the keyword garden.", text_ctx(0))
+add("h2-b4-typo", "R4", "feedback", "The query fails with the SQLite error: no such column: nmae", sql_ctx(0),
+    feedback="no such column: nme")
+add("h2-b4-invented", "R4", "feedback", "The query on concert returned no rows.", sql_ctx(4), feedback="")
+add("h2-b4-paraphrase", "R4", "feedback", "The amount argument is missing from convert_currency.", tool_ctx(1),
+    feedback="'amount' is a required property")
+add("h2-b5-wrong-order", "R5", "reference",
+    SQL.render_body("SELECT name FROM singer WHERE age IS NOT NULL ORDER BY age DESC LIMIT 1"), sql_ctx(6))
+add("h2-b5-missing-time", "R5", "reference",
+    TOOL.render_body([{"name": "book_table", "arguments": {"restaurant": "Nopa", "party_size": 4}}]), tool_ctx(2))
+add("h2-b6-no-period", "R6", "constraint", "Answer with at least 50 words", text_ctx(6), placement="in_prompt")
+add("h2-b6-case", "R6", "constraint",
+    "Your entire response should be in French language, no other language is allowed.", text_ctx(6),
+    placement="in_prompt")
+heldout2_records = records
+records = dev_records
+
+if __name__ == "__main__":
+    out = HERE / "blocks_corpus_heldout2.jsonl"
+    with out.open("w", encoding="utf-8") as fh:
+        for r in heldout2_records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    good = sum(r["expect"] is None for r in heldout2_records)
+    print(f"wrote {len(heldout2_records)} records ({good} good, {len(heldout2_records) - good} bad) to {out}")

@@ -464,7 +464,8 @@ def _options(text: str) -> tuple[list[str], bool]:
 
 
 @register("format:options", source="ifbench", required=("options",),
-          describe=lambda kw: f"Answer with one of the following options: {kw['options']}. Do not give any explanation.")
+          describe=lambda kw: (f"Answer with one of the following options: {kw['options']}. "
+                               "Do not give any explanation."))
 def options(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
     opts, strict = _options(kw["options"])
     if strict:

@@ -34,6 +34,7 @@ def _counted(what: str, actual: int, relation: str, threshold) -> tuple[bool, st
 
 # --- keywords -------------------------------------------------------------------------------
 @register("keywords:existence", source="ifeval", required=("keywords",), types={"keywords": list},
+          regex=("keywords",),
           describe=lambda kw: f"Include keywords {sorted(kw['keywords'])} in the response.")
 def keywords_existence(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
     missing = [k for k in sorted(kw["keywords"]) if not re.search(k, response, flags=re.IGNORECASE)]
@@ -43,7 +44,7 @@ def keywords_existence(response: str, kw: dict, prompt: str) -> tuple[bool, str]
 
 
 @register("keywords:frequency", source="ifeval", required=("keyword", "frequency", "relation"),
-          types={"frequency": int}, choices=_REL,
+          types={"frequency": int}, choices=_REL, regex=("keyword",),
           describe=lambda kw: (f"In your response, the word {kw['keyword'].strip()} should appear "
                                f"{kw['relation']} {kw['frequency']} times."))
 def keywords_frequency(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
@@ -53,7 +54,7 @@ def keywords_frequency(response: str, kw: dict, prompt: str) -> tuple[bool, str]
 
 
 @register("keywords:forbidden_words", source="ifeval", required=("forbidden_words",),
-          types={"forbidden_words": list},
+          types={"forbidden_words": list}, regex=("forbidden_words",),
           describe=lambda kw: f"Do not include keywords {sorted(set(kw['forbidden_words']))} in the response.")
 def keywords_forbidden(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
     used = [w for w in sorted(set(kw["forbidden_words"]))
@@ -155,6 +156,7 @@ def number_placeholders(response: str, kw: dict, prompt: str) -> tuple[bool, str
 
 
 @register("detectable_content:postscript", source="ifeval", required=("postscript_marker",),
+          regex=("postscript_marker",),
           describe=lambda kw: ("At the end of your response, please explicitly add a postscript "
                                f"starting with {kw['postscript_marker'].strip()}"))
 def postscript(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
@@ -206,6 +208,7 @@ def number_highlighted_sections(response: str, kw: dict, prompt: str) -> tuple[b
 
 @register("detectable_format:multiple_sections", source="ifeval",
           required=("section_spliter", "num_sections"), types={"num_sections": int},
+          regex=("section_spliter",),
           describe=lambda kw: (f"Your response must have {kw['num_sections']} sections. Mark the beginning "
                                f"of each section with {kw['section_spliter'].strip()} X, such as:\n"
                                f"{kw['section_spliter'].strip()} 1\n[content of section 1]\n"

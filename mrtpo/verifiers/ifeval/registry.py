@@ -11,6 +11,7 @@ then never raise on model output.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -37,6 +38,7 @@ class Instruction:
     optional: tuple[str, ...] = ()
     types: dict[str, type] = field(default_factory=dict)
     choices: dict[str, tuple] = field(default_factory=dict)
+    regex: tuple[str, ...] = ()  # kwargs the checker uses as regular expressions
 
 
 REGISTRY: dict[str, Instruction] = {}
@@ -44,14 +46,15 @@ REGISTRY: dict[str, Instruction] = {}
 
 def register(id: str, *, source: Source, describe: Callable[[dict], str],
              required: tuple[str, ...] = (), optional: tuple[str, ...] = (),
-             types: dict[str, type] | None = None, choices: dict[str, tuple] | None = None):
+             types: dict[str, type] | None = None, choices: dict[str, tuple] | None = None,
+             regex: tuple[str, ...] = ()):
     """Decorator registering a checker function under `id`."""
 
     def deco(fn: CheckFn) -> CheckFn:
         if id in REGISTRY:
             raise ValueError(f"instruction {id!r} is registered twice")
         REGISTRY[id] = Instruction(id, fn, describe, source, required, optional,
-                                   dict(types or {}), dict(choices or {}))
+                                   dict(types or {}), dict(choices or {}), tuple(regex))
         return fn
 
     return deco
@@ -142,6 +145,13 @@ def normalize_kwargs(instruction_id: str, kwargs: dict | None) -> dict:
         if name in ins.choices and out[name] not in ins.choices[name]:
             raise ValueError(f"{instruction_id}: kwarg {name!r} must be one of "
                              f"{list(ins.choices[name])}, got {out[name]!r}")
+    for name in ins.regex:
+        for pattern in ([out[name]] if isinstance(out.get(name), str) else out.get(name, [])):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{instruction_id}: kwarg {name!r} is used as a regular expression "
+                                 f"(as in IFEval) and {pattern!r} is not one: {exc}") from None
     missing = [k for k in ins.required if k not in out]
     if missing:
         raise ValueError(f"{instruction_id}: missing kwarg(s) {missing}; it needs "

@@ -1,0 +1,142 @@
+"""`mrtpo credit`: see which tokens each reward's credit went to.
+
+    mrtpo credit runs/text2sql-gdpo-mrtpo-20261130 --step 20 --limit 4 --html credit.html
+    mrtpo credit text2sql --model ./checkpoint --limit 3 --png first.png
+    mrtpo credit instruct --model mrtpo-tiny --responses mine.jsonl
+
+With a run directory it reads the completions the run logged (`completions.jsonl`); with a
+task name it scores and replays responses now, with `--model` (each example's responses from
+`--responses`, or the task's reference answer and a corrupted copy, credited as one group).
+"""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+class Estimator(str, Enum):
+    gdpo = "gdpo"
+    grpo = "grpo"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("credit")
+    def credit_cmd(
+        target: Annotated[str, typer.Argument(metavar="RUN_DIR|TASK", help="A training run's directory (reads its completions.jsonl), or a task name to compute credit fresh with --model.")],
+        step: Annotated[Optional[int], typer.Option("--step", min=1, help="Run: the logged step to show; default: the last one.")] = None,
+        limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Run: show the first N completions of the step. Task: the first N examples.")] = None,
+        html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write one self-contained HTML page here.")] = None,
+        png_out: Annotated[Optional[Path], typer.Option("--png", help="Also write a heatmap of one completion here (needs matplotlib: the 'plot' extra).")] = None,
+        index: Annotated[int, typer.Option("--index", min=1, help="Which completion (of those shown, from 1) --png draws.")] = 1,
+        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, or mrtpo-tiny).")] = None,
+        data: Annotated[Optional[str], typer.Option("--data", help="Task: dataset path; default: the task's bundled sample.")] = None,
+        responses: Annotated[Optional[Path], typer.Option("--responses", help='Task: JSONL rows {"id": <example id>, "response": <text>} or {"id", "responses": [...]}; default: reference + corrupted copy.')] = None,
+        task_options: Annotated[Optional[list[str]], typer.Option("--task-option", "-o", help="Task: KEY=VALUE for the task's constructor (value read as JSON if it parses).")] = None,
+        estimator: Annotated[Estimator, typer.Option("--estimator", help="Task: credit over each example's responses with gdpo or grpo.")] = Estimator.gdpo,
+        temperature: Annotated[float, typer.Option("--temperature", help="Task: divides the logits in the replay (as in training).")] = 1.0,
+        device: Annotated[str, typer.Option("--device", help="Task: auto, cpu, cuda, cuda:1...")] = "auto",
+        dtype: Annotated[str, typer.Option("--dtype", help="Task: auto, float32, bfloat16 or float16.")] = "auto",
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary table, not every completion.")] = False,
+    ) -> None:
+        """Show where each reward's credit landed: tokens shaded by each reward's weight, per
+        reward its score, credit and block, and how concentrated it is (the share of tokens
+        that carry 80% of the reward's distance)."""
+        from rich.console import Console
+
+        from mrtpo.credit import terminal
+        from mrtpo.credit.records import CreditError
+
+        console = Console()
+        path = Path(target)
+        try:
+            if path.is_dir():
+                for flag, value in (("--model", model), ("--data", data), ("--responses", responses),
+                                    ("--task-option", task_options)):
+                    if value:
+                        _fail(f"{flag} is for computing credit fresh for a task; {target} is a run directory")
+                records, task_name, model_name, heading, note = _from_run(path, step, limit)
+            else:
+                if path.exists():
+                    _fail(f"{target} is a file; give a run directory or a task name")
+                if step is not None:
+                    _fail("--step reads a run directory's log; with a task name, leave it out")
+                if temperature <= 0:
+                    _fail(f"--temperature must be > 0, got {temperature}")
+                records, task_name, model_name, heading, note = _fresh(
+                    target, model, data, responses, task_options or [], limit, estimator.value,
+                    temperature, device, dtype)
+            if not records:
+                _fail("no completions to show")
+            if quiet:
+                console.print(terminal.summary_table(records, task_name))
+                console.print(*terminal.concentration_notes(model_name), style="dim", highlight=False)
+            else:
+                terminal.render(console, records, task=task_name, model=model_name, heading=heading, note=note)
+            if html_out is not None:
+                from mrtpo.credit import html
+
+                html.write(html_out, records, title=f"mrtpo credit: {heading}", task=task_name,
+                           model=model_name, meta=heading, note=note)
+                console.print(f"wrote {html_out}", highlight=False)
+            if png_out is not None:
+                from mrtpo.credit import png
+
+                if index > len(records):
+                    _fail(f"--index {index}: only {len(records)} completions are shown")
+                png.heatmap(records[index - 1], png_out)
+                console.print(f"wrote {png_out}", highlight=False)
+        except CreditError as exc:
+            _fail(str(exc))
+
+
+def _from_run(path: Path, step, limit):
+    from mrtpo.credit.records import read_run
+
+    view = read_run(path, step, limit)
+    heading = (f"run {path} · step {view.step} (logged: {len(view.steps)} steps) · "
+               f"task {view.task or '?'} · model {view.model or '?'} · {_count(len(view.records), 'completion')}")
+    note = "" if view.mrtpo else ("this run had MRTPO off: no distances were logged and every token "
+                                  "carried its response's advantage (nothing is shaded)")
+    return view.records, view.task, view.model, heading, note
+
+
+def _fresh(task_name, model, data, responses, task_options, limit, estimator, temperature, device, dtype):
+    from mrtpo.commands.eval import parse_task_options
+    from mrtpo.credit.records import CreditError, fresh
+    from mrtpo.harness.policy import PolicyLoadError
+    from mrtpo.tasks import get_task
+    from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
+
+    if model is None:
+        _fail(f"{task_name!r} is not a directory, so it names a task: computing credit fresh needs "
+              "--model PATH (a directory, a hub id, or mrtpo-tiny)")
+    try:
+        task = get_task(task_name, **parse_task_options(task_options))
+        examples = task.load(data)
+    except (TaskNotFound, TaskLoadError, FileNotFoundError, ValueError) as exc:
+        if isinstance(exc, CreditError):
+            raise
+        _fail(str(exc) if not isinstance(exc, TaskNotFound) else
+              f"{task_name!r} is neither a run directory nor a task: {exc}")
+    if limit is not None:
+        examples = examples[:limit]
+    try:
+        records = fresh(task, examples, model, responses, estimator, temperature, device, dtype)
+    except PolicyLoadError as exc:
+        _fail(str(exc))
+    source = f"responses from {responses}" if responses else "reference + corrupted copy per example"
+    heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "
+               f"{estimator} credit per example")
+    return records, task.name, model, heading, ""
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code=2)

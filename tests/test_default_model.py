@@ -1,0 +1,255 @@
+"""The built-in policy's recipe at a tiny size: injected errors, supervised data, the cached
+build (atomic, reused, rebuilt when asked), `resolve_model` and `mrtpo model build`.
+
+The full default (about 6M parameters, minutes to build) is never built here: the same
+code runs with a recipe of a few thousand parameters and a handful of steps.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+from mrtpo.models import default as dm
+from mrtpo.models import sft
+from mrtpo.models.errors import candidate_errors
+from mrtpo.tasks import get_task
+
+TASKS = ("toolcall", "text2sql", "instruct")
+
+
+def tiny_recipe(name: str = "test-tiny", **over) -> dm.Recipe:
+    base = dm.Recipe(name=name, examples_per_task=3, vocab_size=600, hidden_size=32, num_layers=2,
+                     num_heads=4, num_kv_heads=2, intermediate_size=64, max_positions=1024,
+                     sft=sft.SFTConfig(steps=4, batch_size=4, max_length=1024))
+    return replace(base, **over)
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    rng = random.Random(0)
+    cfg = sft.SFTConfig()
+    return {name: sft.prepare_examples(get_task(name), get_task(name).load()[:6], cfg, rng) for name in TASKS}
+
+
+# --- injected errors ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", TASKS)
+def test_injected_errors_score_lower_on_the_rewards_they_are_filed_under(name, prepared):
+    task = get_task(name)
+    assert prepared[name], f"no example of {name} has a reference"
+    for d in prepared[name]:
+        rewards = task.rewards(d.example)
+        ref = {r.name: v.score for r, v in zip(rewards, task.score(d.example, d.reference.text))}
+        for err in d.errors:
+            assert err.text != d.reference.text
+            got = {r.name: v.score for r, v in zip(rewards, task.score(d.example, err.text))}
+            assert err.failed and all(got[k] < ref[k] for k in err.failed), (err.kind, err.text)
+            assert all(got[k] >= ref[k] for k in ref if k not in err.failed)
+
+
+@pytest.mark.parametrize("name", ["toolcall", "text2sql"])
+def test_every_reward_has_single_fault_errors(name, prepared):
+    """Each reward of the fixed-K tasks can be broken on its own in most examples, so the
+    warm start's errors spread over all rewards."""
+    names = {r.name for r in get_task(name).rewards(prepared[name][0].example)}
+    for reward in names:
+        covered = [d for d in prepared[name]
+                   if any(e.failed == (reward,) for e in d.errors)
+                   or (reward != "format" and any(reward in e.failed for e in d.errors))]
+        assert len(covered) >= len(prepared[name]) // 2, reward
+
+
+def test_error_kinds_per_format():
+    rng = random.Random(0)
+    tool = get_task("toolcall")
+    ex = tool.load()[0]
+    kinds = {k for k, _ in candidate_errors(tool.format, tool.reference(ex), rng)}
+    assert {"format:missing_tags", "format:text_before"} <= kinds
+    assert any(k.startswith("call:") for k in kinds)
+    sql = get_task("text2sql")
+    ex = sql.load()[1]
+    cands = candidate_errors(sql.format, sql.reference(ex), rng)
+    assert ("format:missing_fence", sql.format.parse(sql.reference(ex)).answer) in cands
+    assert any(k.startswith("sql:") for k, _ in cands)
+
+
+def test_wrong_argument_uses_other_real_values():
+    from mrtpo.models.errors import argument_values
+
+    task = get_task("toolcall")
+    refs = [task.reference(ex) for ex in task.load()]
+    values = argument_values(task.format, refs)
+    assert "location" in values and len(values["location"]) > 1
+    ref = refs[0]
+    cands = candidate_errors(task.format, ref, random.Random(1), n_content=30, values=values)
+    others = [t for k, t in cands if k == "call:other_value"]
+    assert others
+    parsed = task.format.parse(others[0]).answer[0]["arguments"]
+    assert any(v in values[k] for k, v in parsed.items())
+
+
+# --- supervised data ---------------------------------------------------------------------
+
+def test_blocks_in_context_carry_the_reference_and_the_target_follows(prepared):
+    """toolcall's P_all holds the reference as a block; its target is that reference."""
+    for d in prepared["toolcall"]:
+        p_all_user = d.p_all[0][-1]["content"]
+        assert d.p0[-1]["content"] in p_all_user and len(p_all_user) > len(d.p0[-1]["content"])
+        assert d.reference.text in p_all_user
+
+
+def test_text2sql_contexts_include_a_wrong_response_feedback(prepared):
+    """Some P_all prompts carry the blocks of a wrong response (e.g. its SQLite error)."""
+    assert any(len(d.p_all) > 1 for d in prepared["text2sql"])
+
+
+def test_draw_follows_the_shares(prepared, tiny_tokenizer):
+    data = [d for name in TASKS for d in prepared[name]]
+    sft.tokenize(data, tiny_tokenizer)
+    cfg = sft.SFTConfig(error_share=0.5, block_share=0.2)
+    rng = random.Random(0)
+    kinds = [sft.draw(rng.choice(data), cfg, rng)[2] for _ in range(4000)]
+    share = {k: kinds.count(k) / len(kinds) for k in ("blocks", "error", "reference")}
+    assert abs(share["blocks"] - 0.2) < 0.03
+    with_errors = sum(bool(d.errors_by_reward()) for d in data) / len(data)
+    assert abs(share["error"] - 0.8 * 0.5 * with_errors) < 0.04
+    d = prepared["toolcall"][0]
+    prompt, target, _ = sft.draw(d, replace(cfg, block_share=1.0), rng)
+    assert prompt in d.p_all_ids and target == d.reference_ids
+    assert target[-1] == tiny_tokenizer.eos_token_id
+
+
+def test_collate_weights_prompt_and_target_tokens():
+    ids, mask, weight, is_target = sft.collate([([5, 6, 7], [8, 9]), ([5], [8])], pad_id=0,
+                                               max_length=16, prompt_weight=0.1)
+    assert ids.tolist() == [[5, 6, 7, 8, 9], [5, 8, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    assert weight[0].tolist() == pytest.approx([0, 0.1, 0.1, 1, 1])
+    assert weight[1].tolist() == pytest.approx([0, 1, 0, 0, 0])
+    assert is_target.sum().item() == 3
+    ids, *_ = sft.collate([([1, 2, 3, 4, 5], [6, 7])], pad_id=0, max_length=4, prompt_weight=0.0)
+    assert ids.tolist() == [[4, 5, 6, 7]]  # the prompt loses tokens from the left
+
+
+def test_supervised_pass_lowers_the_loss(prepared, tiny_tokenizer):
+    from mrtpo.models.tiny import build_model
+
+    data = prepared["toolcall"][:3]
+    sft.tokenize(data, tiny_tokenizer)
+    model = build_model(tiny_tokenizer, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+    cfg = sft.SFTConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=3, max_length=1024)
+    losses = sft.train(model, tiny_tokenizer, data, cfg)
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+def test_lr_schedule():
+    cfg = sft.SFTConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert sft.lr_at(0, cfg) == pytest.approx(0.1)
+    assert sft.lr_at(9, cfg) == pytest.approx(1.0)
+    assert sft.lr_at(99, cfg) == pytest.approx(0.1, abs=1e-3)
+    assert all(sft.lr_at(s, cfg) >= sft.lr_at(s + 1, cfg) for s in range(10, 99))
+
+
+# --- the cached build ----------------------------------------------------------------------
+
+def test_build_is_cached_and_reused(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    recipe = tiny_recipe()
+    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    path = dm.resolve_model(recipe.name, cache_dir=tmp_path, progress=False)
+    assert path == str(dm.model_dir(recipe, tmp_path)) and dm.is_built(path)
+    manifest = dm.read_manifest(path)
+    assert manifest["fingerprint"] == dm.fingerprint(recipe)
+    assert set(manifest["data"]) == set(TASKS)
+    assert manifest["data"]["toolcall"]["examples"] == 3
+    stamp = (tmp_path / path / dm.MANIFEST).stat().st_mtime_ns
+    # reused: the same directory, not rebuilt
+    assert dm.resolve_model(recipe.name, cache_dir=tmp_path, progress=False) == path
+    assert (tmp_path / path / dm.MANIFEST).stat().st_mtime_ns == stamp
+    # no temporary directories left behind
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [f"{recipe.name}-{dm.fingerprint(recipe)}"]
+    # a user's model would load the same way
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert tok.chat_template and tok.eos_token == "<|im_end|>"
+    assert model.config.vocab_size == len(tok)
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_force_rebuilds_in_place(tmp_path):
+    recipe = tiny_recipe()
+    path = dm.build(recipe, cache_dir=tmp_path, progress=False)
+    first = json.loads((path / dm.MANIFEST).read_text())
+    (path / "stale.txt").write_text("from the old build")
+    again = dm.build(recipe, cache_dir=tmp_path, progress=False, force=True)
+    assert again == path and dm.is_built(path) and not (path / "stale.txt").exists()
+    assert json.loads((path / dm.MANIFEST).read_text())["fingerprint"] == first["fingerprint"]
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [path.name]
+
+
+def test_a_failed_build_leaves_nothing(tmp_path):
+    recipe = tiny_recipe(tasks=("toolcall", "no-such-task"))
+    with pytest.raises(KeyError, match="no-such-task"):
+        dm.build(recipe, cache_dir=tmp_path, progress=False)
+    assert not any((tmp_path / "models").iterdir())
+
+
+def test_fingerprint_follows_the_recipe():
+    a = tiny_recipe()
+    assert dm.fingerprint(a) == dm.fingerprint(tiny_recipe())
+    assert dm.fingerprint(a) != dm.fingerprint(replace(a, seed=1))
+    assert dm.fingerprint(a) != dm.fingerprint(dm.with_overrides(a, {"steps": 5}))
+
+
+def test_resolve_leaves_paths_and_hub_ids_alone(tmp_path):
+    assert dm.resolve_model(str(tmp_path), cache_dir=tmp_path) == str(tmp_path)
+    assert dm.resolve_model("Qwen/Qwen2.5-0.5B-Instruct", cache_dir=tmp_path) == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert not (tmp_path / "models").exists()
+
+
+def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MRTPO_CACHE_DIR", str(tmp_path / "c"))
+    assert dm.default_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("MRTPO_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert dm.default_cache_dir() == tmp_path / "x" / "mrtpo"
+
+
+def test_the_default_recipe_is_in_the_documented_size_range():
+    """5-20M parameters, counted on the real (random-initialised) model, without training."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    r = dm.RECIPES[dm.DEFAULT_MODEL]
+    config = Qwen2Config(vocab_size=r.vocab_size, hidden_size=r.hidden_size, intermediate_size=r.intermediate_size,
+                         num_hidden_layers=r.num_layers, num_attention_heads=r.num_heads,
+                         num_key_value_heads=r.num_kv_heads, tie_word_embeddings=True)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    assert 5e6 <= n <= 20e6
+
+
+def test_cli_model_build(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from mrtpo.cli import app
+
+    recipe = tiny_recipe(name="test-tiny-cli")
+    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    runner = CliRunner()
+    res = runner.invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    path = dm.model_dir(recipe, tmp_path)
+    assert dm.is_built(path) and str(path) in res.stdout
+    res = runner.invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path)])
+    assert res.exit_code == 0 and "cached" in res.output
+    res = runner.invoke(app, ["model", "ls", "--cache-dir", str(tmp_path)])
+    assert res.exit_code == 0 and recipe.name in res.stdout
+    res = runner.invoke(app, ["model", "build", "no-such-model", "--cache-dir", str(tmp_path)])
+    assert res.exit_code == 2 and "mrtpo-tiny" in res.output
