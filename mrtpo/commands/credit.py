@@ -41,9 +41,12 @@ def register(app: typer.Typer) -> None:
         dtype: Annotated[str, typer.Option("--dtype", help="Task: auto, float32, bfloat16 or float16.")] = "auto",
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary table, not every completion.")] = False,
     ) -> None:
-        """Show where each reward's credit landed: tokens shaded by each reward's weight, per
-        reward its score, credit and block, and how concentrated it is (the share of tokens
-        that carry 80% of the reward's distance)."""
+        """See which tokens each reward's credit went to (a run's log, or fresh with --model).
+
+        Per completion, one line per reward: its score, its credit, the response's tokens
+        shaded by that reward's weight, and its block. Then, per reward and for the task, the
+        share of tokens that carry 80% of the reward's distance.
+        """
         from rich.console import Console
 
         from mrtpo.credit import terminal
@@ -61,6 +64,8 @@ def register(app: typer.Typer) -> None:
             else:
                 if path.exists():
                     _fail(f"{target} is a file; give a run directory or a task name")
+                if "/" in target or target.startswith("."):
+                    _fail(f"{target}: no such run directory")
                 if step is not None:
                     _fail("--step reads a run directory's log; with a task name, leave it out")
                 if temperature <= 0:
@@ -70,15 +75,12 @@ def register(app: typer.Typer) -> None:
                     temperature, device, dtype)
             if not records:
                 _fail("no completions to show")
-            if quiet:
-                console.print(terminal.summary_table(records, task_name))
-                console.print(*terminal.concentration_notes(model_name), style="dim", highlight=False)
-            else:
-                terminal.render(console, records, task=task_name, model=model_name, heading=heading, note=note)
+            terminal.render(console, [] if quiet else records, summary_of=records, task=task_name,
+                            model=model_name, heading=heading, note=note)
             if html_out is not None:
                 from mrtpo.credit import html
 
-                html.write(html_out, records, title=f"mrtpo credit: {heading}", task=task_name,
+                html.write(html_out, records, title=f"mrtpo credit: {task_name or target}", task=task_name,
                            model=model_name, meta=heading, note=note)
                 console.print(f"wrote {html_out}", highlight=False)
             if png_out is not None:
@@ -96,7 +98,7 @@ def _from_run(path: Path, step, limit):
     from mrtpo.credit.records import read_run
 
     view = read_run(path, step, limit)
-    heading = (f"run {path} · step {view.step} (logged: {len(view.steps)} steps) · "
+    heading = (f"run {path} · step {view.step} (logged: {_count(len(view.steps), 'step')}) · "
                f"task {view.task or '?'} · model {view.model or '?'} · {_count(len(view.records), 'completion')}")
     note = "" if view.mrtpo else ("this run had MRTPO off: no distances were logged and every token "
                                   "carried its response's advantage (nothing is shaded)")

@@ -175,6 +175,12 @@ def _summary(result, console) -> None:
         if any(values):
             phases.add_row(phase, f"{sum(values):.1f}", f"{sum(values) / len(values):.2f}")
     console.print(phases)
+    dead = [r.get("frac_reward_zero_std") for r in history]
+    if dead and all(d == 1.0 for d in dead):
+        console.print("note: in every step each group's completions had the same total reward, so "
+                      "every advantage was 0 and nothing was learned (frac_reward_zero_std = 1). "
+                      "Rewards need spread within a group: a stronger starting policy, more "
+                      "--num-generations, or a higher --temperature.", highlight=False)
     console.print(f"run directory: {result.run_dir}", highlight=False)
 
 

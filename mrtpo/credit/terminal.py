@@ -145,9 +145,10 @@ def summary_table(records: Sequence[CreditRecord], task: str | None = None, shar
     return table
 
 
-def render(console: Console, records: Sequence[CreditRecord], *, task: str | None = None,
-           model: str | None = None, heading: str = "", note: str = "") -> None:
-    """Print every record (one line per reward) and the summary table."""
+def render(console: Console, records: Sequence[CreditRecord], *, summary_of: Sequence[CreditRecord] | None = None,
+           task: str | None = None, model: str | None = None, heading: str = "", note: str = "") -> None:
+    """Print every record (one line per reward), then the summary table of `summary_of`
+    (default: the same records)."""
     if heading:
         console.print(heading, style="bold", highlight=False)
     if note:
@@ -156,7 +157,7 @@ def render(console: Console, records: Sequence[CreditRecord], *, task: str | Non
         console.print(Rule(rec.label(), align="left", style="dim"))
         console.print(record_table(rec))
     console.print()
-    console.print(summary_table(records, task))
+    console.print(summary_table(records if summary_of is None else summary_of, task))
     console.print(Group(*concentration_notes(model)), style="dim", highlight=False)
 
 

@@ -1,0 +1,358 @@
+"""MRTPO inside TRL's GRPOTrainer: a registry task's rewards, GDPO/GRPO credit, token advantages.
+
+`MRTPOGRPOTrainer` is a `trl.GRPOTrainer` that trains on a mrtpo task. Generation
+(transformers or vLLM), the loss, DeepSpeed / FSDP, multi-node launches, logging and
+checkpoints stay TRL's. Per generation batch it changes four things:
+
+1. rewards: each reward of the task is a TRL reward function named after it (`TaskReward`),
+   so TRL logs `rewards/<name>/mean|std`; on an example the reward does not apply to (K
+   varies per prompt) it returns None, TRL's "not applicable" (NaN in the gathered scores);
+2. credit: on the scores TRL gathers from every process ([N, K]), `mrtpo.advantages.estimate`
+   computes per-reward credit with the estimator TRL's `multi_objective_aggregation` names
+   ("normalize_then_sum" = GDPO, "sum_then_normalize" = GRPO with TRL's `scale_rewards`),
+   optionally SAW-weighted; each process keeps its own rows;
+3. replay: each process replays its own completions (their sampled ids, exactly) under P_all
+   and every P_without_k (mrtpo.contexts, mrtpo.replay) -> JS distances [B, K, T];
+4. placement: `mrtpo.advantages.place` -> token advantages [B, T], handed to TRL as the
+   batch's `advantages` (TRL >= 0.26 takes [B, T] in `_compute_loss`).
+
+With `mrtpo=False` every token carries its response's advantage, which is TRL's own
+advantage for the same aggregation (the tests check this). The mean of a response's token
+advantages is that advantage in both cases: MRTPO only moves credit between tokens.
+
+Refused: TRL < 0.26 (its loss unsqueezes the advantages unconditionally and broadcasts a
+[B, T] tensor to [B, B, T] without an error) and `use_liger_kernel` (Liger's fused GRPO loss,
+where TRL has it, takes one advantage per sequence). The first loss computation runs under
+a guard that checks every tensor TRL computes directly from the advantages (the per-token
+surrogate terms, the clip masks) is [B, T].
+
+    from peft import LoraConfig
+    from trl import GRPOConfig
+    from mrtpo.integrations.trl import MRTPOGRPOTrainer
+
+    args = GRPOConfig(output_dir="runs/trl-toolcall", multi_objective_aggregation="normalize_then_sum",
+                      num_generations=8, per_device_train_batch_size=8, max_completion_length=256)
+    trainer = MRTPOGRPOTrainer("Qwen/Qwen2.5-0.5B-Instruct", task="toolcall", args=args,
+                               peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    trainer.train()
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from mrtpo.advantages import Credit, estimate, place
+from mrtpo.contexts import build_item
+from mrtpo.harness.distributed import local_credit
+from mrtpo.harness.scoring import RewardError, check_verdict, reward_names
+from mrtpo.tasks import get_task
+from mrtpo.tasks.base import Example, Task, Verdict
+
+MIN_TRL = "0.26"
+
+
+def _require_trl():
+    try:
+        import trl
+    except ImportError as exc:
+        raise ImportError('mrtpo.integrations.trl needs TRL: pip install "mrtpo[trl]" (trl>=0.26)') from exc
+    from packaging.version import Version
+
+    if Version(trl.__version__) < Version(MIN_TRL):
+        raise ImportError(
+            f"mrtpo.integrations.trl needs trl>={MIN_TRL}, found {trl.__version__}: older GRPOTrainers "
+            "unsqueeze the advantages unconditionally, which broadcasts MRTPO's token-level [B, T] "
+            f"advantages to [B, B, T] without an error. Upgrade: pip install -U 'trl>={MIN_TRL}'")
+    return trl
+
+
+_require_trl()
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.extras.profiling import profiling_context  # noqa: E402
+from trl.models import unwrap_model_for_generation  # noqa: E402
+
+INDEX_COLUMN = "mrtpo_index"  # the dataset column that points each row at its Example
+
+
+# ------------------------------------------------------------------------------------ rewards
+class _BatchState:
+    """What the reward functions learn about the batch TRL is scoring, for the replay's blocks."""
+
+    def __init__(self) -> None:
+        self.tokenizer = None  # set by the trainer once TRL has loaded it
+        self.verdicts: dict[str, list[Verdict | None]] = {}  # reward name -> one per row
+        self._texts: tuple[int, list[str]] | None = None
+
+    def start(self) -> None:
+        self.verdicts = {}
+        self._texts = None
+
+    def texts(self, completions: list, completion_ids: list | None) -> list[str]:
+        """The completions as the verifiers read them: the sampled ids decoded, special tokens
+        dropped (as `mrtpo train` does); TRL's text when no tokenizer or ids are at hand."""
+        if self.tokenizer is None or completion_ids is None:
+            return [c if isinstance(c, str) else (c[-1]["content"] if c else "") for c in completions]
+        if self._texts is None or self._texts[0] != id(completion_ids):
+            self._texts = (id(completion_ids), [self.tokenizer.decode(ids, skip_special_tokens=True)
+                                                for ids in completion_ids])
+        return self._texts[1]
+
+
+class TaskReward:
+    """One reward of a task as a TRL reward function -> one score per completion, or None.
+
+    Called by TRL as `f(prompts=..., completions=..., completion_ids=..., mrtpo_index=..., ...)`;
+    `mrtpo_index` (a dataset column) names each row's example. None where the reward does not
+    apply to the example. A reward that raises or breaks the Verdict contract is a
+    programming error and stops training with a `RewardError` naming it (bad model output
+    scores the reward's floor instead, by the verifier's own contract).
+    """
+
+    def __init__(self, name: str, task: Task, examples: Sequence[Example], state: _BatchState):
+        self.__name__ = name  # TRL logs rewards/<__name__>/mean
+        self.task, self.examples, self.state = task, examples, state
+
+    def __call__(self, prompts, completions, completion_ids=None, **kwargs) -> list[float | None]:
+        index = kwargs.get(INDEX_COLUMN)
+        if index is None:
+            raise ValueError(f"reward {self.__name__!r} needs the dataset column {INDEX_COLUMN!r}; build the "
+                             "dataset with mrtpo.integrations.trl.task_dataset(task, examples)")
+        scores: list[float | None] = []
+        verdicts: list[Verdict | None] = []
+        for i, text in zip(index, self.state.texts(completions, completion_ids)):
+            example = self.examples[i]
+            rewards = self.task.rewards(example)
+            names = reward_names(rewards)
+            if self.__name__ not in names:
+                scores.append(None)
+                verdicts.append(None)
+                continue
+            reward = rewards[names.index(self.__name__)]
+            try:
+                result = reward.verify(example, text)
+            except Exception as exc:  # a bug in the verifier, not bad model output
+                raise RewardError(f"reward {reward.name!r} raised on example {example.id!r} "
+                                  f"({example.source or 'no source'}) with the response {text[:80]!r}; "
+                                  f"verify must never raise on model output: {type(exc).__name__}: {exc}") from exc
+            verdict = check_verdict(reward, result, example, text)
+            scores.append(float(verdict.score))
+            verdicts.append(verdict)
+        self.state.verdicts[self.__name__] = verdicts
+        return scores
+
+
+def task_rewards(task: Task, examples: Sequence[Example], state: _BatchState | None = None
+                 ) -> tuple[list[TaskReward], list[float], list[float]]:
+    """(reward functions, weights, floors): one per reward name of the examples, first seen first."""
+    state = state or _BatchState()
+    order: dict[str, tuple[float, float]] = {}
+    for ex in examples:
+        for reward, name in zip(task.rewards(ex), reward_names(task.rewards(ex))):
+            order.setdefault(name, (float(reward.weight), float(reward.floor)))
+    funcs = [TaskReward(name, task, examples, state) for name in order]
+    return funcs, [w for w, _ in order.values()], [f for _, f in order.values()]
+
+
+def task_dataset(task: Task, examples: Sequence[Example]):
+    """A conversational TRL dataset: `prompt` = P0 as chat messages, `mrtpo_index` = the row's example."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": task.messages(ex), INDEX_COLUMN: i} for i, ex in enumerate(examples)])
+
+
+# ------------------------------------------------------------------------------------ trainer
+@dataclass
+class MRTPOBatch:
+    """The last training generation batch, for inspection (this process's rows unless noted)."""
+
+    scores: torch.Tensor  # [N, K] every process's scores, as TRL gathered them
+    credit: Credit  # per-reward credit of the whole batch ([N, K], [N])
+    rows: slice  # this process's rows of the whole batch
+    trl_advantages: torch.Tensor  # [B] TRL's own response-level advantages for these rows
+    advantages: torch.Tensor  # [B, T] the token advantages handed to TRL
+    mask: torch.Tensor  # [B, T] the loss mask
+    distances: torch.Tensor | None  # [B, K, T] JS distances (None with mrtpo=False)
+
+
+class _AdvantageShapeGuard(TorchFunctionMode):
+    """Raises if a tensor computed directly from the advantages is not [B, T].
+
+    TRL multiplies the advantages into the per-token surrogate (`coef * advantages`) and
+    compares them for the clip masks; a TRL that unsqueezed a [B, T] advantage would make
+    these [B, B, T] (or [B, 1, T]) and train on a silently wrong loss.
+    """
+
+    def __init__(self, advantages: torch.Tensor):
+        super().__init__()
+        self.advantages = advantages
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        uses = any(a is self.advantages for a in args) or any(v is self.advantages for v in (kwargs or {}).values())
+        if uses and isinstance(out, torch.Tensor) and out.dim() > 0 and out.shape != self.advantages.shape:
+            raise AssertionError(
+                f"TRL computed a {tuple(out.shape)} tensor from the {tuple(self.advantages.shape)} token "
+                f"advantages ({getattr(func, '__name__', func)}); the per-token loss must stay [B, T]. "
+                f"This TRL does not take [B, T] advantages: use trl>={MIN_TRL}.")
+        return out
+
+
+class MRTPOGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer on a mrtpo task, with MRTPO token credit (see the module docstring).
+
+    task: a registered task name (`mrtpo tasks ls`) or a Task; task_args: its constructor's
+    keyword arguments. data: the task's data file (default: its bundled sample); examples:
+    Examples to train on instead. mrtpo: place credit on tokens by replay (False: every token
+    gets the response's advantage). mrtpo_lambda: blend with uniform weights (1 = pure MRTPO).
+    saw: "off", "reward" (with GRPO) or "advantage" (with GDPO). The estimator follows
+    `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
+    Other keyword arguments go to GRPOTrainer (peft_config, callbacks, eval_dataset...).
+    """
+
+    def __init__(self, model, task: str | Task, args: GRPOConfig | None = None, *,
+                 task_args: dict[str, Any] | None = None, data: str | None = None,
+                 examples: Sequence[Example] | None = None, mrtpo: bool = True, mrtpo_lambda: float = 1.0,
+                 saw: str = "off", train_dataset=None, **kwargs):
+        if "reward_funcs" in kwargs:
+            raise TypeError("MRTPOGRPOTrainer takes its rewards from the task; drop reward_funcs (or use "
+                            "trl.GRPOTrainer directly)")
+        args = args if args is not None else GRPOConfig(output_dir=f"{task if isinstance(task, str) else task.name}-mrtpo")
+        if args.use_liger_kernel:
+            raise ValueError(
+                "use_liger_kernel=True is not supported with MRTPO: Liger's fused GRPO loss takes one "
+                "advantage per sequence, while MRTPO hands TRL one per token ([B, T]). Set "
+                "use_liger_kernel=False; for fused layer kernels use model_init_kwargs={'use_kernels': True}.")
+        estimators = {"normalize_then_sum": "gdpo", "sum_then_normalize": "grpo"}
+        if args.multi_objective_aggregation not in estimators:
+            raise ValueError(f"multi_objective_aggregation {args.multi_objective_aggregation!r}: MRTPO knows "
+                             f"{', '.join(estimators)}")
+        estimator = estimators[args.multi_objective_aggregation]
+        if saw not in ("off", "reward", "advantage") or (saw, estimator) in (("reward", "gdpo"), ("advantage", "grpo")):
+            raise ValueError(f"saw={saw!r} with multi_objective_aggregation={args.multi_objective_aggregation!r}: "
+                             "use saw='reward' with sum_then_normalize (GRPO-h), saw='advantage' with "
+                             "normalize_then_sum (GDPO-h), or saw='off'")
+        if not 0.0 <= mrtpo_lambda <= 1.0:
+            raise ValueError(f"mrtpo_lambda must be in [0, 1], got {mrtpo_lambda}")
+
+        if isinstance(task, str):
+            task = get_task(task, **(task_args or {}))
+        if examples is None:
+            from mrtpo.harness.data import load_examples
+
+            examples = load_examples(task, data)
+        examples = list(examples)
+        state = _BatchState()
+        funcs, weights, floors = task_rewards(task, examples, state)
+        if args.reward_weights is None:
+            args.reward_weights = weights
+        super().__init__(model=model, reward_funcs=funcs, args=args,
+                         train_dataset=train_dataset if train_dataset is not None else task_dataset(task, examples),
+                         **kwargs)
+        state.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        self.mrtpo_task, self.mrtpo_examples, self._mrtpo_state = task, examples, state
+        self.mrtpo_enabled, self.mrtpo_lambda, self.mrtpo_saw = mrtpo, mrtpo_lambda, saw
+        self.mrtpo_estimator = estimator
+        self.mrtpo_floors = torch.tensor(floors)  # [K]
+        self.last_batch: MRTPOBatch | None = None
+        self._gathered_scores: torch.Tensor | None = None
+        self._shape_checked = False
+
+    # -------------------------------------------------------------------- TRL's hook points
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._mrtpo_state.start()
+        scores = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # [N, K] gathered
+        self._gathered_scores = scores
+        return scores
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        if not self.model.training:  # evaluation keeps TRL's response-level advantages
+            return out
+        scores = self._gathered_scores.detach().float().cpu()  # [N, K]
+        credit = self._credit(scores)  # whole batch
+        b = out["completion_ids"].shape[0]
+        rows = slice(self.accelerator.process_index * b, (self.accelerator.process_index + 1) * b)
+        mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+        mask = mask.detach().float().cpu()  # [B, T]
+        q = self._replay(inputs, out) if self.mrtpo_enabled else None  # [B, K, T]
+        advantages = place(local_credit(credit, rows), q, mask, lam=self.mrtpo_lambda)  # [B, T]
+        if advantages.shape != mask.shape:
+            raise AssertionError(f"token advantages {tuple(advantages.shape)} != completions {tuple(mask.shape)}")
+        trl_advantages = out["advantages"]  # [B]
+        out["advantages"] = advantages.to(trl_advantages.device)
+        self._log_mrtpo(credit, q, mask)
+        self.last_batch = MRTPOBatch(scores, credit, rows, trl_advantages.detach().cpu(), advantages, mask, q)
+        return out
+
+    def _compute_loss(self, model, inputs):
+        advantages = inputs["advantages"]
+        if self.model.training and tuple(advantages.shape) != tuple(inputs["completion_mask"].shape):
+            raise AssertionError(f"MRTPO hands TRL token advantages [B, T]; got {tuple(advantages.shape)} for "
+                                 f"completions {tuple(inputs['completion_mask'].shape)}")
+        if self._shape_checked or not self.model.training:
+            return super()._compute_loss(model, inputs)
+        with _AdvantageShapeGuard(advantages):  # once: TRL keeps the per-token loss [B, T]
+            loss = super()._compute_loss(model, inputs)
+        self._shape_checked = True
+        return loss
+
+    # ----------------------------------------------------------------------------- helpers
+    def _credit(self, scores: torch.Tensor) -> Credit:
+        """Per-reward credit of the whole gathered batch; all-None rows get 0, as in TRL."""
+        w = self.reward_weights.detach().float().cpu()  # [K]
+        credit = estimate(scores, self.num_generations, self.mrtpo_estimator, weights=w, saw=self.mrtpo_saw,
+                          floors=self.mrtpo_floors, scale=self.scale_rewards if self.mrtpo_estimator == "grpo" else "group")
+        unscorable = torch.isnan(scores).all(-1)  # [N]
+        if unscorable.any():
+            credit = Credit(credit.per_reward.masked_fill(unscorable.unsqueeze(-1), 0.0),
+                            credit.offset.masked_fill(unscorable, 0.0))
+        return credit
+
+    @torch.no_grad()
+    def _replay(self, inputs: list[dict], out: dict) -> torch.Tensor:
+        """JS distances of this process's completions on the reward columns -> [B, K, T]."""
+        from mrtpo.replay import distances
+
+        ids = out["completion_ids"].cpu()  # [B, T]
+        valid = out["completion_mask"].cpu().bool()  # [B, T] the sampled tokens (up to EOS)
+        names = self.reward_func_names
+        q = torch.zeros(ids.shape[0], len(names), ids.shape[1])  # [B, K, T]
+        items, rows = [], []
+        for i, row in enumerate(inputs):
+            response = ids[i][valid[i]].tolist()
+            if not response:  # masked out (e.g. mask_truncated_completions): no loss, no replay
+                continue
+            example = self.mrtpo_examples[row[INDEX_COLUMN]]
+            row_names = reward_names(self.mrtpo_task.rewards(example))
+            verdicts = [self._mrtpo_state.verdicts[name][i] for name in row_names]
+            items.append(build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts))
+            rows.append((i, row_names))
+        if not items:
+            return q
+        with profiling_context(self, "mrtpo.replay"), unwrap_model_for_generation(
+                self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model:
+            q_rows = distances(model, items, temperature=self.temperature, length=ids.shape[1])  # [n, K_row, T]
+        for (i, row_names), qi in zip(rows, q_rows.float().cpu()):
+            for k, name in enumerate(row_names):
+                q[i, names.index(name)] = qi[k]
+        return q
+
+    def _log_mrtpo(self, credit: Credit, q: torch.Tensor | None, mask: torch.Tensor) -> None:
+        """TRL's completions table shows MRTPO's response advantages; distances give concentration."""
+        logged = self._logs["advantages"]
+        for _ in range(min(credit.offset.shape[0], len(logged))):
+            logged.pop()
+        logged.extend(credit.total.tolist())
+        if q is None:
+            return
+        from mrtpo.credit.statistics import top_share
+
+        shares = self.accelerator.gather(top_share(q, mask).float().to(self.accelerator.device)).cpu()  # [N, K]
+        for k, name in enumerate(self.reward_func_names):
+            col = shares[:, k][~torch.isnan(shares[:, k])]
+            if col.numel():
+                self._metrics["train"][f"mrtpo/{name}/top80_token_share"].append(float(col.mean()))
