@@ -327,27 +327,74 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
         prefix = torch.as_tensor(group.prefix, dtype=torch.long, device=device)[None]  # [1, L]
         out = decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
         prefix_cache = _output_cache(out)
-    for batch in _batches(group, batch_tokens):
-        ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
-        kwargs = {}
-        if prefix_cache is not None:
-            cache = copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(len(batch))
-            mask = torch.cat([mask.new_ones(len(batch), prefix_len), mask], 1)  # [R, L + S]
-            kwargs = {cache_arg: cache, "use_cache": True}
-        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         **kwargs).last_hidden_state  # [R, S, H]
-        del kwargs
-        starts = _response_starts(batch, offsets, items)
-        for n, first, count in _per_item(batch):
-            t_len = len(items[n].response_ids)
-            h = torch.stack([hidden[first + j, starts[first + j]:starts[first + j] + t_len]
-                             for j in range(count)])  # [C, T, H]
-            step = max(1, chunk_tokens // count)
-            for t0 in range(0, t_len, step):
+    for wave in _waves(group, items, 2 * batch_tokens):
+        kept: dict[tuple[int, int], torch.Tensor] = {}  # (item, context) -> hidden [T, H]
+        for batch in _forwards(wave, batch_tokens):
+            ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
+            kwargs = {}
+            if prefix_cache is not None:
+                cache = copy.deepcopy(prefix_cache)
+                cache.batch_repeat_interleave(len(batch))
+                mask = torch.cat([mask.new_ones(len(batch), prefix_len), mask], 1)  # [R, L + S]
+                kwargs = {cache_arg: cache, "use_cache": True}
+            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                             **kwargs).last_hidden_state  # [R, S, H]
+            del kwargs
+            for r, ((n, slot, _), start) in enumerate(zip(batch, _response_starts(batch, offsets, items))):
+                t_len = len(items[n].response_ids)
+                kept[n, plans[n].slots.index(slot)] = hidden[r, start:start + t_len].clone()  # [T, H]
+            del hidden
+        for n in dict.fromkeys(r[0] for r in wave):
+            n_ctx = len(plans[n].contexts)
+            h = torch.stack([kept.pop((n, j)) for j in range(n_ctx)])  # [C, T, H]
+            step = max(1, chunk_tokens // n_ctx)
+            for t0 in range(0, h.shape[1], step):
                 x = h[:, t0:t0 + step]  # [C, c, H]
-                logits = head(x.reshape(-1, x.shape[-1])).view(count, x.shape[1], -1)  # [C, c, V]
+                logits = head(x.reshape(-1, x.shape[-1])).view(n_ctx, x.shape[1], -1)  # [C, c, V]
                 _fill(q, n, plans[n], logits, temperature, t0)
+
+
+def _waves(group: ReplayGroup, items, max_positions: int) -> list[list[tuple[int, int, list[int]]]]:
+    """The group's rows, whole items at a time, while the response positions whose hidden
+    states are kept for the JS step stay <= max_positions (at least one item per wave)."""
+    out, cur, n_pos, last = [], [], 0, None
+    for row in group.rows:
+        t_len = len(items[row[0]].response_ids)
+        if row[0] != last and cur and n_pos + t_len > max_positions:
+            out.append(cur)
+            cur, n_pos = [], 0
+        cur.append(row)
+        n_pos += t_len
+        last = row[0]
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _forwards(rows, batch_tokens: int, overhead: int = 64) -> list[list[tuple[int, int, list[int]]]]:
+    """Rows sorted by length and cut into forwards so that padded tokens plus `overhead` per
+    forward are fewest, with rows * width <= batch_tokens (a longer row goes alone).
+
+    P_all rows are longer than P_without_k rows by a block, so one padded batch of all of
+    them would waste about a block per row; sorting and cutting keeps the padding small.
+    """
+    rows = sorted(rows, key=lambda r: -len(r[2]))
+    n = len(rows)
+    best = [0.0] + [float("inf")] * n  # best[i]: cost of the first i rows
+    cut = [0] * (n + 1)
+    for i in range(1, n + 1):
+        for j in range(i - 1, -1, -1):
+            width = len(rows[j][2])  # the longest of rows j..i-1
+            if (i - j) * width > batch_tokens and i - j > 1:
+                break
+            cost = best[j] + (i - j) * width + overhead
+            if cost < best[i]:
+                best[i], cut[i] = cost, j
+    out, i = [], n
+    while i > 0:
+        out.append(rows[cut[i]:i])
+        i = cut[i]
+    return out[::-1]
 
 
 # --- plain: one full forward per context ------------------------------------------------------

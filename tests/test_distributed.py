@@ -1,8 +1,9 @@
 """Data-parallel `mrtpo train`: two real processes (gloo, CPU) compute what one process does.
 
-The end-to-end test launches `accelerate launch --cpu --num_processes 2 -m mrtpo train` on a
-tiny model and compares its first step with `train(...)` in this process on the same global
-batch and seed: the completions, every token's advantage, the logged loss and gradient norm
+The end-to-end test launches `accelerate launch --multi_gpu --num_processes 2 -m mrtpo train`
+on a tiny model (on a machine without GPUs accelerate's torchrun launcher starts CPU processes
+that talk over gloo; `--cpu` would start a single process) and compares its first step with
+`train(...)` in this process on the same global batch and seed: the completions, every token's advantage, the logged loss and gradient norm
 and the trained adapter must be equal. The seed is chosen so that the two processes see
 different reward sets (only one of them has the `word` reward), which exercises the column
 alignment of the gathered scores. The other tests check the per-row seeded sampling that
@@ -26,6 +27,15 @@ from mrtpo.harness import TrainConfig, train
 from mrtpo.harness.distributed import Distributed, DistributedError, RowSeededSampling, row_seed
 
 harness_task.register()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads; on a shared, loaded machine they thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 ROOT = Path(__file__).resolve().parents[1]
 # seed 7 puts an example without the `word` reward on process 0 and one with it on process 1
@@ -73,16 +83,17 @@ def test_two_processes_equal_one_process(tiny_qwen2_dir, tmp_path):
     dp_run = tmp_path / "dp"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_plugin_dir(tmp_path)), str(ROOT / "tests"), str(ROOT)]),
            "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--num_cpu_threads_per_process", "1", "--main_process_port", str(_free_port()),
+           "--main_process_port", str(_free_port()),
            "-m", "mrtpo", "train", "--model", str(tiny_qwen2_dir), "--output-dir", str(dp_run), *_flags(RUN)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("run directory:") == 1  # one summary: process 1 trained quietly
 
     one = train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(tmp_path / "one"), **RUN))
 
-    (dp_metrics,) = _read(dp_run / "metrics.jsonl")
+    (dp_metrics,) = _read(dp_run / "metrics.jsonl")  # one line: one process wrote the logs
     one_metrics = one.history[0]
     for key, value in one_metrics.items():
         if isinstance(value, float) and not key.startswith("time/"):
@@ -90,13 +101,14 @@ def test_two_processes_equal_one_process(tiny_qwen2_dir, tmp_path):
     assert abs(one_metrics["loss"]) > 1e-3 and one_metrics["grad_norm"] > 1e-3  # a real signal, not 0 == 0
 
     dp_rows, one_rows = _read(dp_run / "completions.jsonl"), _read(tmp_path / "one" / "completions.jsonl")
-    assert len(dp_rows) == len(one_rows) == 8
+    assert len(dp_rows) == len(one_rows) == 8  # 16 would mean two processes each ran the whole batch
     for a, b in zip(dp_rows, one_rows):
         assert a["response_ids"] == b["response_ids"]  # per-row seeded sampling: same completions
         assert a["reward_names"] == b["reward_names"]
-        assert a["advantage"] == pytest.approx(b["advantage"], abs=1e-6)
-        assert a["credit"] == pytest.approx(b["credit"], abs=1e-6)
-        assert a["token_advantages"] == pytest.approx(b["token_advantages"], abs=1e-6)
+        assert a["advantage"] == pytest.approx(b["advantage"], abs=2e-6)  # the log keeps 6 decimals
+        assert a["credit"] == pytest.approx(b["credit"], abs=2e-6)
+        # replay pads each process's batch to its own length: distances agree to float rounding
+        assert a["token_advantages"] == pytest.approx(b["token_advantages"], abs=2e-5)
     # the processes saw different reward sets (process 0 has no `word` reward)
     assert "word" not in dp_rows[0]["reward_names"] and "word" in dp_rows[-1]["reward_names"]
 
@@ -109,11 +121,13 @@ def test_two_processes_equal_one_process(tiny_qwen2_dir, tmp_path):
     share_only = estimate(table[:, :3], 4, "gdpo", weights=[1.0, 0.5, 1.0], saw="advantage").total
     assert not torch.allclose(share_only, torch.tensor([r["advantage"] for r in one_rows[:4]]), atol=1e-3)
 
-    # gradients were averaged: both runs took the same optimizer steps
+    # gradients were averaged: both runs took the same two AdamW steps (the first moves each
+    # weight by about lr = 5e-3 whatever the gradient's size, so a process stepping with its
+    # own share's gradient would be off by ~1e-3 wherever the signs differ)
     a, b = _adapter(dp_run), _adapter(tmp_path / "one")
     assert a.keys() == b.keys()
     for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=2e-5)
     assert any(float(v.abs().max()) > 0 for k, v in a.items() if "lora_B" in k)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -45,7 +46,7 @@ def _options() -> list[inspect.Parameter]:
                 help_text += " Repeat the flag or separate names with commas."
             else:  # `X | None` -> X; typer gets None when the flag is absent anyway
                 args = [a for a in typing.get_args(tp) if a is not type(None)]
-                if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+                if typing.get_origin(tp) in (typing.Union, types.UnionType):
                     tp = args[0]
             option = typer.Option(flag, help=help_text, show_default=_shown(default))
             tp = Optional[tp]
@@ -119,16 +120,22 @@ def run(**kwargs) -> None:
     except RewardError as exc:
         err.print(f"[red]reward error:[/red] {exc}", highlight=False)
         raise typer.Exit(1)
-    _summary(result, Console())
+    from mrtpo.harness.distributed import is_main_process
+
+    if is_main_process():  # under `accelerate launch`, one summary, not one per process
+        _summary(result, Console())
 
 
 def _train_with_progress(cfg, console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     from transformers.utils import logging as hf_logging
 
+    from mrtpo.harness.distributed import is_main_process
     from mrtpo.harness.loop import train
 
     hf_logging.disable_progress_bar()  # our bar only
+    if not is_main_process():  # other processes of a data-parallel run train without a display
+        return train(cfg)
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   TextColumn("{task.description}"), console=console, transient=False) as progress:
         bar = progress.add_task("loading model and data", total=cfg.steps)
@@ -142,7 +149,7 @@ def _train_with_progress(cfg, console):
         return train(cfg, on_step=on_step, on_start=on_start)
 
 
-def _reward_line(record: dict[str, Any], limit: int = 5) -> str:
+def _reward_line(record: dict[str, Any], limit: int = 4) -> str:
     means = [(k.split("/")[1], v) for k, v in record.items()
              if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
     parts = [f"reward {record.get('reward', 0.0):.3f}"] + [f"{n} {v:.2f}" for n, v in means[:limit]]

@@ -50,14 +50,21 @@ class Distributed:
     def from_env(cls) -> "Distributed":
         """Join the process group that `accelerate launch` / `torchrun` set up, if any.
 
-        accelerate's `PartialState` picks the backend (nccl on GPUs, gloo on CPU or with
-        `accelerate launch --cpu`) and this process's device (cuda:<local rank>).
+        accelerate's `PartialState` joins the group and picks the backend (nccl on GPUs, gloo
+        on a machine without them) and this process's device (cuda:<local rank>). Without
+        `cpu=True` on a GPU-less machine it would quietly stay a single process, and every
+        process would train the whole batch on its own.
         """
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
             return cls()
         from accelerate import PartialState
 
-        state = PartialState()
+        state = PartialState(cpu=not torch.cuda.is_available())
+        if state.num_processes != world or not torch.distributed.is_initialized():
+            raise DistributedError(f"launched as {world} processes (WORLD_SIZE) but accelerate set up "
+                                   f"{state.num_processes} ({state.distributed_type}); launch with "
+                                   "`accelerate launch --multi_gpu --num_processes N` or `torchrun --nproc_per_node N`")
         return cls(state.process_index, state.num_processes, state.local_process_index,
                    torch.device(state.device), torch.distributed.get_backend())
 
@@ -246,6 +253,11 @@ class Distributed:
                 top_p: float = 1.0) -> list:
         """The logits processors for sampling this process's rows (see RowSeededSampling)."""
         return [RowSeededSampling(seed, step, first_row, temperature, top_p)]
+
+
+def is_main_process() -> bool:
+    """True unless this is a non-zero rank of a launched run (RANK is set by the launcher)."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def local_credit(credit: Credit, rows: slice) -> Credit:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import os
 import signal
 import time
 import traceback
@@ -185,6 +184,9 @@ class Scorer:
             except mp.TimeoutError:
                 out.append(("timeout", None, self.timeout))
                 stuck = True
+            except Exception as exc:  # e.g. a verdict that cannot be sent back (not picklable)
+                out.append(("error", f"its result could not be returned from the worker: "
+                                     f"{type(exc).__name__}: {exc}", 0.0))
         if stuck:  # workers may still be busy with the stuck jobs: start a fresh pool next time
             self.close()
         return out

@@ -38,7 +38,7 @@ surrogate terms, the clip masks) is [B, T].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -356,3 +356,66 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             col = shares[:, k][~torch.isnan(shares[:, k])]
             if col.numel():
                 self._metrics["train"][f"mrtpo/{name}/top80_token_share"].append(float(col.mean()))
+
+
+# ------------------------------------------------------------------------------- launcher
+@dataclass
+class MRTPOScriptArguments:
+    """The task side of `python -m mrtpo.integrations.trl` (TRL's GRPOConfig and ModelConfig flags too)."""
+
+    task: str = field(default="", metadata={"help": "Registered task name (`mrtpo tasks ls`)."})
+    task_args: list[str] = field(default_factory=list, metadata={
+        "help": "Task constructor arguments as KEY=VALUE (values read as YAML); repeat the flag."})
+    data: str | None = field(default=None, metadata={
+        "help": "The task's training data file; default: its bundled sample."})
+    mrtpo: bool = field(default=True, metadata={
+        "help": "Place each reward's credit on its tokens by replay; --no_mrtpo: every token gets the response's advantage."})
+    mrtpo_lambda: float = field(default=1.0, metadata={"help": "Blend with uniform weights: 1 = pure MRTPO, 0 = plain estimator."})
+    saw: str = field(default="off", metadata={
+        "help": "SAW weights: off, reward (with sum_then_normalize) or advantage (with normalize_then_sum)."})
+
+
+def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--task_args {item!r}: expected KEY=VALUE")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
+    """Train as the flags say, save the model to --output_dir; returns the trainer.
+
+        accelerate launch --multi_gpu --num_processes 8 -m mrtpo.integrations.trl \\
+            --model_name_or_path Qwen/Qwen2.5-1.5B-Instruct --task toolcall --output_dir runs/trl \\
+            --multi_objective_aggregation normalize_then_sum --use_peft --lora_target_modules all-linear
+    """
+    from trl import ModelConfig, TrlParser, get_peft_config
+
+    parser = TrlParser((MRTPOScriptArguments, GRPOConfig, ModelConfig))
+    script, args, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    if not script.task:
+        from mrtpo.tasks import available_tasks
+
+        parser.error(f"--task is required; available tasks: {', '.join(available_tasks())}")
+    if not model_args.model_name_or_path:
+        parser.error("--model_name_or_path is required: a hub id or a directory saved with save_pretrained")
+    init = dict(revision=model_args.model_revision, trust_remote_code=args.trust_remote_code,
+                attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    args.model_init_kwargs = {**init, **(args.model_init_kwargs or {})}
+    trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=script.task, args=args,
+                               task_args=_task_args(script.task_args), data=script.data, mrtpo=script.mrtpo,
+                               mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
+                               peft_config=get_peft_config(model_args))
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.save_model(args.output_dir)
+    trainer.accelerator.print(f"model saved to {args.output_dir}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main()
