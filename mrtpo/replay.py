@@ -30,10 +30,11 @@ from typing import Literal, Sequence
 
 import torch
 
-from mrtpo.advantages import js_distance
+from mrtpo.advantages import js_distance_log_probs
 from mrtpo.contexts import ReplayItem
 
 PaddingSide = Literal["left", "right"]
+_JS_CHUNK_BYTES = 2**20  # fp32 buffers of the JS step: ~1 MB stays in a CPU core's cache
 
 
 @dataclass
@@ -122,7 +123,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
                 if shared_prefix:
                     _replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
                 else:
-                    _replay_plain(model, items, group, plans, q, temperature, batch_tokens, padding_side)
+                    _replay_plain(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:
         model.train(was_training)
     return q
@@ -290,13 +291,18 @@ def _pack(seqs: Sequence[Sequence[int]], side: PaddingSide, device, start: int =
     return ids.to(device), mask.to(device), pos.to(device), offsets
 
 
-def _fill(q: torch.Tensor, n: int, plan: _Plan, logits: torch.Tensor, temperature: float, t0: int = 0) -> None:
-    """q[n, k, t0:t0 + c] from logits [C, c, V] of the item's distinct contexts (0 = P_all)."""
-    c = logits.shape[1]
-    for k, j in enumerate(plan.which):
-        if j is not None:
-            q[n, k, t0:t0 + c] = js_distance(logits[0], logits[j], temperature,
-                                             chunk_bytes=c * 4 * logits.shape[-1])  # [c]
+def _fill(q: torch.Tensor, n: int, plan: _Plan, logits: torch.Tensor, temperature: float, t0: int = 0,
+          rows: int = 64) -> None:
+    """q[n, k, t0:t0 + c] from logits [C, c, V] of the item's distinct contexts (0 = P_all),
+    `rows` positions at a time: each context's log-softmax once, then P_all against each."""
+    for r0 in range(0, logits.shape[1], rows):
+        x = logits[:, r0:r0 + rows].float()  # [C, r, V]
+        lp = torch.log_softmax(x if temperature == 1.0 else x / temperature, -1)  # [C, r, V]
+        del x
+        for k, j in enumerate(plan.which):
+            if j is not None:
+                q[n, k, t0 + r0:t0 + r0 + lp.shape[1]] = js_distance_log_probs(
+                    lp[0], lp[j], chunk_bytes=_JS_CHUNK_BYTES)  # [r]
 
 
 def _response_starts(batch, offsets, items) -> list[int]:
@@ -351,7 +357,7 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
             for t0 in range(0, h.shape[1], step):
                 x = h[:, t0:t0 + step]  # [C, c, H]
                 logits = head(x.reshape(-1, x.shape[-1])).view(n_ctx, x.shape[1], -1)  # [C, c, V]
-                _fill(q, n, plans[n], logits, temperature, t0)
+                _fill(q, n, plans[n], logits, temperature, t0, rows=step)
 
 
 def _waves(group: ReplayGroup, items, max_positions: int) -> list[list[tuple[int, int, list[int]]]]:
@@ -399,7 +405,7 @@ def _forwards(rows, batch_tokens: int, overhead: int = 64) -> list[list[tuple[in
 
 # --- plain: one full forward per context ------------------------------------------------------
 
-def _replay_plain(model, items, group: ReplayGroup, plans, q, temperature, batch_tokens, side) -> None:
+def _replay_plain(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens, side) -> None:
     device = q.device
     for batch in _batches(group, batch_tokens):
         ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device)  # [R, S] each
@@ -411,4 +417,4 @@ def _replay_plain(model, items, group: ReplayGroup, plans, q, temperature, batch
             t_len = len(items[n].response_ids)
             sel = torch.stack([logits[first + j, starts[first + j] - first_col:starts[first + j] - first_col + t_len]
                                for j in range(count)])  # [C, T, V]
-            _fill(q, n, plans[n], sel, temperature)
+            _fill(q, n, plans[n], sel, temperature, rows=max(1, chunk_tokens // count))

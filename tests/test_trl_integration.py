@@ -215,7 +215,7 @@ def test_two_processes_with_accelerate(tiny_qwen2_dir, tmp_path):
            "--output_dir", str(tmp_path / "out"), "--multi_objective_aggregation", "normalize_then_sum",
            "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "8",
            "--max_steps", "2", "--learning_rate", "5e-3", "--report_to", "none", "--save_strategy", "no",
-           "--bf16", "false", "--gradient_checkpointing", "false", "--disable_tqdm", "true",
+           "--use_cpu", "--bf16", "false", "--gradient_checkpointing", "false", "--disable_tqdm", "true",
            "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "all-linear"]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -30,9 +30,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from mrtpo.advantages import Credit
+from mrtpo.harness.config import ConfigError
 
 
-class DistributedError(RuntimeError):
+class DistributedError(ConfigError):
     """A setting that cannot be split across processes, or a failure on the main process."""
 
 
@@ -47,8 +48,10 @@ class Distributed:
     backend: str = ""  # "gloo" (CPU) or "nccl" (GPUs)
 
     @classmethod
-    def from_env(cls) -> "Distributed":
+    def from_env(cls, batch_prompts: int | None = None) -> "Distributed":
         """Join the process group that `accelerate launch` / `torchrun` set up, if any.
+
+        `batch_prompts` (the global B) is checked to split evenly, before any model is loaded.
 
         accelerate's `PartialState` joins the group and picks the backend (nccl on GPUs, gloo
         on a machine without them) and this process's device (cuda:<local rank>). Without
@@ -65,8 +68,11 @@ class Distributed:
             raise DistributedError(f"launched as {world} processes (WORLD_SIZE) but accelerate set up "
                                    f"{state.num_processes} ({state.distributed_type}); launch with "
                                    "`accelerate launch --multi_gpu --num_processes N` or `torchrun --nproc_per_node N`")
-        return cls(state.process_index, state.num_processes, state.local_process_index,
+        dist = cls(state.process_index, state.num_processes, state.local_process_index,
                    torch.device(state.device), torch.distributed.get_backend())
+        if batch_prompts is not None:
+            dist.shard(range(batch_prompts))
+        return dist
 
     @property
     def is_main(self) -> bool:

@@ -55,7 +55,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         from mrtpo.tasks import available_tasks
 
         raise ConfigError(f"--task is required; available tasks: {', '.join(available_tasks())}")
-    dist = Distributed.from_env()  # data-parallel under `accelerate launch`; one process otherwise
+    dist = Distributed.from_env(cfg.batch_prompts)  # data-parallel under `accelerate launch`; else one process
     run_dir = dist.run_on_main(lambda: prepare_run_dir(cfg))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)

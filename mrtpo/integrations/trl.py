@@ -38,6 +38,7 @@ surrogate terms, the clip masks) is [B, T].
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -251,6 +252,10 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=funcs, args=args,
                          train_dataset=train_dataset if train_dataset is not None else task_dataset(task, examples),
                          **kwargs)
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes != launched:  # each would train alone
+            raise ValueError(f"launched as {launched} processes but accelerate runs {self.accelerator.num_processes}; "
+                             "on a machine without GPUs pass use_cpu=True (--use_cpu) so they join one gloo group")
         state.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
         self.mrtpo_task, self.mrtpo_examples, self._mrtpo_state = task, examples, state
         self.mrtpo_enabled, self.mrtpo_lambda, self.mrtpo_saw = mrtpo, mrtpo_lambda, saw
@@ -365,7 +370,8 @@ class MRTPOScriptArguments:
 
     task: str = field(default="", metadata={"help": "Registered task name (`mrtpo tasks ls`)."})
     task_args: list[str] = field(default_factory=list, metadata={
-        "help": "Task constructor arguments as KEY=VALUE (values read as YAML); repeat the flag."})
+        "help": "Task constructor arguments as KEY=VALUE pairs after one flag (values read as YAML): "
+                "--task_args mode=bag think=true"})
     data: str | None = field(default=None, metadata={
         "help": "The task's training data file; default: its bundled sample."})
     mrtpo: bool = field(default=True, metadata={
