@@ -75,25 +75,28 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
     under `torch.no_grad()` with the model in eval mode (its training flag is restored after).
     `temperature` divides the logits, as in the policy's log-prob pass.
 
-    `batch_tokens` bounds the padded tokens of one forward (whole items per forward, at least
-    one); `chunk_tokens` bounds the logit rows alive at once; `padding_side` is how rows of one
-    forward are padded (both give the same q).
+    `batch_tokens` bounds the padded tokens of one forward (rows are sorted by length and cut
+    into forwards so that padding stays small); `chunk_tokens` bounds the logit rows alive at
+    once; `padding_side` is how the rows of one forward are padded (both give the same q).
 
     Peak extra memory of the shared-prefix method, beyond the weights (b = bytes per element
-    of the model dtype, V = vocabulary, H = hidden size, C = K + 1 contexts, KV = 2 * layers *
-    kv_heads * head_dim, R x S = the padded rows of one forward, R * S <= batch_tokens, L =
-    prefix length, T = response length):
+    of the model dtype, V = vocabulary, H = hidden size, KV = 2 * layers * kv_heads * head_dim,
+    L = the group's prefix length, R x S = the padded rows of one forward, R * S <=
+    batch_tokens):
 
-        L * KV * b                          the prefix cache (kept for the group)
-      + R * (L + S) * KV * b                its copy for one forward, with the suffix keys/values
-      + activations of one R x S forward    (as a plain forward of R * S tokens; attention
+        L * KV * b                           the prefix cache (kept while its group runs)
+      + 2 * R * (L + S) * KV * b             its copy for one forward (repeated over R rows)
+                                             and the cache with the suffix keys/values
+      + activations of one R x S forward     as a plain forward of R * S tokens (attention
                                              scores R * heads * S * (L + S) on the math path)
-      + R * T * H * b                       hidden states at response positions
-      + (chunk_tokens + 6 * chunk_tokens / C) * V * 4   logits of one chunk + JS temporaries
+      + 2 * batch_tokens * H * b             hidden states at response positions, kept for the
+                                             JS step (whole items, <= 2 * batch_tokens positions)
+      + chunk_tokens * V * (b + 8)           logits of one chunk and their fp32 log-softmax
+      + 6 * max(2**20, 4 * V)                JS temporaries (1 MB fp32 buffers)
 
-    so the distance computation holds at most about 7 * chunk_tokens * V * 4 bytes whatever N,
-    K and T, never a [N, K + 1, T, V] tensor. The plain method instead holds the logits of one
-    forward, R * (T + 1) * V * b, as trainers do.
+    The distance computation therefore holds about chunk_tokens * V * (b + 8) bytes whatever
+    N, K and T, never a [N, K + 1, T, V] tensor. The plain method instead holds the logits of
+    one forward, R * (T + 1) * V * b, as trainers do.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")

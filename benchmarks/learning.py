@@ -1,0 +1,236 @@
+"""Learning curves: GRPO, GDPO, GDPO+SAW and MRTPO (on GDPO) on the bundled tasks.
+
+Every method trains the same policy (default: the built-in `mrtpo-tiny`, built on first use)
+with LoRA for the same steps and batch, for several seeds, through the project's trainer
+(`mrtpo.harness.train`). It prints, per task, method and reward, the mean over seeds of the
+reward over the first and the last tenth of the steps, and the first step at which the
+seed-mean curve (smoothed over a tenth of the steps) reaches a threshold, set per reward
+halfway from the common start (all methods' first tenth) to the maximum 1. It saves a PNG of
+the curves with seed bands (min..max over seeds) when matplotlib is installed (the `plot`
+extra). Nothing is asserted: these are measured figures.
+
+    python benchmarks/learning.py [--tasks toolcall,text2sql,instruct] [--seeds 0,1,2]
+        [--steps N] [--out benchmarks/out/learning] [--threads N] [--quick]
+
+Runs go to <out>/runs/<task>/<method>/seed<k>/; a finished run is read back instead of run
+again and an interrupted one resumes, so the script can be stopped and restarted. Settings
+other than the task, method and seed are those `mrtpo train` uses for the built-in policy
+(`mrtpo.models.default.TRAIN_DEFAULTS`), overridable with the flags below.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+METHODS = {  # name -> TrainConfig fields
+    "grpo": {"advantage": "grpo", "saw": "off", "mrtpo": False},
+    "gdpo": {"advantage": "gdpo", "saw": "off", "mrtpo": False},
+    "gdpo+saw": {"advantage": "gdpo", "saw": "advantage", "mrtpo": False},
+    "mrtpo": {"advantage": "gdpo", "saw": "off", "mrtpo": True},
+}
+
+
+def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> list[dict]:
+    """Train one (task, method, seed), or read it back when it already finished."""
+    from mrtpo.harness import TrainConfig, train
+
+    run_dir = out / "runs" / task / method / f"seed{seed}"
+    metrics = run_dir / "metrics.jsonl"
+    done = _read(metrics)
+    if len(done) >= settings["steps"]:
+        return done[: settings["steps"]]
+    resume = (run_dir / "config.yaml").is_file() and any(run_dir.glob("checkpoint-*"))
+    if not resume and run_dir.exists():  # a run that died before its first checkpoint
+        import shutil
+
+        shutil.rmtree(run_dir)
+    cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
+                      **METHODS[method], **settings)
+    t0 = time.perf_counter()
+    result = train(cfg)
+    print(f"  ran {task} {method} seed {seed}: {len(result.history)} steps in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return _read(metrics)
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def reward_keys(histories: list[list[dict]]) -> list[str]:
+    """`reward`, the mean of the per-reward means, and each reward present in most steps."""
+    counts: dict[str, int] = {}
+    total = 0
+    for h in histories:
+        for rec in h:
+            total += 1
+            for k, v in rec.items():
+                if k.startswith("rewards/") and k.endswith("/mean") and v is not None:
+                    counts[k] = counts.get(k, 0) + 1
+    common = [k for k, c in counts.items() if c >= 0.5 * total]
+    return ["reward", "rewards/mean"] + sorted(common)
+
+
+def series(history: list[dict], key: str) -> list[float]:
+    """One value per step (NaN where absent); `rewards/mean` is the mean over the rewards
+    present at that step (instruction following: the instruction-level accuracy)."""
+    out = []
+    for rec in history:
+        if key == "rewards/mean":
+            vals = [v for k, v in rec.items() if k.startswith("rewards/") and k.endswith("/mean")
+                    and v is not None and not math.isnan(v)]
+            out.append(sum(vals) / len(vals) if vals else math.nan)
+        else:
+            v = rec.get(key)
+            out.append(math.nan if v is None else float(v))
+    return out
+
+
+def nanmean(xs) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def smooth(xs: list[float], w: int) -> list[float]:
+    """Trailing mean over the last `w` steps (NaN-aware)."""
+    return [nanmean(xs[max(0, i - w + 1): i + 1]) for i in range(len(xs))]
+
+
+def summarise(task: str, curves: dict[str, dict[str, list[list[float]]]], steps: int, frac: float):
+    """Print start / end means over seeds and steps-to-threshold per method and reward."""
+    tenth = max(1, steps // 10)
+    keys = list(next(iter(curves.values())))
+    print(f"\n== {task}: mean over seeds; start = first {tenth} steps, end = last {tenth} steps; "
+          f"threshold = start + {frac:g} * (1 - start), start over all methods")
+    print(f"{'reward':<42} {'method':<9} {'start':>6} {'end':>6} {'change':>7} {'steps to thr':>12}")
+    rows = []
+    for key in keys:
+        if key == "reward":
+            continue  # a sum over a varying number of rewards: shown in the plot only
+        starts = {m: nanmean([nanmean(s[:tenth]) for s in curves[m][key]]) for m in curves}
+        common = nanmean(list(starts.values()))
+        thr = common + frac * (1 - common)
+        for m in curves:
+            runs = curves[m][key]
+            end = nanmean([nanmean(s[-tenth:]) for s in runs])
+            mean_curve = [nanmean([s[i] for s in runs]) for i in range(steps)]
+            sm = smooth(mean_curve, tenth)
+            hit = next((i + 1 for i, v in enumerate(sm) if not math.isnan(v) and v >= thr), None)
+            label = key.removeprefix("rewards/").removesuffix("/mean")
+            label = "mean over rewards" if key == "rewards/mean" else label
+            print(f"{label:<42} {m:<9} {starts[m]:>6.3f} {end:>6.3f} {end - starts[m]:>+7.3f} "
+                  f"{(str(hit) if hit else '-') + f' (>={thr:.2f})':>12}")
+            rows.append({"task": task, "reward": label, "method": m, "start": starts[m], "end": end,
+                         "threshold": thr, "steps_to_threshold": hit})
+    return rows
+
+
+def plot(all_curves: dict, steps: int, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[plot]'): no plot written")
+        return False
+    tasks = list(all_curves)
+    ncols = max(len([k for k in next(iter(all_curves[t].values())) if k != "reward"]) for t in tasks)
+    fig, axes = plt.subplots(len(tasks), ncols, figsize=(3.6 * ncols, 2.8 * len(tasks)), squeeze=False)
+    w = max(1, steps // 10)
+    for r, task in enumerate(tasks):
+        curves = all_curves[task]
+        keys = [k for k in next(iter(curves.values())) if k != "reward"]
+        for c in range(ncols):
+            ax = axes[r][c]
+            if c >= len(keys):
+                ax.axis("off")
+                continue
+            key = keys[c]
+            for method, by_key in curves.items():
+                runs = [smooth(s, w) for s in by_key[key]]
+                x = list(range(1, steps + 1))
+                mean = [nanmean([s[i] for s in runs]) for i in range(steps)]
+                lo = [min((s[i] for s in runs if not math.isnan(s[i])), default=math.nan) for i in range(steps)]
+                hi = [max((s[i] for s in runs if not math.isnan(s[i])), default=math.nan) for i in range(steps)]
+                line, = ax.plot(x, mean, label=method, lw=1.4)
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+            label = "mean over rewards" if key == "rewards/mean" else key.removeprefix("rewards/").removesuffix("/mean")
+            ax.set_title(f"{task}: {label}", fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.set_ylim(-0.02, 1.02)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main() -> None:
+    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", default="toolcall,text2sql,instruct")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--batch-prompts", type=int, default=None)
+    ap.add_argument("--num-generations", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--threshold-frac", type=float, default=0.5)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", default="benchmarks/out/learning")
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 2 methods, 6 steps: a smoke run")
+    args = ap.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from mrtpo.models.default import resolve_model
+
+    settings = dict(TRAIN_DEFAULTS.get(args.model, {}))
+    settings.pop("task", None)
+    settings.update({k: v for k, v in {"steps": args.steps, "batch_prompts": args.batch_prompts,
+                                       "num_generations": args.num_generations,
+                                       "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
+                     if v is not None})
+    methods = args.methods.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.quick:
+        methods, seeds, settings["steps"] = methods[-2:], seeds[:2], 6
+    settings.setdefault("steps", 40)
+    settings.update(model=resolve_model(args.model), lora=True, save_every=0,
+                    log_completions_every=0, eval_every=0)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"model {args.model}; settings {settings}; methods {methods}; seeds {seeds}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    all_curves, rows = {}, []
+    t0 = time.perf_counter()
+    for task in args.tasks.split(","):
+        histories = {m: [run_one(out, task, m, s, settings) for s in seeds] for m in methods}
+        keys = reward_keys([h for hs in histories.values() for h in hs])
+        curves = {m: {k: [series(h, k) for h in hs] for k in keys} for m, hs in histories.items()}
+        all_curves[task] = curves
+        rows += summarise(task, curves, settings["steps"], args.threshold_frac)
+        secs = {m: nanmean([sum(r.get("time/step") or 0.0 for r in h) for h in hs]) for m, hs in histories.items()}
+        print("seconds per run (mean over seeds): " + ", ".join(f"{m} {s:.0f}" for m, s in secs.items()))
+    (out / "summary.json").write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n")
+    png = out / "learning.png"
+    if plot(all_curves, settings["steps"], png):
+        print(f"\nplot: {png}")
+    print(f"summary: {out / 'summary.json'}; total {time.perf_counter() - t0:.0f} s; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
