@@ -12,7 +12,7 @@ the plain one pads every row on the left and keeps the last T + 1 logits, as tra
 Last line: `replay speedup S.SSx over one-forward-per-context (ideal I.IIx from token counts),
 max |dq| D`, where ideal is the ratio of tokens fed through the model (padding excluded) and
 D the largest difference between the two methods' distances. On a shared machine, compare
-runs by the load average printed with them; `--threads 1` is steadier under load.
+runs by the load average printed with them.
 """
 from __future__ import annotations
 
@@ -136,13 +136,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per method (fastest reported)")
     ap.add_argument("--groups", type=int, default=1, help="prompts, each with G responses")
     ap.add_argument("--group-size", type=int, default=8, help="G, responses per prompt")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: torch's default, or 1 when other processes keep the CPUs "
+                         "busy: two OpenMP threads sharing busy cores wait on each other at every op)")
     ap.add_argument("--batch-tokens", type=int, default=4096,
                     help="padded tokens per forward, both methods (4096: the plain method's fastest "
                          "on a 2-core CPU among 1k-16k)")
     args = ap.parse_args()
+    busy = os.getloadavg()[0]
     if args.threads:
         torch.set_num_threads(args.threads)
+    elif busy >= 1.0 and torch.get_num_threads() > 1:
+        torch.set_num_threads(1)
+        print(f"load average {busy:.2f} before the run: using 1 torch thread (pass --threads N to override)")
     repeats = 2 if args.quick else args.repeats
     t0 = time.perf_counter()
     tokenizer, model, items = build_inputs(args.groups, args.group_size)

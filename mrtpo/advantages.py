@@ -65,13 +65,28 @@ def _nanmean(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.where(n > 0, torch.nansum(x, dim) / n.clamp(min=1), torch.zeros_like(n, dtype=x.dtype))
 
 
+def _all_equal(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """True where all non-NaN values along `dim` are equal (up to float rounding).
+
+    Centring such values gives rounding noise (1e-7) instead of 0, which a 1e-4 denominator
+    would blow up; the estimators set those entries to exactly 0.
+    """
+    hi = torch.nan_to_num(x, nan=-float("inf")).amax(dim, keepdim=keepdim)
+    lo = torch.nan_to_num(x, nan=float("inf")).amin(dim, keepdim=keepdim)
+    scale = torch.nan_to_num(x.abs(), nan=0.0).amax(dim, keepdim=keepdim).clamp(min=1.0)
+    return ~((hi - lo) > 1e-6 * scale)  # all-NaN slices (hi < lo) count as equal
+
+
 def grpo(scores: torch.Tensor, group_size: int, weights=None,
          scale: Literal["group", "batch", "none"] = "group") -> Credit:
     """GRPO: weighted sum of rewards, then group z-score (TRL's `scale_rewards`).
 
     A = (r - mean_g r) / (std + 1e-4) with r = sum_k w_k s_k (absent rewards count 0) and std
     the unbiased std of r within the group ("group"), over the batch ("batch"), or 1 ("none").
-    Linear decomposition: credit_k = w_k (s_k - mean_g s_k) / (std + eps).
+    Linear decomposition: credit_k = w_k (s_k - mean_g s_k) / (std + eps). Where the totals
+    being scaled are all equal (std 0) every credit is 0, as the advantage is: otherwise a
+    group trading one reward for another, (1, 0) and (0, 1), would get per-reward credit of
+    +-0.5 / 1e-4 that cancels in the sum but not once MRTPO puts it on different tokens.
     """
     s = _check(scores, group_size)
     n, k = s.shape
@@ -80,17 +95,23 @@ def grpo(scores: torch.Tensor, group_size: int, weights=None,
     ws = torch.nan_to_num(s, nan=0.0) * w  # [N, K]
     r = ws.sum(-1)  # [N]
     g = ws.view(-1, group_size, k)  # [N/G, G, K]
-    centred = (g - g.mean(1, keepdim=True)).view(n, k)  # [N, K]
+    centred = torch.where(_all_equal(g, 1, keepdim=True), torch.zeros_like(g),
+                          g - g.mean(1, keepdim=True)).view(n, k)  # [N, K]
+    rg = r.view(-1, group_size)  # [N/G, G]
     if scale == "group":
-        std = r.view(-1, group_size).std(1, unbiased=True) if group_size > 1 else torch.zeros(n // group_size)
+        std = rg.std(1, unbiased=True) if group_size > 1 else torch.zeros(n // group_size)
         std = torch.nan_to_num(std, nan=0.0).repeat_interleave(group_size)  # [N]
+        flat = _all_equal(rg, 1).repeat_interleave(group_size)  # [N]
     elif scale == "batch":
         std = torch.nan_to_num(r.std(unbiased=True), nan=0.0).expand(n) if n > 1 else torch.zeros(n)
+        flat = _all_equal(r, 0).expand(n)  # [N]
     elif scale == "none":
         std = torch.full((n,), 1.0 - EPS)
+        flat = torch.zeros(n, dtype=torch.bool)
     else:
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     per = centred / (std.to(s) + EPS).unsqueeze(-1)  # [N, K]
+    per = torch.where(flat.to(per.device).unsqueeze(-1), torch.zeros_like(per), per)  # [N, K]
     return _absent_to_offset(per, torch.zeros(n, dtype=s.dtype, device=s.device), absent)
 
 
@@ -112,7 +133,8 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
     g = s.view(-1, group_size, k)  # [N/G, G, K]
     mean = _nanmean(g, 1).unsqueeze(1)  # [N/G, 1, K]
     std = _nanstd(g, 1).unsqueeze(1)  # [N/G, 1, K]
-    z = ((g - mean) / (std + EPS)).view(n, k)  # [N, K], NaN where absent
+    z = torch.where(_all_equal(g, 1, keepdim=True) & ~torch.isnan(g), torch.zeros_like(g),
+                    (g - mean) / (std + EPS)).view(n, k)  # [N, K], NaN where absent
     wz = torch.nan_to_num(z, nan=0.0) * w  # [N, K]
     pre = wz.sum(-1)  # [N]
     b_mean = pre.mean()
@@ -273,11 +295,11 @@ def _js_log_probs(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
     the distance at most a few eps, whatever the distributions: nearly equal ones do not
     cancel to noise that the square root would amplify (1e-8 of noise is a distance of
     1e-4), identical ones give exactly 0, one-hot against one-hot gives exactly 1. Tokens of
-    probability 0 in both (-inf) give a = 0; in one of them, a saturates where g = log 2.
+    probability 0 in both (-inf) give a = 0; in one of them, a = 160, where g = log 2.
     """
-    a = torch.sub(la, lb).abs_().nan_to_num_(nan=0.0).clamp_(max=160.0)  # [r, V]
-    h = torch.neg(a).expm1_().mul_(0.5).log1p_()  # [r, V] log((1 + e^-a) / 2) = -(first term)
-    h.add_(torch.neg(a).sigmoid_().mul_(a))  # [r, V] -g(a) <= 0
+    na = torch.sub(la, lb).abs_().neg_().nan_to_num_(nan=0.0, neginf=-160.0)  # [r, V] -a
+    h = torch.expm1(na).mul_(0.5).log1p_()  # [r, V] log((1 + e^-a) / 2) = -(first term)
+    h.sub_(torch.sigmoid(na).mul_(na))  # [r, V] -g(a) <= 0
     m = la.exp().add_(lb.exp())  # [r, V] twice the mixture
     jsd = torch.linalg.vecdot(m, h) * (-0.5 / math.log(2.0))  # [r] in bits, in [0, 1]
     return jsd.clamp_(0.0, 1.0).sqrt_()

@@ -34,7 +34,6 @@ from mrtpo.advantages import js_distance_log_probs
 from mrtpo.contexts import ReplayItem
 
 PaddingSide = Literal["left", "right"]
-_JS_CHUNK_BYTES = 2**20  # fp32 buffers of the JS step: ~1 MB stays in a CPU core's cache
 
 
 @dataclass
@@ -92,7 +91,8 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
       + 2 * batch_tokens * H * b             hidden states at response positions, kept for the
                                              JS step (whole items, <= 2 * batch_tokens positions)
       + chunk_tokens * V * (b + 8)           logits of one chunk and their fp32 log-softmax
-      + 6 * max(2**20, 4 * V)                JS temporaries (1 MB fp32 buffers)
+      + 6 * max(J, 4 * V)                    JS temporaries (fp32 buffers of J = 1 MB on CPU,
+                                             64 MB on an accelerator)
 
     The distance computation therefore holds about chunk_tokens * V * (b + 8) bytes whatever
     N, K and T, never a [N, K + 1, T, V] tensor. The plain method instead holds the logits of
@@ -305,7 +305,13 @@ def _fill(q: torch.Tensor, n: int, plan: _Plan, logits: torch.Tensor, temperatur
         for k, j in enumerate(plan.which):
             if j is not None:
                 q[n, k, t0 + r0:t0 + r0 + lp.shape[1]] = js_distance_log_probs(
-                    lp[0], lp[j], chunk_bytes=_JS_CHUNK_BYTES)  # [r]
+                    lp[0], lp[j], chunk_bytes=_js_chunk_bytes(lp.device))  # [r]
+
+
+def _js_chunk_bytes(device: torch.device) -> int:
+    """fp32 buffers of the JS step: ~1 MB stays in a CPU core's cache; a GPU wants fewer,
+    larger ones (each chunk is a handful of kernel launches)."""
+    return 2**20 if device.type == "cpu" else 2**26
 
 
 def _response_starts(batch, offsets, items) -> list[int]:

@@ -39,6 +39,7 @@ class ConstraintTask(Task):
                 for i, s in enumerate(example.data["constraints"])]
 
 
-EX = Example(id="ex1", prompt="How many singers are older than 30?\n\nCREATE TABLE singer (singer_id INTEGER, name TEXT, age INTEGER)",
+EX = Example(id="ex1", prompt=("How many singers are older than 30?\n\n"
+                              "CREATE TABLE singer (singer_id INTEGER, name TEXT, age INTEGER)"),
              system="You write SQLite queries.", data={"gold": "SELECT count(*) FROM singer WHERE age > 30"},
              source="sample.jsonl:1")

@@ -104,6 +104,20 @@ def test_equal_scores_give_zero_not_nan():
         assert torch.allclose(c.total, torch.zeros(8))
 
 
+def test_group_trading_rewards_gets_no_credit_under_grpo():
+    # (1, 0) and (0, 1): the totals are equal, so GRPO's advantage is 0 and its std is 0. The
+    # linear split would be +-0.5 / 1e-4 = +-5000 per reward; it must be 0, or MRTPO would put
+    # huge opposite credits on different tokens.
+    s = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    c = grpo(s, 2)
+    assert torch.all(c.per_reward[:2] == 0) and torch.all(c.total[:2] == 0)
+    assert torch.all(c.per_reward[2:].abs() > 0.1)
+    # constant weighted rewards whose float mean is not exact still centre to exactly 0
+    s = torch.tensor([[0.0], [0.5], [0.0], [1.0], [1.0], [1.0]])
+    for c in (grpo(s, 3, [1.5251453]), gdpo(torch.cat([s, s], 1), 3, [1.5251453, 0.3])):
+        assert torch.all(c.total[3:] == c.total[3]) and abs(c.total[3].item()) < 1e-3
+
+
 def test_absent_rewards_get_zero_credit():
     s = torch.tensor([[1.0, float("nan")], [0.0, float("nan")], [1.0, 1.0], [0.0, 0.0]])
     for c in (grpo(s, 2), gdpo(s, 2)):

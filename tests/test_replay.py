@@ -49,7 +49,8 @@ def models(tiny_qwen2_dir, tiny_llama_dir):
     return {"qwen2": _load(tiny_qwen2_dir), "llama": _load(tiny_llama_dir)}
 
 
-EX2 = Example(id="ex2", prompt="List the names of singers ordered by age.\n\nCREATE TABLE singer (singer_id INTEGER, name TEXT, age INTEGER)",
+EX2 = Example(id="ex2", prompt=("List the names of singers ordered by age.\n\n"
+                               "CREATE TABLE singer (singer_id INTEGER, name TEXT, age INTEGER)"),
               data={"gold": "SELECT name FROM singer ORDER BY age"})
 
 
