@@ -128,16 +128,78 @@ def _mask_json(text: str, payloads: list[tuple[str, str]]) -> str:
     return "".join(out)
 
 
+_FILL = "\u2591"  # stands in for a payload while later payload kinds are looked for
+
+
+def _payload_spans(text: str) -> list[tuple[int, int]]:
+    """Where the payloads (code fences, tool calls, `<think>` blocks, JSON objects/arrays) lie
+    in `text`, found by structure alone, in the order `split_text` takes them: each kind is
+    blanked out (same length, so offsets hold) before the next is looked for, and JSON values
+    are found by `json.JSONDecoder.raw_decode` scanning, so a JSON document is one span
+    whatever strings it holds."""
+    spans: list[tuple[int, int]] = []
+    work = text
+    for rx in (_FENCE_RE, _TOOL_RE, _THINK_RE):
+        spans += [m.span() for m in rx.finditer(work)]
+        work = rx.sub(lambda m: _FILL * len(m.group(0)), work)
+    dec = json.JSONDecoder()
+    i = 0
+    while i < len(work):
+        ch = work[i]
+        if ch in "{[":
+            try:
+                obj, end = dec.raw_decode(work, i)
+            except ValueError:
+                obj, end = None, i
+            if end > i and isinstance(obj, (dict, list)) and (obj or ch == "{"):
+                spans.append((i, end))
+                i = end
+                continue
+        i += 1
+    return spans
+
+
+def _mask_quoted(text: str, quoted: Iterable[str]) -> str:
+    """`text` with each occurrence of a `quoted` string replaced by _MASK, longest first,
+    except occurrences that lie inside a payload or a tag or cut across its edge: a label
+    value that is also a string or number inside a JSON schema or a tool call (BFCL's
+    "0.0001", "all" inside "<tool_call>", "tools" inside "<tools>") is part of that payload or
+    tag, and masking it would cut the payload into pieces or turn the tag into prose. An
+    occurrence that covers whole payloads (feedback quoting a call) is masked, so what the
+    verifier said stays quotation, not payload."""
+    qs = sorted({q for q in quoted if q and len(q.strip()) >= 3}, key=len, reverse=True)
+    if not qs:
+        return text
+    spans = _payload_spans(text) + [m.span() for m in _TAG_RE.finditer(text)]
+    chosen: list[tuple[int, int]] = []
+    for q in qs:
+        i = text.find(q)
+        while i >= 0:
+            j = i + len(q)
+            free = not any(a < j and i < b for a, b in chosen)
+            outside = all(b <= i or j <= a or (i <= a and b <= j) for a, b in spans)
+            if free and outside:
+                chosen.append((i, j))
+                i = text.find(q, j)
+            else:
+                i = text.find(q, i + 1)
+    out, pos = [], 0
+    for a, b in sorted(chosen):
+        out += [text[pos:a], _MASK]
+        pos = b
+    return "".join(out) + text[pos:]
+
+
 def split_text(text: str, quoted: Iterable[str] = ()) -> _Split:
     """Separate prose from payloads (code fences, tool calls, JSON) and quotations.
 
     `quoted` are strings the caller knows come from the data or the verifier (its feedback,
     the example's label); they are masked too, so words inside them are not judged as prose.
+    Payloads are located by structure first (`_payload_spans`), so a quoted string inside a
+    payload leaves the payload whole.
     """
     payloads: list[tuple[str, str]] = []
-    s = text
-    for q in sorted({q for q in quoted if q and len(q.strip()) >= 3}, key=len, reverse=True):
-        s = s.replace(q, _MASK)
+    s = _mask_quoted(text, quoted)
 
     def fence(m: re.Match) -> str:
         payloads.append(("code", m.group(0)))

@@ -1,12 +1,15 @@
 """`mrtpo blocks preview` and `mrtpo blocks lint`: see every block of every reward, and lint them.
 
-preview TASK [--data PATH] [--responses FILE] [-n N] [--json]
+preview TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json]
     For each example and response: P0, each reward's score, feedback and block, the contexts
     P_all and P_without_k (as what differs), and the lint's findings. Without --responses,
     two responses per example: the reference and a corrupted copy of it.
-lint TASK [--data PATH] [--responses FILE] [-n N]
+lint TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N]
     Lints a whole dataset (progress bar on stderr), prints a summary by rule with example
     locations, and exits 1 when anything is found (0 when clean), so CI can run it.
+
+-o/--task-option KEY=VALUE goes to the task's constructor, as in `mrtpo eval` and `mrtpo train`
+(e.g. `-o skip_unsupported=true` for instruct data with instruction ids it has no checker for).
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import json
 from typing import Annotated, Optional
 
 import typer
+
+from mrtpo.commands.options import TaskOptions, parse_task_options
 
 TaskArg = Annotated[str, typer.Argument(help="Task name (see `mrtpo tasks ls`).")]
 DataOpt = Annotated[Optional[str], typer.Option(
@@ -25,13 +30,15 @@ StyleOpt = Annotated[Optional[bool], typer.Option(
     "--rich/--plain", help="Rich tables or plain text; default: rich in a terminal, plain when piped.")]
 
 
-def _load(task_name: str, data: str | None, responses: str | None, limit: int | None):
-    """Task, examples and responses, or a clear error and exit code 2."""
+def _load(task_name: str, data: str | None, responses: str | None, limit: int | None,
+          options: list[str] | None = None):
+    """Task (built with the -o options), examples and responses, or a clear error and exit 2."""
     from mrtpo.blocks.probes import ResponsesFileError, read_responses
     from mrtpo.tasks import get_task
 
+    kwargs = parse_task_options(options)  # a malformed KEY=VALUE is a usage error (exit 2)
     try:
-        task = get_task(task_name)
+        task = get_task(task_name, **kwargs)
     except Exception as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
@@ -76,6 +83,7 @@ def register(app: typer.Typer) -> None:
         task: TaskArg,
         data: DataOpt = None,
         responses: ResponsesOpt = None,
+        task_options: TaskOptions = None,
         n: Annotated[int, typer.Option("-n", "--num-examples", min=1,
                                        help="How many examples to show.")] = 3,
         as_json: Annotated[bool, typer.Option("--json", help="One JSON record per (example, "
@@ -86,7 +94,7 @@ def register(app: typer.Typer) -> None:
         from mrtpo.blocks.preview import preview
         from mrtpo.blocks.show import record_plain, record_rich
 
-        t, examples, resp = _load(task, data, responses, n)
+        t, examples, resp = _load(task, data, responses, n, task_options)
         if as_json:
             for rec in preview(t, examples, resp):
                 typer.echo(json.dumps(rec, ensure_ascii=False, default=str))
@@ -103,6 +111,7 @@ def register(app: typer.Typer) -> None:
         task: TaskArg,
         data: DataOpt = None,
         responses: ResponsesOpt = None,
+        task_options: TaskOptions = None,
         n: Annotated[Optional[int], typer.Option("-n", "--num-examples", min=1,
                                                  help="Lint only the first N examples.")] = None,
         max_per_rule: Annotated[int, typer.Option("--max-per-rule", min=1,
@@ -115,7 +124,7 @@ def register(app: typer.Typer) -> None:
         from mrtpo.blocks.lint import lint_task
         from mrtpo.blocks.show import report_plain, report_rich
 
-        t, examples, resp = _load(task, data, responses, n)
+        t, examples, resp = _load(task, data, responses, n, task_options)
         err_console, _ = _console(None, stderr=True)
         with Progress(TextColumn("linting blocks"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err_console, transient=True,

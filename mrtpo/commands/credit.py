@@ -16,6 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrtpo.commands.options import FLAG, HELP
+
 
 class Estimator(str, Enum):
     gdpo = "gdpo"
@@ -34,7 +36,7 @@ def register(app: typer.Typer) -> None:
         model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, or mrtpo-tiny).")] = None,
         data: Annotated[Optional[str], typer.Option("--data", help="Task: dataset path; default: the task's bundled sample.")] = None,
         responses: Annotated[Optional[Path], typer.Option("--responses", help='Task: JSONL rows {"id": <example id>, "response": <text>} or {"id", "responses": [...]}; default: reference + corrupted copy.')] = None,
-        task_options: Annotated[Optional[list[str]], typer.Option("--task-option", "-o", help="Task: KEY=VALUE for the task's constructor (value read as JSON if it parses).")] = None,
+        task_options: Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help="Task: " + HELP)] = None,
         estimator: Annotated[Estimator, typer.Option("--estimator", help="Task: credit over each example's responses with gdpo or grpo.")] = Estimator.gdpo,
         temperature: Annotated[float, typer.Option("--temperature", help="Task: divides the logits in the replay (as in training).")] = 1.0,
         device: Annotated[str, typer.Option("--device", help="Task: auto, cpu, cuda, cuda:1...")] = "auto",
@@ -57,7 +59,7 @@ def register(app: typer.Typer) -> None:
         try:
             if path.is_dir():
                 for flag, value in (("--model", model), ("--data", data), ("--responses", responses),
-                                    ("--task-option", task_options)):
+                                    (FLAG, task_options)):
                     if value:
                         _fail(f"{flag} is for computing credit fresh for a task; {target} is a run directory")
                 records, task_name, model_name, heading, note = _from_run(path, step, limit)
@@ -106,7 +108,7 @@ def _from_run(path: Path, step, limit):
 
 
 def _fresh(task_name, model, data, responses, task_options, limit, estimator, temperature, device, dtype):
-    from mrtpo.commands.eval import parse_task_options
+    from mrtpo.commands.options import parse_task_options
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.tasks import get_task

@@ -17,6 +17,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrtpo.commands.options import TaskOptions, parse_task_options
+
 
 class MissingPolicy(str, Enum):
     error = "error"
@@ -39,7 +41,7 @@ def register(app: typer.Typer) -> None:
         responses: Annotated[Optional[Path], typer.Option("--responses", help="JSONL with an id (or prompt) and a response per row.")] = None,
         model: Annotated[Optional[str], typer.Option("--model", help="Model directory or hub id to generate responses with.")] = None,
         mode: Annotated[Optional[CompareMode], typer.Option("--mode", help="text2sql: result comparison (bag = Spider, set = BIRD); default: the data's own.")] = None,
-        task_options: Annotated[Optional[list[str]], typer.Option("--task-option", "-o", help="KEY=VALUE passed to the task's constructor (value read as JSON if it parses), e.g. -o think=true -o skip_unsupported=true.")] = None,
+        task_options: TaskOptions = None,
         limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Evaluate only the first N examples.")] = None,
         missing: Annotated[MissingPolicy, typer.Option("--missing", help="Examples with no response: error, zero (score as empty) or skip.")] = MissingPolicy.error,
         batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Generation: prompts per batch.")] = 8,
@@ -66,7 +68,7 @@ def register(app: typer.Typer) -> None:
         if (responses is None) == (model is None):
             _fail("give exactly one of --responses FILE and --model PATH")
         try:
-            t = get_task(task, **parse_task_options(task_options or []))
+            t = get_task(task, **parse_task_options(task_options))
         except (TypeError, ValueError, TaskNotFound, TaskLoadError) as exc:  # TypeError: bad -o
             _fail(str(exc))
         try:
@@ -90,22 +92,6 @@ def register(app: typer.Typer) -> None:
             _print_table(report, out)
         for w in report.warnings:
             typer.echo(f"warning: {w}", err=True)
-
-
-def parse_task_options(items: list[str]) -> dict:
-    """["think=true", "mode=set"] -> {"think": True, "mode": "set"}: JSON values, else strings."""
-    import json
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise typer.BadParameter(f"{item!r}: write KEY=VALUE, e.g. think=true", param_hint="--task-option")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def _fail(msg: str) -> None:

@@ -2,9 +2,11 @@
 
 Every flag is a field of `mrtpo.harness.config.TrainConfig`: the options are generated from
 its fields (name, type, one-line help), so the config, the YAML file and the flags cannot
-drift apart. Only flags the user typed override the YAML file (`--config`); on `--resume`
-the run directory's saved config is the base. Library errors become one red line and a
-non-zero exit, not a traceback.
+drift apart. The one exception in spelling: `task_args` is `-o/--task-option KEY=VALUE`, as in
+every other command (parsed by mrtpo.commands.options); `--task-arg` is still read, unlisted.
+Only flags the user typed override the YAML file (`--config`); on `--resume` the run
+directory's saved config is the base. Library errors become one red line and a non-zero exit,
+not a traceback.
 """
 from __future__ import annotations
 
@@ -17,8 +19,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-# multi-valued settings: the flag's name and how KEY=VALUE pairs become the config's dict
-_PAIR_FLAGS = {"task_args": "--task-arg", "reward_weights": "--reward-weight"}
+from mrtpo.commands import options as task_options
+
+# multi-valued settings: the flag's names; KEY=VALUE pairs become the config's dict
+# (task_args through the shared -o/--task-option parser, reward weights as numbers)
+_PAIR_FLAGS = {"task_args": (task_options.FLAG, "-o"), "reward_weights": ("--reward-weight",)}
+# the spelling --task-arg had before every command said -o/--task-option: still read, not shown
+_LEGACY_TASK_ARG = "legacy_task_arg"
 
 
 def _options() -> list[inspect.Parameter]:
@@ -34,7 +41,9 @@ def _options() -> list[inspect.Parameter]:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         default = "required" if f.name in ("model", "task") else default
         if f.name in _PAIR_FLAGS:
-            option = typer.Option(_PAIR_FLAGS[f.name], help=help_text, show_default=_shown(default))
+            if f.name == "task_args":  # the same words as every other command's -o
+                help_text = task_options.HELP + " Config file key: task_args."
+            option = typer.Option(*_PAIR_FLAGS[f.name], help=help_text, show_default=_shown(default))
             tp: Any = Optional[list[str]]
         else:
             flag = "--" + f.name.replace("_", "-")
@@ -52,6 +61,11 @@ def _options() -> list[inspect.Parameter]:
             tp = Optional[tp]
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                         annotation=Annotated[tp, option]))
+        if f.name == "task_args":
+            params.append(inspect.Parameter(
+                _LEGACY_TASK_ARG, inspect.Parameter.KEYWORD_ONLY, default=None,
+                annotation=Annotated[Optional[list[str]], typer.Option(
+                    "--task-arg", hidden=True, help="Old name of -o/--task-option.")]))
     return params
 
 
@@ -66,29 +80,29 @@ def _shown(default: Any) -> str:
     return "none" if default is None else str(default)
 
 
-def _pairs(values: list[str], flag: str, number: bool) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
+def _weights(values: list[str], flag: str) -> dict[str, float]:
+    """--reward-weight NAME=W pairs -> {name: float}."""
+    out: dict[str, float] = {}
     for item in values:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise typer.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=flag)
         try:
-            value = float(raw) if number else yaml.safe_load(raw)
-        except (ValueError, yaml.YAMLError) as exc:
+            out[key.strip()] = float(raw)
+        except ValueError as exc:
             raise typer.BadParameter(f"{item!r}: {exc}", param_hint=flag) from exc
-        out[key.strip()] = value
     return out
 
 
 def overrides_from_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The settings the user typed (None = flag absent), converted to config values."""
     out = {k: v for k, v in kwargs.items() if v is not None}
-    if "task_args" in out:
-        out["task_args"] = _pairs(out["task_args"], "--task-arg", number=False)
+    legacy = out.pop(_LEGACY_TASK_ARG, None)
+    if legacy is not None or "task_args" in out:  # -o given after --task-arg wins on a shared key
+        out["task_args"] = {**task_options.parse_task_options(legacy, "--task-arg"),
+                            **task_options.parse_task_options(out.get("task_args"))}
     if "reward_weights" in out:
-        out["reward_weights"] = _pairs(out["reward_weights"], "--reward-weight", number=True)
+        out["reward_weights"] = _weights(out["reward_weights"], "--reward-weight")
     if "lora_target_modules" in out:
         out["lora_target_modules"] = [m.strip() for v in out["lora_target_modules"]
                                       for m in v.split(",") if m.strip()]

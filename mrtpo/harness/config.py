@@ -46,7 +46,7 @@ class TrainConfig:
 
     # --- task and data -----------------------------------------------------------------------
     task: str | None = opt(None, "Registered task name (see `mrtpo tasks ls`).")
-    task_args: dict[str, Any] = opt({}, "Keyword arguments for the task's constructor (--task-arg KEY=VALUE, repeatable).")
+    task_args: dict[str, Any] = opt({}, "Keyword arguments for the task's constructor (-o/--task-option KEY=VALUE, repeatable).")
     data: str | None = opt(None, "Training data file for the task; default: the task's bundled sample.")
     eval_data: str | None = opt(None, "Held-out data for --eval-every; default: the last --eval-size examples of --data, held out of training.")
     eval_size: int = opt(8, "Examples held out of the training data for evaluation when --eval-every > 0 and no --eval-data.")

@@ -18,6 +18,7 @@ which teaches the from-scratch model the language its prompts are written in).
 """
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ class SFTConfig:
     """The supervised pass; every field is part of the built policy's fingerprint."""
 
     steps: int = 600  # optimizer steps; the build's time is about steps * seconds per step
-    batch_size: int = 16  # sequences per step
+    batch_prompts: int = 6  # prompts per step
+    targets_per_prompt: int = 4  # targets drawn per P0 prompt, all sharing its encoding
     lr: float = 2e-3  # peak learning rate (a from-scratch model of a few million parameters)
     warmup_steps: int = 30  # linear warm-up before the cosine decay
     min_lr_ratio: float = 0.05  # the cosine decays to lr * this
@@ -47,6 +49,9 @@ class SFTConfig:
     max_length: int = 1536  # longer sequences lose prompt tokens from the left
     errors_per_example: int = 12  # content-error candidates tried per reference
     contexts_per_example: int = 3  # P_all variants (blocks of different responses) per example
+    copy_steps: int = 0  # steps of span copying before the supervised pass (see `copy_batch`)
+    copy_batch: int = 32  # sequences per copy step: a span of prompt text, then the span again
+    copy_span: int = 48  # longest copied span, in tokens
     seed: int = 0
 
 
@@ -145,39 +150,152 @@ def tokenize(data: Sequence[ExampleData], tokenizer) -> None:
         d.error_ids = [target_ids(e.text) for e in d.errors]
 
 
-def draw(d: ExampleData, cfg: SFTConfig, rng: random.Random) -> tuple[list[int], list[int], str]:
-    """One (prompt ids, target ids, kind) for example `d`, following the recipe's shares."""
+def draw_prompt(d: ExampleData, cfg: SFTConfig, rng: random.Random) -> tuple[list[int], list[list[int]], list[str]]:
+    """One prompt of example `d` and its targets, following the recipe's shares:
+    with probability `block_share` P_all and the reference once; otherwise P0 and
+    `targets_per_prompt` independent draws, each an error with probability `error_share`
+    (the reward to break chosen uniformly, then one of the errors that break it)."""
     if d.p_all_ids and rng.random() < cfg.block_share:
-        return rng.choice(d.p_all_ids), d.reference_ids, "blocks"
+        return rng.choice(d.p_all_ids), [d.reference_ids], ["blocks"]
     by_reward = d.errors_by_reward()
-    if by_reward and rng.random() < cfg.error_share:
-        i = rng.choice(by_reward[rng.choice(sorted(by_reward))])
-        return d.p0_ids, d.error_ids[i], "error"
-    return d.p0_ids, d.reference_ids, "reference"
+    targets, kinds = [], []
+    for _ in range(cfg.targets_per_prompt):
+        if by_reward and rng.random() < cfg.error_share:
+            i = rng.choice(by_reward[rng.choice(sorted(by_reward))])
+            targets.append(d.error_ids[i])
+            kinds.append("error")
+        else:
+            targets.append(d.reference_ids)
+            kinds.append("reference")
+    return d.p0_ids, targets, kinds
 
 
-def collate(pairs: Sequence[tuple[list[int], list[int]]], pad_id: int, max_length: int,
-            prompt_weight: float):
-    """Right-padded input ids [B, L], attention mask [B, L], the loss weight of predicting
-    each token [B, L] and which tokens are target tokens [B, L]."""
+@dataclass
+class SharedBatch:
+    """Prompts encoded once, each followed by one or more targets that reuse its KV cache."""
+
+    prompt_ids: "torch.Tensor"  # [B, P] left-padded
+    prompt_mask: "torch.Tensor"  # [B, P]
+    prompt_weight: "torch.Tensor"  # [B, P] loss weight of predicting each prompt token
+    owner: "torch.Tensor"  # [R] the prompt each target row continues
+    target_ids: "torch.Tensor"  # [R, T] right-padded
+    target_mask: "torch.Tensor"  # [R, T]
+
+
+def collate_shared(items: Sequence[tuple[list[int], list[list[int]]]], pad_id: int, max_length: int,
+                   prompt_weight: float) -> SharedBatch:
+    """Left-pad the prompts, right-pad the targets; a prompt too long for `max_length` with
+    its longest target loses tokens from the left."""
     import torch
 
-    rows = []
-    for prompt, target in pairs:
-        prompt = prompt[max(0, len(prompt) + len(target) - max_length):]
-        rows.append((prompt + target, len(prompt)))
-    width = max(len(seq) for seq, _ in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # [B, L]
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, L]
-    weight = torch.zeros((len(rows), width), dtype=torch.float32)  # [B, L]
-    is_target = torch.zeros((len(rows), width), dtype=torch.bool)  # [B, L]
-    for i, (seq, n_prompt) in enumerate(rows):
-        ids[i, : len(seq)] = torch.tensor(seq)
-        mask[i, : len(seq)] = 1
-        weight[i, 1:n_prompt] = prompt_weight  # the first token is never predicted
-        weight[i, n_prompt: len(seq)] = 1.0
-        is_target[i, n_prompt: len(seq)] = True
-    return ids, mask, weight, is_target
+    prompts = []
+    for prompt, targets in items:
+        longest = max(len(t) for t in targets)
+        prompts.append(prompt[max(0, len(prompt) + longest - max_length):])
+    p = max(len(x) for x in prompts)
+    rows = [(b, t) for b, (_, targets) in enumerate(items) for t in targets]
+    t_len = max(len(t) for _, t in rows)
+    prompt_ids = torch.full((len(items), p), pad_id, dtype=torch.long)  # [B, P]
+    prompt_mask = torch.zeros((len(items), p), dtype=torch.long)  # [B, P]
+    weight = torch.zeros((len(items), p), dtype=torch.float32)  # [B, P]
+    for b, x in enumerate(prompts):
+        prompt_ids[b, p - len(x):] = torch.tensor(x)
+        prompt_mask[b, p - len(x):] = 1
+        weight[b, p - len(x) + 1:] = prompt_weight  # a prompt's first token is never predicted
+    target_ids = torch.full((len(rows), t_len), pad_id, dtype=torch.long)  # [R, T]
+    target_mask = torch.zeros((len(rows), t_len), dtype=torch.long)  # [R, T]
+    for r, (_, t) in enumerate(rows):
+        target_ids[r, : len(t)] = torch.tensor(t)
+        target_mask[r, : len(t)] = 1
+    owner = torch.tensor([b for b, _ in rows], dtype=torch.long)  # [R]
+    return SharedBatch(prompt_ids, prompt_mask, weight, owner, target_ids, target_mask)
+
+
+def shared_loss(model, batch: SharedBatch) -> tuple["torch.Tensor", float]:
+    """Weighted next-token loss of a SharedBatch, and the mean loss per target token.
+
+    The prompts run once with a KV cache; each target row continues its prompt's cache
+    (gradients flow through it into the prompt's activations). The first target token is
+    predicted from the prompt's last position.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+    out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=pos, use_cache=True)
+    p_logits = out.logits  # [B, P, V]
+    cache = getattr(out, "cache", None)
+    cache = cache if cache is not None else out.past_key_values
+    cache.batch_select_indices(batch.owner)
+    # transformers >= 5 names the cache argument `cache`; earlier versions `past_key_values`
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    lengths = batch.prompt_mask.sum(-1)[batch.owner]  # [R]
+    t_pos = lengths[:, None] + torch.arange(batch.target_ids.shape[1])[None, :]  # [R, T]
+    mask = torch.cat([batch.prompt_mask[batch.owner], batch.target_mask], dim=1)  # [R, P + T]
+    t_logits = model(input_ids=batch.target_ids, attention_mask=mask, position_ids=t_pos,
+                     use_cache=True, **{cache_arg: cache}).logits  # [R, T, V]
+    # predictions of target tokens: the prompt's last logit, then the target's own
+    pred = torch.cat([p_logits[batch.owner, -1:], t_logits[:, :-1]], dim=1)  # [R, T, V]
+    t_nll = F.cross_entropy(pred.transpose(1, 2), batch.target_ids, reduction="none")  # [R, T]
+    t_w = batch.target_mask.float()  # [R, T]
+    p_nll = F.cross_entropy(p_logits[:, :-1].transpose(1, 2), batch.prompt_ids[:, 1:], reduction="none")  # [B, P-1]
+    p_w = batch.prompt_weight[:, 1:]  # [B, P-1]
+    loss = ((t_nll * t_w).sum() + (p_nll * p_w).sum()) / (t_w.sum() + p_w.sum())
+    return loss, float((t_nll.detach() * t_w).sum() / t_w.sum())
+
+
+def copy_batch(data: Sequence[ExampleData], cfg: SFTConfig, rng: random.Random):
+    """Span-copying sequences: a random span of some prompt's tokens, then the same span.
+
+    Predicting the second copy needs attention that looks up what followed the current
+    token earlier in the context (an induction head). A from-scratch model forms that
+    mechanism within a few hundred steps on such data, whereas the supervised targets alone
+    teach it slowly; the policy needs it to copy function names, arguments and column names
+    from its prompt. Returns ids [B, 2L] and the loss weight of predicting each token [B, 2L]
+    (1 on the second copy).
+    """
+    import torch
+
+    ids = torch.zeros((cfg.copy_batch, 2 * cfg.copy_span), dtype=torch.long)  # [B, 2L]
+    weight = torch.zeros((cfg.copy_batch, 2 * cfg.copy_span))  # [B, 2L]
+    for b in range(cfg.copy_batch):
+        source = rng.choice(data).p0_ids
+        n = rng.randint(min(8, cfg.copy_span), min(cfg.copy_span, len(source)))
+        start = rng.randrange(len(source) - n + 1)
+        span = source[start: start + n]
+        seq = (span + span)[: 2 * cfg.copy_span]
+        ids[b, : len(seq)] = torch.tensor(seq)
+        weight[b, n + 1: len(seq)] = 1.0  # the first token of the copy cannot be known
+    return ids, weight
+
+
+def train_copy(model, data: Sequence[ExampleData], cfg: SFTConfig,
+               on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """`copy_steps` steps of span copying (warm-up, then the supervised pass's peak rate)."""
+    import torch
+    import torch.nn.functional as F
+
+    rng = random.Random(cfg.seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    model.train()
+    losses = []
+    for step in range(cfg.copy_steps):
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
+        ids, weight = copy_batch(data, cfg, rng)  # [B, 2L]
+        logits = model(input_ids=ids).logits[:, :-1]  # [B, 2L-1, V]
+        nll = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, 2L-1]
+        w = weight[:, 1:]  # [B, 2L-1]
+        loss = (nll * w).sum() / w.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    return losses
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
@@ -190,10 +308,11 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
 
 def train(model, tokenizer, data: Sequence[ExampleData], cfg: SFTConfig,
           on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Run the supervised pass in place; returns the target-token loss of every step.
+    """Run the supervised pass in place; returns the mean loss per target token of each step.
 
-    Batches are length-bucketed: each round draws 4 batches' worth of sequences, sorts them
-    by length and cuts them into batches, so little compute goes to padding.
+    Each step draws `batch_prompts` examples; a prompt is encoded once and its targets reuse
+    its KV cache, so the long prompts (tool schemas, database schemas) cost once per prompt
+    rather than once per target. Prompts of similar length are batched together.
     """
     import torch
 
@@ -207,26 +326,22 @@ def train(model, tokenizer, data: Sequence[ExampleData], cfg: SFTConfig,
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     model.train()
     losses: list[float] = []
-    queue: list[list[tuple[list[int], list[int]]]] = []
+    queue: list[list[tuple[list[int], list[list[int]]]]] = []
     for step in range(cfg.steps):
         if not queue:
-            pool = [draw(rng.choice(data), cfg, rng)[:2] for _ in range(4 * cfg.batch_size)]
-            pool.sort(key=lambda pt: len(pt[0]) + len(pt[1]))
-            queue = [pool[i: i + cfg.batch_size] for i in range(0, len(pool), cfg.batch_size)]
+            pool = [draw_prompt(rng.choice(data), cfg, rng)[:2] for _ in range(4 * cfg.batch_prompts)]
+            pool.sort(key=lambda item: len(item[0]))
+            queue = [pool[i: i + cfg.batch_prompts] for i in range(0, len(pool), cfg.batch_prompts)]
             rng.shuffle(queue)
-        ids, mask, weight, is_target = collate(queue.pop(), tokenizer.pad_token_id, cfg.max_length, cfg.prompt_loss_weight)
+        batch = collate_shared(queue.pop(), tokenizer.pad_token_id, cfg.max_length, cfg.prompt_loss_weight)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # [B, L-1, V]
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, L-1]
-        w = weight[:, 1:]  # [B, L-1]
-        loss = (nll * w).sum() / w.sum()
+        loss, target_loss = shared_loss(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        target = is_target[:, 1:]  # [B, L-1]
-        losses.append(float((nll.detach() * target).sum() / target.sum().clamp(min=1)))
+        losses.append(target_loss)
         if on_step is not None:
             on_step(step, losses[-1])
     model.eval()

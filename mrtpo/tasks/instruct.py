@@ -129,7 +129,8 @@ class InstructTask(Task):
             msg = (f"{source}: instruction ids with no checker here: {listing}. Supported ids "
                    f"({len(supported_ids())}): {', '.join(supported_ids())}.")
             if not self.skip_unsupported:
-                raise UnsupportedInstructions(msg + " Pass skip_unsupported=True to drop those rows.",
+                raise UnsupportedInstructions(msg + " Pass skip_unsupported=True to the task to drop those rows "
+                                              "(on the command line: -o skip_unsupported=true).",
                                               sorted(unsupported))
             log.warning("%s Dropped %d rows.", msg, sum(unsupported.values()))
         if not examples:

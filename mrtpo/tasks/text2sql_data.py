@@ -232,7 +232,8 @@ def _resolve_db(value: str, field: str, bases: list[Path], where: str, cache: Pa
     looked = ", ".join(str(t) for t in tries)
     raise DataError(f"{where}, field {field!r}: no database {value!r} found (looked for {looked}). "
                     "Give an existing db_path, or put <db_id>.sqlite (or a <db_id>.sql script) "
-                    "next to the file, or pass db_root=... to the task.")
+                    "next to the file, or pass db_root=DIR to the task (on the command line: "
+                    "-o db_root=DIR).")
 
 
 def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None,

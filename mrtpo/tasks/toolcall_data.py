@@ -252,5 +252,5 @@ def _json_lines(path: Path):
             try:
                 yield line_no, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ToolCallDataError(f"{path}:{line_no}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                raise ToolCallDataError(f"{path}:{line_no}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno}); "
                                         "each line must hold one JSON object") from None
