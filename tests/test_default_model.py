@@ -23,7 +23,8 @@ TASKS = ("toolcall", "text2sql", "instruct")
 def tiny_recipe(name: str = "test-tiny", **over) -> dm.Recipe:
     base = dm.Recipe(name=name, examples_per_task=3, vocab_size=600, hidden_size=32, num_layers=2,
                      num_heads=4, num_kv_heads=2, intermediate_size=64, max_positions=1024,
-                     sft=sft.SFTConfig(steps=4, batch_size=4, max_length=1024))
+                     sft=sft.SFTConfig(steps=4, batch_prompts=2, targets_per_prompt=2, max_length=1024,
+                                       copy_steps=2, copy_batch=4, copy_span=16))
     return replace(base, **over)
 
 
@@ -106,32 +107,80 @@ def test_text2sql_contexts_include_a_wrong_response_feedback(prepared):
     assert any(len(d.p_all) > 1 for d in prepared["text2sql"])
 
 
-def test_draw_follows_the_shares(prepared, tiny_tokenizer):
+def test_draw_prompt_follows_the_shares(prepared, tiny_tokenizer):
     data = [d for name in TASKS for d in prepared[name]]
     sft.tokenize(data, tiny_tokenizer)
-    cfg = sft.SFTConfig(error_share=0.5, block_share=0.2)
+    cfg = sft.SFTConfig(error_share=0.5, block_share=0.2, targets_per_prompt=3)
     rng = random.Random(0)
-    kinds = [sft.draw(rng.choice(data), cfg, rng)[2] for _ in range(4000)]
-    share = {k: kinds.count(k) / len(kinds) for k in ("blocks", "error", "reference")}
-    assert abs(share["blocks"] - 0.2) < 0.03
+    draws = [sft.draw_prompt(rng.choice(data), cfg, rng) for _ in range(3000)]
+    blocks = [d for d in draws if d[2] == ["blocks"]]
+    assert abs(len(blocks) / len(draws) - 0.2) < 0.03
+    assert all(len(targets) == 1 for _, targets, _ in blocks)
+    kinds = [k for _, targets, ks in draws if ks != ["blocks"] for k in ks]
+    assert len(kinds) == 3 * (len(draws) - len(blocks))
     with_errors = sum(bool(d.errors_by_reward()) for d in data) / len(data)
-    assert abs(share["error"] - 0.8 * 0.5 * with_errors) < 0.04
+    assert abs(kinds.count("error") / len(kinds) - 0.5 * with_errors) < 0.04
     d = prepared["toolcall"][0]
-    prompt, target, _ = sft.draw(d, replace(cfg, block_share=1.0), rng)
-    assert prompt in d.p_all_ids and target == d.reference_ids
-    assert target[-1] == tiny_tokenizer.eos_token_id
+    prompt, targets, _ = sft.draw_prompt(d, replace(cfg, block_share=1.0), rng)
+    assert prompt in d.p_all_ids and targets == [d.reference_ids]
+    assert targets[0][-1] == tiny_tokenizer.eos_token_id
 
 
-def test_collate_weights_prompt_and_target_tokens():
-    ids, mask, weight, is_target = sft.collate([([5, 6, 7], [8, 9]), ([5], [8])], pad_id=0,
-                                               max_length=16, prompt_weight=0.1)
-    assert ids.tolist() == [[5, 6, 7, 8, 9], [5, 8, 0, 0, 0]]
-    assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
-    assert weight[0].tolist() == pytest.approx([0, 0.1, 0.1, 1, 1])
-    assert weight[1].tolist() == pytest.approx([0, 1, 0, 0, 0])
-    assert is_target.sum().item() == 3
-    ids, *_ = sft.collate([([1, 2, 3, 4, 5], [6, 7])], pad_id=0, max_length=4, prompt_weight=0.0)
-    assert ids.tolist() == [[4, 5, 6, 7]]  # the prompt loses tokens from the left
+def test_example_picker_follows_task_weights(prepared, tiny_tokenizer):
+    data = [d for name in TASKS for d in prepared[name]]
+    cfg = sft.SFTConfig(task_weights=(("toolcall", 3.0), ("text2sql", 1.0), ("instruct", 0.0)))
+    pick = sft.example_picker(data, cfg, random.Random(0))
+    names = [pick().task.name for _ in range(4000)]
+    assert names.count("instruct") == 0
+    assert abs(names.count("toolcall") / len(names) - 0.75) < 0.03
+
+
+def test_collate_shared_pads_prompts_left_and_targets_right():
+    b = sft.collate_shared([([5, 6, 7], [[8, 9], [10]]), ([5], [[8]])], pad_id=0, max_length=16,
+                           prompt_weight=0.1)
+    assert b.prompt_ids.tolist() == [[5, 6, 7], [0, 0, 5]]
+    assert b.prompt_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert b.prompt_weight.flatten().tolist() == pytest.approx([0, 0.1, 0.1, 0, 0, 0])
+    assert b.owner.tolist() == [0, 0, 1]
+    assert b.target_ids.tolist() == [[8, 9], [10, 0], [8, 0]]
+    assert b.target_mask.tolist() == [[1, 1], [1, 0], [1, 0]]
+    b = sft.collate_shared([([1, 2, 3, 4, 5], [[6, 7]])], pad_id=0, max_length=4, prompt_weight=0.0)
+    assert b.prompt_ids.tolist() == [[4, 5]]  # the prompt loses tokens from the left
+
+
+def test_shared_prompt_loss_equals_one_forward_per_sequence(tiny_tokenizer):
+    """Targets that reuse their prompt's KV cache get exactly the log-likelihood that a full
+    forward of prompt + target gives (positions, masks and the first target token)."""
+    import torch
+    import torch.nn.functional as F
+
+    from mrtpo.models.tiny import build_model
+
+    model = build_model(tiny_tokenizer, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0).eval()
+    g = random.Random(0)
+    items = [([g.randrange(3, 300) for _ in range(n)], [[g.randrange(3, 300) for _ in range(m)] for m in ms])
+             for n, ms in [(7, [3, 5]), (4, [2]), (9, [4, 1, 6])]]
+    _, target_loss = sft.shared_loss(model, sft.collate_shared(items, tiny_tokenizer.pad_token_id, 64, 0.0))
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for prompt, targets in items:
+            for t in targets:
+                logits = model(input_ids=torch.tensor([prompt + t])).logits[0]  # [P + T, V]
+                total += float(F.cross_entropy(logits[len(prompt) - 1:-1], torch.tensor(t), reduction="sum"))
+                count += len(t)
+    assert target_loss == pytest.approx(total / count, rel=1e-5)
+
+
+def test_copy_batch_repeats_a_span_of_prompt_tokens(prepared, tiny_tokenizer):
+    data = prepared["text2sql"]
+    sft.tokenize(data, tiny_tokenizer)
+    cfg = sft.SFTConfig(copy_batch=8, copy_span=16)
+    ids, weight = sft.copy_batch(data, cfg, random.Random(0))
+    assert ids.shape == weight.shape == (8, 32)
+    for row, w in zip(ids.tolist(), weight.tolist()):
+        n = w.index(1.0) - 1  # the span's length: the copy's first token is not scored
+        assert row[:n] == row[n:2 * n] and sum(w) == n - 1
+        assert any(row[:n] == d.p0_ids[i:i + n] for d in data for i in range(len(d.p0_ids) - n + 1))
 
 
 def test_supervised_pass_lowers_the_loss(prepared, tiny_tokenizer):
@@ -140,10 +189,13 @@ def test_supervised_pass_lowers_the_loss(prepared, tiny_tokenizer):
     data = prepared["toolcall"][:3]
     sft.tokenize(data, tiny_tokenizer)
     model = build_model(tiny_tokenizer, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
-    cfg = sft.SFTConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=3, max_length=1024)
+    cfg = sft.SFTConfig(steps=30, batch_prompts=2, targets_per_prompt=2, lr=3e-3, warmup_steps=3,
+                        max_length=1024, copy_steps=5, copy_batch=4, copy_span=16)
+    copy_losses = sft.train_copy(model, data, cfg)
     losses = sft.train(model, tiny_tokenizer, data, cfg)
-    assert len(losses) == 30
+    assert len(copy_losses) == 5 and len(losses) == 30
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert not model.training
 
 
 def test_lr_schedule():
@@ -253,3 +305,30 @@ def test_cli_model_build(tmp_path, monkeypatch):
     assert res.exit_code == 0 and recipe.name in res.stdout
     res = runner.invoke(app, ["model", "build", "no-such-model", "--cache-dir", str(tmp_path)])
     assert res.exit_code == 2 and "mrtpo-tiny" in res.output
+
+
+def test_train_without_model_uses_the_builtin_policy_and_its_settings():
+    from mrtpo.harness.config import resolve
+
+    cfg = resolve(None, {"lora": True})
+    assert cfg.model == dm.DEFAULT_MODEL and cfg.lora
+    for key, value in dm.TRAIN_DEFAULTS[dm.DEFAULT_MODEL].items():
+        assert getattr(cfg, key) == value
+    cfg = resolve(None, {"steps": 3, "task": "instruct"})  # flags given win
+    assert (cfg.model, cfg.steps, cfg.task) == (dm.DEFAULT_MODEL, 3, "instruct")
+    cfg = resolve(None, {"model": "some/model", "task": "toolcall"})  # another model: trainer defaults
+    assert cfg.lr != dm.TRAIN_DEFAULTS[dm.DEFAULT_MODEL]["lr"]
+
+
+def test_the_trainer_loads_a_builtin_name_from_the_cache(tmp_path, monkeypatch):
+    """`train(model="<built-in name>")` resolves the name to its cached build and trains it."""
+    from mrtpo.harness import TrainConfig, train
+
+    recipe = tiny_recipe(name="test-tiny-train", tasks=("toolcall",))
+    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setenv("MRTPO_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = TrainConfig(model=recipe.name, task="toolcall", steps=1, batch_prompts=1, num_generations=2,
+                      max_new_tokens=4, output_dir=str(tmp_path / "run"), verify_workers=0,
+                      log_completions_every=0, save_every=0)
+    result = train(cfg)
+    assert dm.is_built(dm.model_dir(recipe)) and len(result.history) == 1

@@ -39,7 +39,10 @@ def _options() -> list[inspect.Parameter]:
     for f in dataclasses.fields(TrainConfig):
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        default = "required" if f.name in ("model", "task") else default
+        if f.name == "model":  # no --model: the built-in policy, built on first use
+            default = "mrtpo-tiny (built-in)"
+        elif f.name == "task":
+            default = "toolcall with the built-in policy, else required"
         if f.name in _PAIR_FLAGS:
             if f.name == "task_args":  # the same words as every other command's -o
                 help_text = task_options.HELP + " Config file key: task_args."

@@ -34,7 +34,7 @@ class TrainConfig:
     """Settings of one training run. Field order is the order `--help` shows them in."""
 
     # --- policy ------------------------------------------------------------------------------
-    model: str | None = opt(None, "Policy: a local directory saved with save_pretrained, or a hub id; its tokenizer must have a chat template.")
+    model: str | None = opt(None, "Policy: a local directory saved with save_pretrained, or a hub id; its tokenizer must have a chat template. Not given: the built-in mrtpo-tiny (built on first use, see `mrtpo model build`) with its own default settings.")
     lora: bool = opt(True, "Train a LoRA adapter (peft); --no-lora trains all weights.")
     lora_r: int = opt(16, "LoRA rank.")
     lora_alpha: float = opt(32.0, "LoRA scaling alpha (the update is scaled by alpha / r).")
@@ -239,6 +239,10 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
     """
     values: dict[str, Any] = read_yaml(config_file) if config_file else {}
     values.update(check_keys(dict(overrides or {}), where="flags"))
+    if not values.get("resume"):  # no --model: the built-in policy, with the settings it trains with
+        from mrtpo.models.default import with_train_defaults
+
+        values = with_train_defaults(values)
     if values.get("resume"):
         if not values.get("output_dir"):
             raise ConfigError("--resume continues an existing run: pass its directory with --output-dir")

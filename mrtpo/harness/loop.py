@@ -35,6 +35,7 @@ from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.update import update
+from mrtpo.models.default import resolve_model
 from mrtpo.tasks import get_task
 
 
@@ -57,6 +58,8 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         raise ConfigError(f"--task is required; available tasks: {', '.join(available_tasks())}")
     dist = Distributed.from_env(cfg.batch_prompts)  # data-parallel under `accelerate launch`; else one process
     run_dir = dist.run_on_main(lambda: prepare_run_dir(cfg))
+    # a built-in policy's name (mrtpo-tiny) becomes its cached directory, built on first use
+    model_path = dist.run_on_main(lambda: resolve_model(cfg.model))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)
     train_set, eval_set = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size)
@@ -65,7 +68,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
     resume_from = checkpoints.latest(run_dir) if cfg.resume else None
     policy = load_policy(
-        cfg.model, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+        model_path, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
         device=dist.policy_device(cfg.device), dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         keep_reference=cfg.beta > 0,

@@ -62,6 +62,18 @@ TRAIN_DEFAULTS: dict[str, dict] = {
 }
 
 
+def with_train_defaults(values: dict) -> dict:
+    """`mrtpo train` settings with the built-in policy filled in: no model given means
+    `mrtpo-tiny`, and a built-in policy brings its `TRAIN_DEFAULTS` for every setting not
+    given (so `mrtpo train --lora` alone is a complete, few-minute run)."""
+    out = dict(values)
+    if not out.get("model"):
+        out["model"] = DEFAULT_MODEL
+    for key, value in TRAIN_DEFAULTS.get(out["model"], {}).items():
+        out.setdefault(key, value)
+    return out
+
+
 def default_cache_dir() -> Path:
     """Where built policies live unless `--cache-dir` says otherwise."""
     if os.environ.get("MRTPO_CACHE_DIR"):
@@ -175,6 +187,11 @@ def build_into(recipe: Recipe, out: str | Path, progress: bool = True) -> dict:
                             num_layers=recipe.num_layers, num_heads=recipe.num_heads,
                             num_kv_heads=recipe.num_kv_heads, intermediate_size=recipe.intermediate_size,
                             max_positions=recipe.max_positions, seed=recipe.seed)
+        copy_losses = []
+        if recipe.sft.copy_steps:
+            bar.phase("span copying", recipe.sft.copy_steps)
+            copy_losses = sft.train_copy(model, data, recipe.sft,
+                                         on_step=lambda step, loss: bar.advance(f"loss {loss:.3f}"))
         bar.phase("supervised warm start", recipe.sft.steps)
         losses = sft.train(model, tokenizer, data, recipe.sft,
                            on_step=lambda step, loss: bar.advance(f"loss {loss:.3f}"))
@@ -189,6 +206,7 @@ def build_into(recipe: Recipe, out: str | Path, progress: bool = True) -> dict:
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
         "data": counts,
+        "copy_loss_last": copy_losses[-1] if copy_losses else None,
         "sft_loss_first_tenth": sum(losses[:tenth]) / tenth,
         "sft_loss_last_tenth": sum(losses[-tenth:]) / tenth,
         "build_seconds": round(time.perf_counter() - t0, 1),
