@@ -97,6 +97,12 @@ def nanmean(xs) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def present(xs: list[float]) -> list[float]:
+    """The values of the steps where the reward was scored (instruction following draws
+    different constraints each step, so a constraint's reward is absent from many steps)."""
+    return [x for x in xs if not math.isnan(x)]
+
+
 def smooth(xs: list[float], w: int) -> list[float]:
     """Trailing mean over the last `w` steps (NaN-aware)."""
     return [nanmean(xs[max(0, i - w + 1): i + 1]) for i in range(len(xs))]
@@ -106,19 +112,20 @@ def summarise(task: str, curves: dict[str, dict[str, list[list[float]]]], steps:
     """Print start / end means over seeds and steps-to-threshold per method and reward."""
     tenth = max(1, steps // 10)
     keys = list(next(iter(curves.values())))
-    print(f"\n== {task}: mean over seeds; start = first {tenth} steps, end = last {tenth} steps; "
+    print(f"\n== {task}: mean over seeds; start = first {tenth} steps, end = last {tenth} steps (of those "
+          "where the reward was scored); "
           f"threshold = start + {frac:g} * (1 - start), start over all methods")
     print(f"{'reward':<42} {'method':<9} {'start':>6} {'end':>6} {'change':>7} {'steps to thr':>12}")
     rows = []
     for key in keys:
         if key == "reward":
             continue  # a sum over a varying number of rewards: shown in the plot only
-        starts = {m: nanmean([nanmean(s[:tenth]) for s in curves[m][key]]) for m in curves}
+        starts = {m: nanmean([nanmean(present(s)[:tenth]) for s in curves[m][key]]) for m in curves}
         common = nanmean(list(starts.values()))
         thr = common + frac * (1 - common)
         for m in curves:
             runs = curves[m][key]
-            end = nanmean([nanmean(s[-tenth:]) for s in runs])
+            end = nanmean([nanmean(present(s)[-tenth:]) for s in runs])
             mean_curve = [nanmean([s[i] for s in runs]) for i in range(steps)]
             sm = smooth(mean_curve, tenth)
             hit = next((i + 1 for i, v in enumerate(sm) if not math.isnan(v) and v >= thr), None)

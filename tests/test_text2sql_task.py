@@ -26,13 +26,13 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _cache_env(monkeypatch, cache):
-    monkeypatch.setenv("MRTPO_CACHE", str(cache))
+    monkeypatch.setenv("MRTPO_CACHE_DIR", str(cache))
 
 
 @pytest.fixture(scope="module")
 def sample(cache):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MRTPO_CACHE", str(cache))
+        mp.setenv("MRTPO_CACHE_DIR", str(cache))
         task = get_task("text2sql")
         return task, task.load()
 

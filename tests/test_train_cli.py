@@ -35,6 +35,7 @@ def test_train_writes_the_run_directory_and_resumes(tiny_qwen2_dir, tmp_path):
     assert saved["reward_weights"] == {"short": 2.0}
     assert saved["lora_target_modules"] == ["q_proj", "v_proj"]
     assert f"run directory: {run}" in out and "short" in out and "generate" in out
+    assert "reward means over the first and the last 1 of 1 steps" in out
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
     row = json.loads((run / "completions.jsonl").read_text().splitlines()[0])
     assert row["reward_weights"][row["reward_names"].index("short")] == 2.0
@@ -83,3 +84,13 @@ def test_help_lists_the_flags_the_issue_asks_for():
                  "--max-grad-norm", "--save-every", "--resume", "--log-completions-every",
                  "--eval-every"):
         assert flag in out, flag
+
+
+def test_the_summary_compares_the_first_and_the_last_tenth():
+    from mrtpo.commands.train import tenth_means
+
+    values = [0.0] * 5 + [0.5] * 10 + [1.0] * 5  # 20 steps: a tenth is 2
+    assert tenth_means(values) == (0.0, 1.0)
+    assert tenth_means([None, 0.2, None, 0.4]) == (0.2, 0.4)  # absent steps skipped
+    assert tenth_means([0.3]) == (0.3, 0.3)
+    assert tenth_means([None, None]) == (None, None)

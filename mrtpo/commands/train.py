@@ -175,8 +175,19 @@ def _reward_line(record: dict[str, Any], limit: int = 4) -> str:
     return " | ".join(parts)
 
 
+def tenth_means(values: list) -> tuple[float | None, float | None]:
+    """The mean over the first and over the last tenth (at least one) of the values that are
+    not None (a reward absent from a step, as an instruction's constraint can be, is skipped)."""
+    seen = [v for v in values if v is not None]
+    if not seen:
+        return None, None
+    k = max(1, len(seen) // 10)
+    return sum(seen[:k]) / k, sum(seen[-k:]) / k
+
+
 def _summary(result, console) -> None:
-    """First vs last mean per reward, time per phase, and where the run is."""
+    """Each reward's mean over the first and the last tenth of the steps, time per phase,
+    and where the run is."""
     from rich.table import Table
 
     history = result.history
@@ -186,12 +197,15 @@ def _summary(result, console) -> None:
         return
     names = list(dict.fromkeys(k for r in history for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
-    table = Table("reward", "first", "last", box=None, pad_edge=False, title="reward means")
+    tenth = max(1, len(history) // 10)
+    console.print(f"reward means over the first and the last {tenth} of {len(history)} steps:",
+                  highlight=False)
+    table = Table("reward", "first", "last", "change", box=None, pad_edge=False)
     for key in ["reward"] + names:
-        seen = [r[key] for r in history if r.get(key) is not None]
-        if seen:
+        first, last = tenth_means([r.get(key) for r in history])
+        if first is not None:
             label = key if key == "reward" else key[len("rewards/"):-len("/mean")]
-            table.add_row(label, f"{seen[0]:.4f}", f"{seen[-1]:.4f}")
+            table.add_row(label, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
     console.print(table)
     phases = Table("phase", "total s", "per step s", box=None, pad_edge=False, title="time")
     for phase in ("generate", "verify", "replay", "update", "eval", "step"):

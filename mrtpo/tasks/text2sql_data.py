@@ -4,7 +4,8 @@ Each reader turns a layout into `SQLRow`s (question, gold query, database file, 
 evidence, the dataset's comparison mode). Bad rows raise `DataError` naming the file, the row
 and the field, and saying what to do. Databases given as `.sql` scripts (the bundled sample,
 or a JSONL row whose `db_id` names `<db_id>.sql`) are built into a cache directory, never
-into the package: `$MRTPO_CACHE`, else `$XDG_CACHE_HOME/mrtpo`, else `~/.cache/mrtpo`.
+into the package: `mrtpo.cache.cache_dir()` (`$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`,
+else `~/.cache/mrtpo`).
 
 Layouts (see data_cards/spider.md, bird.md, text2sql-jsonl.md):
 - Spider: `<root>/{dev.json, train_spider.json, train_others.json, test.json}` and
@@ -28,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mrtpo.cache import cache_dir as _cache_root
 from mrtpo.verifiers.sql import MODES
 
 
@@ -53,11 +55,8 @@ class SQLRow:
 # --- the database cache ---------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """Where built databases go: $MRTPO_CACHE, else $XDG_CACHE_HOME/mrtpo, else ~/.cache/mrtpo."""
-    if os.environ.get("MRTPO_CACHE"):
-        return Path(os.environ["MRTPO_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mrtpo"
+    """Where built databases go: the project's cache root (`mrtpo.cache`)."""
+    return _cache_root()
 
 
 def build_database(script: Path, cache: Path | None = None) -> Path:
