@@ -12,6 +12,10 @@ trainer renders prompts (`mrtpo.contexts.render_ids`):
   a pretrained instruct model does, so the distance between P_all and P_without_k during
   MRTPO's replay says which tokens each block is about.
 
+Before both, a short pre-phase of span copying (`copy_batch`) teaches the from-scratch model
+to look a span up in its context and repeat it, which the tool calls and SQL need (function
+names, argument values, column names) and which the supervised pass alone learns slowly.
+
 The loop is plain AdamW with warm-up and cosine decay over length-bucketed batches; the
 loss is next-token cross-entropy on the target (and, at a small weight, on the prompt,
 which teaches the from-scratch model the language its prompts are written in).
