@@ -97,3 +97,16 @@ def test_parse_never_raises_on_any_text(text):
     p = parse_calls(text, FMT)
     assert p.strict or p.error
     assert parse_calls(None, FMT).calls == []
+
+
+def test_model_output_that_python_warns_about_prints_nothing():
+    """`1if` makes ast.parse print a SyntaxWarning to stderr; a training run must not."""
+    import warnings
+
+    from mrtpo.verifiers.toolcall.parse import parse_python_calls
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calls, note = parse_python_calls("[f(x=1if 2 else 3)]")
+    assert calls == [] and "unsupported value" in note
+    assert not [w for w in caught if issubclass(w.category, SyntaxWarning)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +78,9 @@ def parse_python_calls(text: Any) -> tuple[list[dict], str]:
     if not src.endswith("]"):
         src = src + "]"
     try:
-        tree = ast.parse(src, mode="eval")
+        with warnings.catch_warnings():  # model output: "1if" is a SyntaxWarning, not our news
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(src, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return [], f"not a list of Python function calls ({type(exc).__name__}: {exc})"
     body = tree.body
