@@ -107,10 +107,11 @@ class _Split:
     payloads: list[tuple[str, str]]  # (kind, text) for code fences, tool calls, JSON values
 
 
-def _mask_json(text: str, payloads: list[tuple[str, str]]) -> str:
-    """Replace JSON objects/arrays (a schema, a call) by their mark, recording them as payloads."""
+def _json_spans(text: str) -> list[tuple[int, int]]:
+    """Where JSON objects/arrays (a schema, a call; not an empty array) lie in `text`, left to
+    right, each found by `json.JSONDecoder.raw_decode` so it is one span whatever it holds."""
     dec = json.JSONDecoder()
-    out, i = [], 0
+    spans, i = [], 0
     while i < len(text):
         ch = text[i]
         if ch in "{[":
@@ -119,12 +120,21 @@ def _mask_json(text: str, payloads: list[tuple[str, str]]) -> str:
             except ValueError:
                 obj, end = None, i
             if end > i and isinstance(obj, (dict, list)) and (obj or ch == "{"):
-                payloads.append(("json", text[i:end]))
-                out.append(f" {_PMARK['json']} ")
+                spans.append((i, end))
                 i = end
                 continue
-        out.append(ch)
         i += 1
+    return spans
+
+
+def _mask_json(text: str, payloads: list[tuple[str, str]]) -> str:
+    """Replace JSON objects/arrays (a schema, a call) by their mark, recording them as payloads."""
+    out, last = [], 0
+    for start, end in _json_spans(text):
+        payloads.append(("json", text[start:end]))
+        out += [text[last:start], f" {_PMARK['json']} "]
+        last = end
+    out.append(text[last:])
     return "".join(out)
 
 
@@ -142,21 +152,7 @@ def _payload_spans(text: str) -> list[tuple[int, int]]:
     for rx in (_FENCE_RE, _TOOL_RE, _THINK_RE):
         spans += [m.span() for m in rx.finditer(work)]
         work = rx.sub(lambda m: _FILL * len(m.group(0)), work)
-    dec = json.JSONDecoder()
-    i = 0
-    while i < len(work):
-        ch = work[i]
-        if ch in "{[":
-            try:
-                obj, end = dec.raw_decode(work, i)
-            except ValueError:
-                obj, end = None, i
-            if end > i and isinstance(obj, (dict, list)) and (obj or ch == "{"):
-                spans.append((i, end))
-                i = end
-                continue
-        i += 1
-    return spans
+    return spans + _json_spans(work)
 
 
 def _mask_quoted(text: str, quoted: Iterable[str]) -> str:
