@@ -264,13 +264,14 @@ def _head(model):
     return head
 
 
-def _cache_kwarg(module) -> str:
+def cache_kwarg(module) -> str:
     """transformers >= 5 names the KV-cache argument `cache`; earlier versions `past_key_values`."""
     params = inspect.signature(module.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _output_cache(out):
+def output_cache(out):
+    """The KV cache a forward pass with use_cache=True returned (`cache` or `past_key_values`)."""
     for name in ("cache", "past_key_values"):
         value = getattr(out, name, None)
         if value is not None:
@@ -336,12 +337,12 @@ def _per_item(batch):
 def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens, side) -> None:
     device = q.device
     decoder, head = _decoder(model), _head(model)
-    cache_arg = _cache_kwarg(decoder)
+    cache_arg = cache_kwarg(decoder)
     prefix_len, prefix_cache = len(group.prefix), None
     if prefix_len:
         prefix = torch.as_tensor(group.prefix, dtype=torch.long, device=device)[None]  # [1, L]
         out = decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
-        prefix_cache = _output_cache(out)
+        prefix_cache = output_cache(out)
     for wave in _waves(group, items, 2 * batch_tokens):
         kept: dict[tuple[int, int], torch.Tensor] = {}  # (item, context) -> hidden [T, H]
         for batch in _forwards(wave, batch_tokens):

@@ -22,7 +22,6 @@ which teaches the from-scratch model the language its prompts are written in).
 """
 from __future__ import annotations
 
-import inspect
 import math
 import random
 from dataclasses import dataclass, field
@@ -228,14 +227,14 @@ def shared_loss(model, batch: SharedBatch) -> tuple["torch.Tensor", float]:
     import torch
     import torch.nn.functional as F
 
+    from mrtpo.replay import cache_kwarg, output_cache
+
     pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
     out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=pos, use_cache=True)
     p_logits = out.logits  # [B, P, V]
-    cache = getattr(out, "cache", None)
-    cache = cache if cache is not None else out.past_key_values
+    cache = output_cache(out)
     cache.batch_select_indices(batch.owner)
-    # transformers >= 5 names the cache argument `cache`; earlier versions `past_key_values`
-    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_arg = cache_kwarg(model)
     lengths = batch.prompt_mask.sum(-1)[batch.owner]  # [R]
     t_pos = lengths[:, None] + torch.arange(batch.target_ids.shape[1])[None, :]  # [R, T]
     mask = torch.cat([batch.prompt_mask[batch.owner], batch.target_mask], dim=1)  # [R, P + T]
