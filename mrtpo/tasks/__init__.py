@@ -1,5 +1,5 @@
 """Tasks: the types, the registry, and the built-in tasks (imported lazily by name)."""
-from mrtpo.tasks.base import Example, Placement, Reward, Task, Verdict
+from mrtpo.tasks.base import Example, Placement, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.registry import (
     ENTRY_POINT_GROUP,
     TaskLoadError,
@@ -11,6 +11,6 @@ from mrtpo.tasks.registry import (
 )
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Example", "Placement", "Reward", "Task", "TaskLoadError",
+    "ENTRY_POINT_GROUP", "Example", "Placement", "ProbeEdit", "Reward", "Task", "TaskLoadError",
     "TaskNotFound", "Verdict", "available_tasks", "get_task", "register_task", "unregister_task",
 ]

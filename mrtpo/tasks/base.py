@@ -59,6 +59,23 @@ class Reward:
     kind: str = ""
 
 
+@dataclass(frozen=True)
+class ProbeEdit:
+    """A targeted edit of a reference response, about one reward (for `mrtpo credit probe`).
+
+    `response` is the reference with one thing changed that reward `reward` checks (an
+    argument value, a column, an end phrase); `span` is the (start, end) character range of
+    the changed text in `response`. The credit probe replays `response` under the task's
+    contexts and asks whether reward `reward`'s distance lands on `span` more than the other
+    rewards' distances do.
+    """
+
+    reward: str  # the name of the reward the edit is about (one of task.rewards(example))
+    kind: str  # what was edited, e.g. "argument value", "function name", "column"
+    response: str  # the edited response
+    span: tuple[int, int]  # character range of the edited text in `response`
+
+
 class Task:
     """A task: reads rows, renders P0, lists rewards. Subclass and register it.
 
@@ -86,6 +103,14 @@ class Task:
     def reference(self, example: Example) -> str | None:
         """A correct response in exactly the form the policy is asked to write, or None."""
         return None
+
+    def probe_edits(self, example: Example) -> list[ProbeEdit]:
+        """Targeted edits of `reference(example)`, each about one reward, for the credit probe.
+
+        Override to make `mrtpo credit probe` work on a custom task: return one or more
+        `ProbeEdit`s whose `span` covers the changed characters. The default is none.
+        """
+        return []
 
     def messages(self, example: Example) -> list[dict[str, str]]:
         """P0 as chat messages (optional system message, then the user turn)."""
