@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from mrtpo.formats import TextFormat, split_think
-from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -282,6 +282,12 @@ class InstructTask(Task):
     def reference(self, example: Example) -> str | None:
         ref = example.data.get("reference")
         return self.format.render(ref) if ref else None
+
+    def probe_edits(self, example: Example) -> list[ProbeEdit]:
+        """Targeted edits of the reference for the credit probe (see mrtpo.tasks.probe_edits)."""
+        from mrtpo.tasks.probe_edits import instruct_edits
+
+        return instruct_edits(self, example)
 
     def evaluate(self, examples: list[Example], responses: list[str]) -> Evaluation:
         """IFEval's accuracies (prompt/instruction level, strict and loose) with the rewards'
