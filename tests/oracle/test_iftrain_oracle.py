@@ -258,3 +258,23 @@ def test_open_instruct_reward_equals_the_reference_verifier(reference):
                 disagree.append((r["row"]["key"], resp[:60], got, want))
     assert total > 1000
     assert not disagree, f"{len(disagree)}/{total} disagree, e.g. {disagree[:3]}"
+    print(f"\nIFEvalVerifier reward: {total} responses, {len(disagree)} disagreements")
+
+
+def test_ifevalg_scores_ifeval_ids_as_googles_code(reference):
+    """IFEvalG's copies of IFEval's 25 classes decide as Google's (lm-eval's copy) does."""
+    lm_eval_registry = pytest.importorskip("lm_eval.tasks.ifeval.instructions_registry")
+    registry, _ = reference
+    total, disagree = 0, []
+    for r in _rows():
+        responses = [w for i, k in r["constraints"] for w in _written(i, k, r["base"])]
+        responses += [r["base"], r["base"].upper(), r["base"].lower(), '"' + r["base"] + '"']
+        for iid, kw in r["constraints"]:
+            if iid not in supported_ids("ifeval") or reference_is_random(iid, normalize_kwargs(iid, kw)):
+                continue
+            for resp in responses:
+                total += 1
+                if _ref_check(registry, iid, kw, resp) != _ref_check(lm_eval_registry.INSTRUCTION_DICT, iid, kw, resp):
+                    disagree.append((iid, kw, resp[:60]))
+    assert total > 1000 and not disagree, f"{len(disagree)}/{total}: {disagree[:3]}"
+    print(f"\nIFEvalG vs Google on IFEval ids: {total} verdicts, {len(disagree)} disagreements")
