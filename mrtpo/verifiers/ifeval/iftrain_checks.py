@@ -297,6 +297,18 @@ def start_end(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
 
 
 # --- paragraphs ---------------------------------------------------------------------------------
+def _paragraph_count(parts: list[str], divider: str) -> tuple[int | None, str]:
+    """IFEval's paragraph count over the parts between dividers: an empty first or last part is
+    not counted; an empty part between two dividers gives None (not followed) and the reason."""
+    n = len(parts)
+    for i, p in enumerate(parts):
+        if not p.strip():
+            if i not in (0, len(parts) - 1):
+                return None, f"paragraph {i + 1} between {divider} is empty"
+            n -= 1
+    return n, f"paragraphs separated by {divider}: {n}"
+
+
 @register("paragraphs:paragraphs", source="iftrain",
           describe=_fixed("There should be 2 paragraphs. Paragraphs are separated with the markdown divider: ***"))
 def paragraphs(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
@@ -307,15 +319,8 @@ def paragraphs(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
           describe=_fixed("There should be 2 paragraphs. Paragraphs and only paragraphs are separated with each "
                           "other by two line breaks."))
 def paragraphs2(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
-    parts = re.split(r"\n\n", value)
-    n = len(parts)
-    for i, p in enumerate(parts):
-        if not p.strip():
-            if i in (0, len(parts) - 1):
-                n -= 1
-            else:
-                return False, f"paragraph {i + 1} between blank lines is empty"
-    return n == 2, f"paragraphs separated by blank lines: {n}; required: exactly 2"
+    n, why = _paragraph_count(re.split(r"\n\n", value), "blank lines")
+    return (False, why) if n is None else (n == 2, f"{why}; required: exactly 2")
 
 
 # --- first / last word --------------------------------------------------------------------------
@@ -412,14 +417,11 @@ register("letters:letter_counting2", source="iftrain", describe=_LETTER_FREQUENC
                                f"{kw['n_sent']} sentences each, with exactly {kw['n_words']} words in each sentence."))
 def counting_composition(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
     parts = re.split(r"\s?\*\*\*\s?", value)
-    n = len(parts)
+    n, why = _paragraph_count(parts, "*** dividers")
+    if n is None:
+        return False, why
     for i, part in enumerate(parts):
-        if not part.strip():
-            if i in (0, len(parts) - 1):
-                n -= 1
-            else:
-                return False, f"paragraph {i + 1} between *** dividers is empty"
-        sentences = split_into_sentences(part)  # an empty first or last part is still counted here
+        sentences = split_into_sentences(part)  # an empty first or last part is read here too
         if len(sentences) != kw["n_sent"]:
             return False, f"paragraph {i + 1} has {len(sentences)} sentences; required: {kw['n_sent']}"
         for j, sentence in enumerate(sentences):
@@ -427,7 +429,7 @@ def counting_composition(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
             if len(words) != kw["n_words"]:
                 return False, (f"paragraph {i + 1}, sentence {j + 1} has {len(words)} tokens; "
                                f"required: {kw['n_words']}")
-    return n == 3, f"paragraphs separated by ***: {n}; required: exactly 3"
+    return n == 3, f"{why}; required: exactly 3"
 
 
 @register("count:count_unique", source="iftrain",
