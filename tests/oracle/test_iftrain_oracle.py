@@ -7,8 +7,9 @@ data, which is written offline (tests/nltk_offline.py); without them these tests
 
 Cases: the 200 rows of tests/data/if_rlvr_sample.jsonl (built by the reference itself, so every
 kwarg has the data set's shape) with, per constraint, a response written to follow it, responses
-written to break it, and mutations of those; then generated responses from words that matter
-to these checkers. Every one of the 54 ids is compared; target agreement: 100%. Last, open-
+written to break it, mutations of those, and the responses written for the same id in another
+row and for the row's other constraints; then generated responses from words that matter to
+these checkers. Every one of the 54 ids is compared; target agreement: 100%. Last, open-
 instruct's fraction-of-constraints reward is compared with `open_instruct_reward` on whole rows.
 """
 from __future__ import annotations
@@ -171,14 +172,19 @@ def test_ids_are_the_reference_registry(reference):
 
 def test_agrees_with_the_reference_on_written_and_mutated_responses(reference):
     registry, _ = reference
-    total, disagree = 0, []
+    total, on_iftrain, disagree = 0, 0, []
     outcomes: dict[str, set] = {}
-    for r in _rows():
+    rows = _rows()
+    for n, r in enumerate(rows):
         prompt = r["row"]["messages"][0]["content"]
         for iid, kw in r["constraints"]:
             if reference_is_random(iid, normalize_kwargs(iid, kw)):
                 continue
             responses = _all_responses(iid, kw, r["base"]) if iid in supported_ids("iftrain") else []
+            # responses written for the same id in another row (other kwargs, another request)
+            other = next((o for o in rows[n + 1:] + rows[:n] if iid in dict(o["constraints"])), None)
+            if other is not None:
+                responses += _written(iid, dict(other["constraints"])[iid], other["base"])
             # IFEval ids and every id again: the written responses of the row's other constraints
             for other, okw in r["constraints"]:
                 if other != iid:
@@ -188,6 +194,7 @@ def test_agrees_with_the_reference_on_written_and_mutated_responses(reference):
                     continue
                 want = _ref_check(registry, iid, kw, resp)
                 total += 1
+                on_iftrain += iid in supported_ids("iftrain")
                 outcomes.setdefault(iid, set()).add(want)
                 if check(iid, kw, resp, prompt) != want:
                     disagree.append((iid, kw, resp[:80], want))
@@ -195,7 +202,7 @@ def test_agrees_with_the_reference_on_written_and_mutated_responses(reference):
     assert not disagree, f"{len(disagree)}/{total} disagree, e.g. {disagree[:3]}"
     both = {iid for iid, seen in outcomes.items() if seen == {True, False}}
     assert set(supported_ids("iftrain")) <= both, sorted(set(supported_ids("iftrain")) - both)
-    print(f"\nIFTrain oracle: {total} verdicts, {len(disagree)} disagreements; "
+    print(f"\nIFTrain oracle: {total} verdicts ({on_iftrain} on IFTrain ids), {len(disagree)} disagreements; "
           f"ids with passing and failing cases: {len(both)}")
 
 
