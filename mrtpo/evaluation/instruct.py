@@ -17,11 +17,10 @@ Per-instruction accuracies (`groups`) show which instruction types fail.
 
 For IF-RLVR training rows (`layout` "if-rlvr"), two more figures sit beside IFEval's:
 `mean_constraint_reward`, the per-prompt mean of this project's per-constraint rewards (strict;
-each record's `rewards`),
-and `open_instruct_reward`, open-instruct's single reward (the fraction of constraints followed
-by the answer after `remove_thinking_section`; `mrtpo.verifiers.ifeval.open_instruct`), each
-averaged over prompts; each record carries its `open_instruct_reward`. data_cards/if-rlvr.md
-says how the two relate.
+each record's `rewards`), and `open_instruct_reward`, open-instruct's single reward (the
+fraction of constraints followed by the answer after `remove_thinking_section`;
+`mrtpo.verifiers.ifeval.open_instruct`), each averaged over prompts; each record carries its
+`open_instruct_reward`. data_cards/if-rlvr.md says how the two relate.
 
 One deliberate difference from the task's reward: IFEval's `letter_frequency` checker replaces
 a `letter` that is not an ASCII letter (IFEval prompts 1122 and 1129 ask for `#` and `!`) by

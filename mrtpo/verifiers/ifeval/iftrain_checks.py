@@ -47,7 +47,7 @@ def _nonempty(*names: str):
     def check(kw: dict) -> None:
         for name in names:
             if name in kw and not _first(kw[name]):
-                raise ValueError(f"kwarg {name!r} is empty (open-instruct would draw a random one); "
+                raise ValueError(f"kwarg {name!r} is empty (open-instruct would draw a random value or fail); "
                                  "give the value the prompt states")
 
     return check
