@@ -19,6 +19,7 @@ from mrtpo.tasks import Example, ProbeEdit, Reward, Task, Verdict, get_task
     ('{"city": "Paris"}', '{"city": "Rome"}', "Rome"),
     ("SELECT a FROM book", "SELECT a FROM boox", "x"),
     ("```sql\nSELECT 1\n```", "```sqlite\nSELECT 1\n```", "ite"),
+    ("<tool_call>\n{}", "[tool_call]\n{}", "[tool_call]"),
     ("End with Good luck!", "End with Good!", "d"),  # a deletion marks the character before the cut
 ])
 def test_between_finds_the_changed_characters(before, after, span):

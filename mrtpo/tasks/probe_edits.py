@@ -10,11 +10,11 @@ as it can; the probe keeps an edit only where it lowers that reward's score.
 | toolcall | argument value   | `correct`  | one argument's value (another enum member, a     |
 |          |                  |            | different number or string)                      |
 | toolcall | function name    | `schema`   | the first call's name (a function not offered)   |
-| toolcall | tags             | `format`   | the first opening tag (`<tool_call>` misspelt)   |
+| toolcall | tags             | `format`   | the first opening tag (`[tool_call]`)            |
 | text2sql | literal          | `result`   | a number or string literal of the query          |
 | text2sql | column           | `executes` | a column name misspelt (the SQLite error names   |
 |          |                  |            | it in the response's `executes` block)           |
-| text2sql | fence            | `format`   | the fence's language tag (```sql -> ```sqlite)   |
+| text2sql | fence            | `format`   | the fence's language tag dropped (```sql -> ```) |
 | instruct | per constraint   | that one   | end phrase, comma, case of a word, title marks,  |
 |          |                  |            | P.S., quotation mark, keyword, forbidden word... |
 
@@ -50,7 +50,7 @@ def toolcall_edits(task, example: Example) -> list[ProbeEdit]:
     named = copy.deepcopy(calls)
     named[0]["name"] = named[0]["name"] + "_v2"
     out.append(ProbeEdit.between("schema", "function name", ref, task.format.render(named)))
-    out.append(ProbeEdit.between("format", "tags", ref, ref.replace("<tool_call>", "<tool-call>", 1)))
+    out.append(ProbeEdit.between("format", "tags", ref, ref.replace("<tool_call>", "[tool_call]", 1)))
     return [e for e in out if e is not None]
 
 
@@ -93,7 +93,7 @@ def text2sql_edits(task, example: Example) -> list[ProbeEdit]:
     column = _misspell_column(str(sql), rng)
     if column is not None:
         out.append(ProbeEdit.between("executes", "column", ref, ref.replace(str(sql), column, 1)))
-    out.append(ProbeEdit.between("format", "fence", ref, ref.replace("```sql", "```sqlite", 1)))
+    out.append(ProbeEdit.between("format", "fence", ref, ref.replace("```sql", "```", 1)))
     return [e for e in out if e is not None]
 
 
