@@ -2,7 +2,7 @@
 
 A task reads its dataset rows into `Example`s, renders P0 (the prompt sampling uses), and
 lists the rewards that apply to an example. Each `Reward` pairs a pure verifier with the
-block builder that writes the information the verifier checks as text (Z_k in DESIGN.md).
+block builder that writes the information the verifier checks as text (Z_k in docs/design.md).
 """
 from __future__ import annotations
 
