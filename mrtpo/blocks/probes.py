@@ -14,7 +14,7 @@ deterministic edit that keeps the format but breaks the answer:
 - any other format (a `DelimitedFormat` such as `\\boxed{}`, a custom `Format`): the answer
   `format.parse` finds is broken in place and written back with `format.render`, so the
   format still holds and only the answer is wrong: its first number changes (12 -> 13,
-  0.5 -> 0.6), or else two letters of its first word swap (Paris -> Pairs); a list or dict
+  0.5 -> 0.6), or else two letters of its first word swap (Paris -> Prais); a list or dict
   answer has its first such value broken.
 A task overrides this with `Task.corrupt(example, response)`, returning the text to show (or
 None for this default).

@@ -327,22 +327,29 @@ _ERROR_WORDS = re.compile(
 _MARKS_RE = re.compile(r"[\u220e\u25a0\u25b2\u25c6\u2591]|\.\.\.")
 
 
-def own_words(excerpt: str, text: str, width: int = 50) -> str:
-    """The piece of the block's own `text` an excerpt of its masked prose stands for: the
-    longest run of the excerpt without marks is found in `text` (whitespace aside), and the
-    excerpt becomes `text` from just before it, so a finding quotes what the user wrote."""
-    if not excerpt or not text:
+def own_words(excerpt: str, text: str, tail: int = 30) -> str:
+    """The piece of the block's own `text` that an excerpt of its masked prose stands for.
+
+    The excerpt's runs between marks (payloads, quotations) are found in `text` in order
+    (whitespace aside), and the excerpt becomes `text` from the first run to the last (a
+    payload the excerpt ends on adds up to `tail` characters), so a finding quotes what the
+    user wrote, payloads included, never the lint's internal marks."""
+    if not excerpt or not text or not _MARKS_RE.search(excerpt) and excerpt in text:
         return excerpt
-    pieces = sorted((p.strip() for p in _MARKS_RE.split(excerpt)), key=len, reverse=True)
-    if not pieces or len(pieces[0]) < 2:
-        return excerpt if not _MARKS_RE.search(excerpt) else _norm(text)[:width + 10]
-    words = pieces[0].split()
-    m = re.search(r"\s+".join(re.escape(w) for w in words), text)
-    if m is None:
-        return _MARKS_RE.sub("...", excerpt)
-    first = _MARKS_RE.split(excerpt)[0].strip()
-    start = m.start() if first == pieces[0] else max(0, m.start() - 10)
-    return _norm(text[start:max(m.end(), start + width)])
+    pieces = [p.strip() for p in _MARKS_RE.split(excerpt) if len(p.strip()) >= 2]
+    start = end = None
+    pos = 0
+    for p in pieces:
+        m = re.compile(r"\s+".join(re.escape(w) for w in p.split())).search(text, pos)
+        if m is None:
+            continue
+        start = m.start() if start is None else start
+        end = pos = m.end()
+    if start is None:
+        return _norm(_MARKS_RE.sub("...", excerpt)) if pieces else _norm(text)[:60]
+    if _MARKS_RE.search(excerpt.rstrip()[-1:]):
+        end = min(len(text), end + tail)
+    return _norm(text[start:end])
 
 
 def _excerpt(text: str, start: int, end: int, width: int = 40) -> str:
@@ -838,6 +845,9 @@ def check_block(block: str, *, kind: str = "", example: Example | None = None,
     if not block.strip():
         return found
     quoted = [verdict.feedback] if verdict and verdict.feedback else []
+    # the format's own markers ("Answer:", "\\boxed{") are the answer's form, not prose: a
+    # marker that reads like a label or an imperative is not one
+    quoted += [m for m in getattr(fmt, "markers", ()) if isinstance(m, str)]
     if example is not None:
         quoted += [s for s in flatten_strings(example.data) if len(s) >= 3]
     found += check_text(block, placement=placement, quoted=quoted)
