@@ -421,7 +421,7 @@ add("g-fb-boxed-wrong", None, "feedback", "The boxed answer is 13.", math_ctx(0)
 add("g-constraint-chars", None, "constraint", "A correct response has at most 200 characters.", math_ctx(0))
 add("g-fact-boxed", None, "", "The question adds 7 apples to 5.", math_ctx(0))
 
-add("b2-must-be-correct", "R2", "reference", "The answer must be correct.", math_ctx(0),
+add("b2-must-be-correct", "R2", "", "The answer must be correct.", math_ctx(0),
     note="a generic requirement where the reference belongs")
 add("b2-should-be-short", "R2", "constraint", "The response should be short and concise.", math_ctx(1),
     note="a generic length requirement: which length?")
@@ -431,8 +431,8 @@ add("b2-right-format-inferred", "R2", "", "The response follows the expected for
     note="a generic format requirement, kind left to inference")
 add("b2-boxed-no-marker", "R2", "format", "A correct response ends with the final number alone.", math_ctx(1),
     note="a format block that never names the \\boxed{} marker")
-add("b2-correct-feedback", "R2", "feedback", "The answer is not correct.", math_ctx(0), feedback="",
-    note="a generic verdict in place of the verifier's words")
+add("b2-accurate", "R2", "constraint", "The answer should be accurate and complete.", math_ctx(2),
+    note="a generic quality requirement")
 add("b3-boxed-imperative", "R3", "format", "Put the final answer in \\boxed{}.", math_ctx(0),
     note="an instruction to the model")
 add("b3-tags-label", "R3", "reference", "Answer: " + TAGS.render_body("180"), math_ctx(2, "answer_tags"),
