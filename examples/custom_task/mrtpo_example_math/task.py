@@ -9,7 +9,7 @@ Three rewards, each with the block (Z_k) that carries what its verifier checks:
 | `length`  | 1 up to `max_chars`, then falling to 0 at    | the response's own length, when it is too long |
 |           | twice that                                   | ("" otherwise) (feedback, response-dependent)  |
 
-The walkthrough in the mrtpo repository's docs/custom-tasks.md builds this file step by step.
+docs/custom-tasks.md in the mrtpo repository builds this file step by step.
 """
 from __future__ import annotations
 
