@@ -102,6 +102,23 @@ class ProbeEdit:
     response: str  # the edited response
     span: tuple[int, int]  # character range of the edited text in `response`
 
+    @classmethod
+    def between(cls, reward: str, kind: str, reference: str, edited: str) -> "ProbeEdit | None":
+        """The edit that turns `reference` into `edited`, its span found by comparing the two
+        (what differs between their common prefix and suffix; a pure deletion marks the
+        character before the cut). None when the texts are equal."""
+        if edited == reference or not edited:
+            return None
+        start = 0
+        while start < min(len(reference), len(edited)) and reference[start] == edited[start]:
+            start += 1
+        end_e, end_r = len(edited), len(reference)
+        while end_e > start and end_r > start and reference[end_r - 1] == edited[end_e - 1]:
+            end_e, end_r = end_e - 1, end_r - 1
+        if end_e == start:  # nothing inserted: mark the character before the cut
+            start, end_e = (start - 1, start) if start > 0 else (0, 1)
+        return cls(reward, kind, edited, (start, end_e))
+
 
 class Task:
     """A task: reads rows, renders P0, lists rewards. Subclass and register it.

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from mrtpo.formats import ToolCallFormat
-from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.toolcall_data import ToolCallRow, read_toolcall
 from mrtpo.verifiers.toolcall import (
     ParsedCalls,
@@ -93,6 +93,12 @@ class ToolCallTask(Task):
         """The calls with the first possible value of each argument (skipping the optional
         marker "" and values that break the parameter's schema), rendered in the format."""
         return self.format.render(reference_calls(example.data["functions"], example.data["ground_truth"]))
+
+    def probe_edits(self, example: Example) -> list[ProbeEdit]:
+        """Targeted edits of the reference for the credit probe (see mrtpo.tasks.probe_edits)."""
+        from mrtpo.tasks.probe_edits import toolcall_edits
+
+        return toolcall_edits(self, example)
 
     def parse(self, response: object) -> ParsedCalls:
         """The calls in a response (cached: the three rewards read the same response)."""
