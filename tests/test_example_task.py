@@ -2,8 +2,9 @@
 
 CI runs `pip install -e examples/custom_task` (.ci/run); then the task is found through its
 `mrtpo.tasks` entry point and goes through the commands docs/custom-tasks.md walks through:
-`mrtpo tasks ls`, `mrtpo blocks lint` (clean, exit 0), `mrtpo blocks preview`, and two
-training steps on a tiny model. Without the package installed these tests skip.
+`mrtpo tasks ls`, `mrtpo blocks lint` (clean, exit 0), `mrtpo blocks preview`, `mrtpo probe`
+on its probe edits, and two training steps on a tiny model. Without the package installed
+these tests skip.
 """
 from __future__ import annotations
 
@@ -85,3 +86,14 @@ def test_two_training_steps(tiny_qwen2_dir, tmp_path):
     completion = json.loads((run / "completions.jsonl").read_text().splitlines()[0])
     assert completion["reward_names"] == ["format", "correct", "length"]
     assert any("\\boxed{" in b for b in completion["blocks"])
+
+
+def test_probe_replays_one_edit_per_reward(tiny_qwen2_dir):
+    result, out = _invoke("probe", "math-word", "--model", tiny_qwen2_dir, "--limit", 2,
+                          "--no-control", "--json")
+    assert result.exit_code == 0, out
+    report = json.loads(result.stdout)
+    assert report["examples"] == 2 and report["skipped"] == []
+    assert {k["kind"]: k["reward"] for k in report["kinds"]} == {
+        "answer value": "correct", "text after the answer": "format", "padding": "length"}
+    assert {e["span_text"] for e in report["edits"] if e["kind"] == "answer value"} == {"13", "25"}

@@ -88,7 +88,7 @@ class Reward:
 
 @dataclass(frozen=True)
 class ProbeEdit:
-    """A targeted edit of a reference response, about one reward (for `mrtpo credit probe`).
+    """A targeted edit of a reference response, about one reward (for `mrtpo probe`).
 
     `response` is the reference with one thing changed that reward `reward` checks (an
     argument value, a column, an end phrase); `span` is the (start, end) character range of
@@ -164,7 +164,7 @@ class Task:
     def probe_edits(self, example: Example) -> list[ProbeEdit]:
         """Targeted edits of `reference(example)`, each about one reward, for the credit probe.
 
-        Override to make `mrtpo credit probe` work on a custom task: return one or more
+        Override to make `mrtpo probe` work on a custom task: return one or more
         `ProbeEdit`s whose `span` covers the changed characters. The default is none.
         """
         return []
