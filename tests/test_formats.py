@@ -63,8 +63,9 @@ def test_tool_call_roundtrip(cs):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text().map(str.strip).filter(bool))
+@given(st.text().map(str.strip).filter(bool).filter(lambda s: "<think>" not in s))
 def test_text_roundtrip(t):
+    # a text containing "<think>" is read as (the start of) a think block, by design
     assert TextFormat().parse(TextFormat().render(t)).answer == t
 
 
