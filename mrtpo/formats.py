@@ -96,7 +96,7 @@ class Format:
         if not isinstance(response, str):
             return Parsed(None, False, f"the response is {type(response).__name__}, not text")
         thought, body = split_think(response)
-        if thought is None and "<think>" in response:
+        if thought is None and response.lstrip().startswith("<think>"):
             return Parsed(None, False, "a <think> tag is not closed by </think> at the start of the response")
         try:
             answer, strict, error = _as_triple(self.parse_body(body))
