@@ -1,6 +1,6 @@
 """Replay cost on text-to-SQL-shaped inputs: one forward per context vs the shared prefix.
 
-Shape (issue 7): a schema prompt of about 600 tokens, 3 blocks of about 30 tokens (the format
+Shape: a schema prompt of about 600 tokens, 3 blocks of about 30 tokens (the format
 rule and the reference query, response-independent; the response's SQLite error,
 response-dependent), G = 8 responses of about 120 tokens, a random-initialised Qwen2 (4
 layers, 256 wide, vocabulary about 8,000) with a byte-level BPE tokenizer trained here, so

@@ -9,10 +9,18 @@ Formats:
 - `CodeBlockFormat("sql")`: the final answer in one ```sql fenced block;
 - `ToolCallFormat()`: calls as JSON objects `{"name": ..., "arguments": {...}}`, each inside
   `<tool_call>...</tool_call>` (Qwen/Hermes style), several tags for parallel calls;
+- `DelimitedFormat(open, close)`: the final answer between two markers, as the last thing in
+  the response: `DelimitedFormat("\\boxed{", "}")` (math), `DelimitedFormat("<answer>",
+  "</answer>")`;
 - `TextFormat()`: plain text.
 Each may be preceded by reasoning in `<think>...</think>` (`think=True` asks for it and the
 strict check requires it; with `think=False` a think block is tolerated by `parse` but fails
 the strict check).
+
+A new format subclasses `Format` and defines four public methods, `body_instruction`,
+`body_rule`, `parse_body` and `render_body` (the think handling around them is the base
+class's), and sets `markers`, the text its rule always mentions (the lint looks for it).
+docs/custom-tasks.md walks through one.
 """
 from __future__ import annotations
 
@@ -44,9 +52,26 @@ def split_think(response: str) -> tuple[str | None, str]:
 
 
 class Format:
-    """Base class; subclasses define `_body_instruction`, `_body_rule`, `_parse_body`, `render_body`."""
+    """An output format: subclass it and define the four `body_*` / `*_body` methods.
+
+    - `body_instruction()`: the end of the prompt's sentence "Give ...", e.g. "the final
+      answer inside \\boxed{}, with nothing after it." (`instruction` adds the start, and the
+      think request when `think=True`);
+    - `body_rule()`: the end of the rule statement "A correct response gives ..." (the format
+      block, `rule`);
+    - `parse_body(body)`: the response after any `<think>` block -> `Parsed(answer, strict,
+      error)` (or the tuple `(answer, strict, error)`): `answer` leniently extracted (None when
+      there is none), `strict` whether the body follows the format exactly, `error` why not.
+      It may raise on odd text: `parse` turns an exception into "could not parse";
+    - `render_body(answer)`: the body that `parse_body` reads back as `answer`, strictly.
+
+    `name` names the format in messages; `markers` is the text any statement of the rule
+    mentions (a fence opener, a tag), which the lint's R2 check looks for in a format block
+    ("<think>" is added when `think=True`).
+    """
 
     name = "format"
+    markers: tuple[str, ...] = ()
 
     def __init__(self, think: bool = False):
         self.think = think
@@ -56,14 +81,14 @@ class Format:
     def instruction(self) -> str:
         """The sentence that goes into P0, asking for this format."""
         pre = "First reason step by step inside <think></think> tags, then give " if self.think else "Give "
-        return pre + self._body_instruction()
+        return pre + self.body_instruction()
 
     @property
     def rule(self) -> str:
         """The format rule as a plain statement (the format block)."""
         pre = "A correct response starts with its reasoning inside <think></think> tags and then gives " if self.think \
             else "A correct response gives "
-        return pre + self._body_rule()
+        return pre + self.body_rule()
 
     # --- parsing and rendering ------------------------------------------------------------
     def parse(self, response: Any) -> Parsed:
@@ -71,10 +96,10 @@ class Format:
         if not isinstance(response, str):
             return Parsed(None, False, f"the response is {type(response).__name__}, not text")
         thought, body = split_think(response)
-        if thought is None and "<think>" in response:
+        if thought is None and response.lstrip().startswith("<think>"):
             return Parsed(None, False, "a <think> tag is not closed by </think> at the start of the response")
         try:
-            answer, strict, error = self._parse_body(body)
+            answer, strict, error = _as_triple(self.parse_body(body))
         except Exception as exc:  # defensive: parse must never raise on model output
             return Parsed(None, False, f"could not parse the response: {exc}")
         if strict and self.think and thought is None:
@@ -94,17 +119,29 @@ class Format:
             return f"<think>{think or ''}</think>\n{body}"
         return body
 
-    def _body_instruction(self) -> str:
-        raise NotImplementedError
+    def rule_markers(self) -> list[str]:
+        """`markers`, plus "<think>" when the format asks for reasoning first."""
+        return list(self.markers) + (["<think>"] if self.think else [])
 
-    def _body_rule(self) -> str:
-        raise NotImplementedError
+    def body_instruction(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define body_instruction()")
 
-    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
-        raise NotImplementedError
+    def body_rule(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define body_rule()")
+
+    def parse_body(self, body: str) -> "Parsed | tuple[Any, bool, str]":
+        raise NotImplementedError(f"{type(self).__name__} must define parse_body(body)")
 
     def render_body(self, answer: Any) -> str:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define render_body(answer)")
+
+
+def _as_triple(result: Any) -> tuple[Any, bool, str]:
+    """`parse_body`'s result as (answer, strict, error), whether it gave a Parsed or a tuple."""
+    if isinstance(result, Parsed):
+        return result.answer, result.strict, result.error
+    answer, strict, error = result
+    return answer, bool(strict), str(error or "")
 
 
 class CodeBlockFormat(Format):
@@ -115,19 +152,20 @@ class CodeBlockFormat(Format):
     def __init__(self, language: str = "sql", think: bool = False):
         super().__init__(think)
         self.language = language
+        self.markers = ("```" + language,)
         lang = re.escape(language)
         self._strict_re = re.compile(r"\A\s*```" + lang + r"[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
         self._any_re = re.compile(r"```(" + lang + r")?[ \t]*\n(.*?)```", re.DOTALL)
 
-    def _body_instruction(self) -> str:
+    def body_instruction(self) -> str:
         return (f"the final answer as a single {self.language.upper()} statement inside one "
                 f"```{self.language} code block, with nothing after the block.")
 
-    def _body_rule(self) -> str:
+    def body_rule(self) -> str:
         return (f"exactly one ```{self.language} code block holding the {self.language.upper()} "
                 "statement and nothing outside the block.")
 
-    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+    def parse_body(self, body: str) -> tuple[Any, bool, str]:
         m = self._strict_re.match(body)
         if m and "```" not in m.group(1) and m.group(1).strip():
             return m.group(1).strip(), True, ""
@@ -156,17 +194,18 @@ class ToolCallFormat(Format):
     """
 
     name = "tool_call"
+    markers = ("<tool_call>",)
     _TAG_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
-    def _body_instruction(self) -> str:
+    def body_instruction(self) -> str:
         return ('each function call as a JSON object {"name": <function name>, "arguments": '
                 '<arguments object>} inside its own <tool_call></tool_call> tags, and nothing else.')
 
-    def _body_rule(self) -> str:
+    def body_rule(self) -> str:
         return ('each function call as one JSON object with the keys "name" and "arguments" inside '
                 'its own <tool_call></tool_call> tags, with no other text.')
 
-    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+    def parse_body(self, body: str) -> tuple[Any, bool, str]:
         tags = self._TAG_RE.findall(body)
         if not tags:
             return None, False, "no <tool_call>...</tool_call> block was found"
@@ -219,14 +258,15 @@ class TextFormat(Format):
     """Plain text: the answer is the whole response (after any think block), stripped."""
 
     name = "text"
+    markers = ("plain text",)
 
-    def _body_instruction(self) -> str:
+    def body_instruction(self) -> str:
         return "your answer as plain text."
 
-    def _body_rule(self) -> str:
+    def body_rule(self) -> str:
         return "its answer as plain text."
 
-    def _parse_body(self, body: str) -> tuple[Any, bool, str]:
+    def parse_body(self, body: str) -> tuple[Any, bool, str]:
         text = body.strip()
         if not text:
             return None, False, "the response is empty"
@@ -236,11 +276,97 @@ class TextFormat(Format):
         return str(answer).strip()
 
 
+class DelimitedFormat(Format):
+    """The final answer between an opening and a closing marker, as the last thing written.
+
+    `DelimitedFormat("\\boxed{", "}")` reads `... so she has 12 left. \\boxed{12}`, with braces
+    nesting inside the answer (`\\boxed{\\frac{1}{2}}`); `DelimitedFormat("<answer>",
+    "</answer>")` reads `<answer>Paris</answer>`. Text before the marked answer (the working)
+    is allowed, unless `text_before=False`; text after it fails the strict check, and so do
+    several marked answers (the last one is the lenient answer). `what` names the answer in
+    the instruction and the rule. The answer is the text between the markers, stripped.
+    """
+
+    def __init__(self, open: str = "\\boxed{", close: str = "}", *, what: str = "the final answer",
+                 text_before: bool = True, think: bool = False, name: str = "delimited"):
+        super().__init__(think)
+        if not open or not close:
+            raise ValueError("DelimitedFormat needs a non-empty opening and closing marker")
+        self.open, self.close, self.what, self.text_before = open, close, what, text_before
+        self.name = name
+        self.markers = (open,)
+        # "\boxed{" ... "}": braces inside the answer nest, so the closing brace is the match
+        self._nested = open.endswith("{") and close == "}"
+
+    def body_instruction(self) -> str:
+        if self.text_before:
+            return f"{self.what} inside {self.open}{self.close}, with nothing after it."
+        return f"only {self.what} inside {self.open}{self.close}, with no other text."
+
+    def body_rule(self) -> str:
+        return self.body_instruction()  # "A correct response gives" + the same words
+
+    def _spans(self, body: str) -> tuple[list[tuple[int, int, int]], bool]:
+        """(start of open, start of content, end of close) per marked answer; and whether an
+        opening marker was left unclosed."""
+        out, i, unclosed = [], body.find(self.open), False
+        while i >= 0:
+            j = i + len(self.open)
+            end = self._close_at(body, j)
+            if end < 0:
+                unclosed = True
+                break
+            out.append((i, j, end))
+            i = body.find(self.open, end)
+        return out, unclosed
+
+    def _close_at(self, body: str, j: int) -> int:
+        """Index just past the closing marker of an answer starting at j, or -1."""
+        if not self._nested:
+            k = body.find(self.close, j)
+            return -1 if k < 0 else k + len(self.close)
+        depth = 1
+        for k in range(j, len(body)):
+            if body[k] == "{":
+                depth += 1
+            elif body[k] == "}":
+                depth -= 1
+                if depth == 0:
+                    return k + 1
+        return -1
+
+    def parse_body(self, body: str) -> Parsed:
+        spans, unclosed = self._spans(body)
+        marked = f"{self.open}{self.close}"
+        if not spans:
+            why = (f"{self.open} is not closed by {self.close}" if unclosed
+                   else f"no answer inside {marked} was found")
+            return Parsed(None, False, why)
+        start, j, end = spans[-1]
+        answer = body[j:end - len(self.close)].strip()
+        if not answer:
+            return Parsed(None, False, f"the {marked} is empty")
+        if len(spans) > 1:
+            return Parsed(answer, False, f"found {len(spans)} answers inside {marked}; exactly one is expected")
+        if body[end:].strip():
+            return Parsed(answer, False, f"there is text after the {marked} answer: {body[end:].strip()[:60]!r}")
+        if not self.text_before and body[:start].strip():
+            return Parsed(answer, False, f"there is text before the {marked} answer")
+        return Parsed(answer, True)
+
+    def render_body(self, answer: Any) -> str:
+        return f"{self.open}{str(answer).strip()}{self.close}"
+
+
 FORMATS = {"sql": lambda think=False: CodeBlockFormat("sql", think),
-           "tool_call": ToolCallFormat, "text": TextFormat}
+           "tool_call": ToolCallFormat, "text": TextFormat,
+           "boxed": lambda think=False: DelimitedFormat("\\boxed{", "}", think=think, name="boxed"),
+           "answer_tags": lambda think=False: DelimitedFormat("<answer>", "</answer>", think=think,
+                                                              name="answer_tags")}
 
 
 def get_format(name: str, think: bool = False) -> Format:
+    """A built-in format by name: "sql", "tool_call", "text", "boxed", "answer_tags"."""
     if name not in FORMATS:
         raise KeyError(f"unknown format {name!r}; known formats: {', '.join(FORMATS)}")
     return FORMATS[name](think=think)

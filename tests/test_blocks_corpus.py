@@ -57,6 +57,8 @@ def reward_for(rec: dict, db: Path) -> Reward:
         elif rec["format"] == "tool_call":
             calls = [{c["name"]: c["arguments"]} for c in p.answer]
             ok = ast_check(ex.data["functions"], calls, ex.data["answer"], ex.data["category"])
+        elif "answer" in ex.data:  # a marked answer (\\boxed{}, <answer> tags): the number itself
+            ok = str(p.answer).strip() == str(ex.data["answer"]).strip()
         else:
             ok = True
         return Verdict(1.0 if ok else 0.0, "" if ok else "the answer differs from the reference")

@@ -63,8 +63,9 @@ def test_tool_call_roundtrip(cs):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text().map(str.strip).filter(bool))
+@given(st.text().map(str.strip).filter(bool).filter(lambda s: not s.startswith("<think>")))
 def test_text_roundtrip(t):
+    # a text that starts with "<think>" is read as (the start of) a think block, by design
     assert TextFormat().parse(TextFormat().render(t)).answer == t
 
 
@@ -112,3 +113,10 @@ def test_instruction_and_rule_are_sentences():
     assert "```sql" in CodeBlockFormat("sql").instruction
     with pytest.raises(KeyError, match="known formats"):
         get_format("yaml")
+
+
+def test_a_think_tag_inside_the_answer_is_answer_text():
+    # only a leading <think> opens a think block; one inside a code block or mid-text is text
+    assert CodeBlockFormat("sql").parse("```sql\nSELECT '<think>'\n```").answer == "SELECT '<think>'"
+    assert TextFormat().parse("The tag <think> opens a thought.").strict
+    assert "not closed" in TextFormat().parse("  <think> unfinished").error

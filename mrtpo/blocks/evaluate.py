@@ -34,6 +34,7 @@ class Evaluation:
     p_all: Messages | None = None
     p_without: list[Messages] | None = None
     findings: list[Finding] = field(default_factory=list)
+    waived: list[Finding] = field(default_factory=list)  # findings a reward's `waive` covers
 
     @property
     def location(self) -> str:
@@ -156,7 +157,13 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
         else:
             add(rules.check_contexts(ev.p0, ev.p_all, ev.p_without, names, ev.blocks,
                                      task.placement))
+    ev.findings, ev.waived = rules.split_waived(ev.findings, waivers(ev.rewards))
     return ev
+
+
+def waivers(rewards: list[Reward]) -> dict[str, Any]:
+    """Reward name -> its `waive` mapping (rewards that waive nothing are left out)."""
+    return {r.name: r.waive for r in rewards if getattr(r, "waive", None)}
 
 
 def _probe_dependence(reward: Reward, example: Example, verdict: Verdict, block: str) -> list[Finding]:

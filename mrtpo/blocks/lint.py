@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from mrtpo.blocks import rules
 from mrtpo.blocks.evaluate import Evaluation, evaluate, location
+from mrtpo.blocks.evaluate import waivers as waivers_of
 from mrtpo.blocks.probes import Probe, probes
 from mrtpo.blocks.rules import Finding
 from mrtpo.tasks.base import Example, Reward, Task
@@ -28,6 +29,7 @@ MAX_PAIRS_PER_BLOCK = 4
 @dataclass
 class LintReport:
     findings: list[Finding] = field(default_factory=list)
+    waived: list[Finding] = field(default_factory=list)  # covered by a reward's `waive`
     examples: int = 0
     responses: int = 0
     blocks: int = 0
@@ -54,6 +56,14 @@ class LintReport:
                 locs.append(f.example)
         return out
 
+    def waived_groups(self) -> list[tuple[Finding, int]]:
+        """Each waived (reward, rule, check) once, with how many examples it covered."""
+        out: dict[tuple, tuple[Finding, set[str]]] = {}
+        for f in self.waived:
+            first, locs = out.setdefault((f.reward, f.rule, f.check, f.waived), (f, set()))
+            locs.add(f.example)
+        return [(f, len(locs)) for f, locs in out.values()]
+
 
 def dedupe(findings: Iterable[Finding]) -> list[Finding]:
     """One finding per (rule, check, example, reward, message): the same block linted for two
@@ -75,6 +85,8 @@ def lint_task(task: Task, examples: list[Example],
     found: list[Finding] = []
     # (reward name, block text) -> [(example, reward, reference)] for response-independent blocks
     same: dict[tuple[str, str], list[tuple[Example, Reward, str | None]]] = defaultdict(list)
+    waived: list[Finding] = []
+    waivers: dict[str, object] = {}
     for example in examples:
         own = probes(task, example)
         ref = next((t for n, t in own if n == "reference"), None)
@@ -82,6 +94,8 @@ def lint_task(task: Task, examples: list[Example],
         for i, (name, text) in enumerate(pr):
             ev = evaluate(task, example, name, text, probe_builders=(i == 0))
             found += ev.findings
+            waived += ev.waived
+            waivers.update(waivers_of(ev.rewards))
             report.responses += 1
             report.blocks += sum(1 for b in ev.blocks if b)
             if i == 0 and task.placement == "append":
@@ -91,8 +105,9 @@ def lint_task(task: Task, examples: list[Example],
         report.examples += 1
         if progress is not None:
             progress(1)
-    found += _identical_across(same)
-    report.findings = dedupe(found)
+    kept, more = rules.split_waived(_identical_across(same), waivers)
+    report.findings = dedupe(found + kept)
+    report.waived = dedupe(waived + more)
     return report
 
 

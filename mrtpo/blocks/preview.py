@@ -8,7 +8,8 @@ rich tables, plain text or JSON lines:
     rewards       per reward: name, kind, weight, response_dependent, score, feedback, block,
     contexts      placement; P_all as its changes from P0; each P_without_k as its changes
                   from P_all (what was removed, what was added), so only what differs shows,
-    findings      the lint's findings for this example and response.
+    findings      the lint's findings for this example and response,
+    waived        findings a reward waives (`Reward.waive`), each with its reason.
 """
 from __future__ import annotations
 
@@ -92,6 +93,7 @@ def record(task: Task, ev: Evaluation) -> dict:
             "P_without": without,
         },
         "findings": [f.to_dict() for f in ev.findings],
+        "waived": [f.to_dict() for f in ev.waived],
     }
 
 

@@ -10,8 +10,14 @@ deterministic edit that keeps the format but breaks the answer:
 - tool calls: the first numeric argument becomes a string (a type error), or else the first
   function name gets a suffix (an unknown function);
 - plain text: only the first sentence is kept, with its letter case swapped and a comma
-  after its first word (so length, case, punctuation and keyword constraints fail).
-A task can override this with a method `corrupt(example, response) -> str`.
+  after its first word (so length, case, punctuation and keyword constraints fail);
+- any other format (a `DelimitedFormat` such as `\\boxed{}`, a custom `Format`): the answer
+  `format.parse` finds is broken in place and written back with `format.render`, so the
+  format still holds and only the answer is wrong: its first number changes (12 -> 13,
+  0.5 -> 0.6), or else two letters of its first word swap (Paris -> Prais); a list or dict
+  answer has its first such value broken.
+A task overrides this with `Task.corrupt(example, response)`, returning the text to show (or
+None for this default).
 """
 from __future__ import annotations
 
@@ -51,7 +57,9 @@ def corrupt(task: Task, example: Example, response: str) -> str:
     """A copy of `response` in the same format with its answer broken (see module doc)."""
     custom = getattr(task, "corrupt", None)
     if callable(custom):
-        return custom(example, response)
+        own = custom(example, response)
+        if own is not None:
+            return own
     fmt = getattr(task, "format", None)
     if fmt is None:
         return response.swapcase()
@@ -66,7 +74,61 @@ def corrupt(task: Task, example: Example, response: str) -> str:
         return fmt.render(_break_calls(parsed.answer), think=parsed.think)
     if isinstance(fmt, TextFormat):
         return fmt.render(_break_text(str(parsed.answer)), think=parsed.think)
-    return response.swapcase()
+    return _break_in_format(fmt, response, parsed)
+
+
+def _break_in_format(fmt, response: str, parsed) -> str:
+    """The answer broken (`break_answer`) and written back in place: the text around the
+    answer (the working before `\\boxed{}`) is kept when the answer appears in it once; else
+    the broken answer is rendered alone."""
+    bad = break_answer(parsed.answer)
+    if bad == parsed.answer:
+        return response.swapcase()
+    try:
+        old_body, new_body = fmt.render_body(parsed.answer), fmt.render_body(bad)
+        if old_body and response.count(old_body) == 1:
+            return response.replace(old_body, new_body)
+        return fmt.render(bad, think=parsed.think)
+    except Exception:  # a format that cannot render the broken answer
+        return response.swapcase()
+
+
+def break_answer(answer: Any) -> Any:
+    """A wrong answer of the same shape: the first number changed, else two letters of the
+    first word swapped; in a list or dict, the first value that can be broken."""
+    if isinstance(answer, bool):
+        return not answer
+    if isinstance(answer, int):
+        return answer + 1
+    if isinstance(answer, float):
+        return answer + 1.0
+    if isinstance(answer, str):
+        m = re.search(r"\d+(?:\.\d+)?", answer)
+        if m:
+            return answer[:m.start()] + _bump(m.group(0)) + answer[m.end():]
+        return _misspell_first(answer) if re.search(r"[A-Za-z_]{3,}", answer) else answer + "?"
+    if isinstance(answer, (list, tuple)):
+        items = list(answer)
+        for i, v in enumerate(items):
+            b = break_answer(v)
+            if b != v:
+                items[i] = b
+                return type(answer)(items) if isinstance(answer, tuple) else items
+        return answer
+    if isinstance(answer, dict):
+        out = dict(answer)
+        for k, v in out.items():
+            b = break_answer(v)
+            if b != v:
+                out[k] = b
+                return out
+    return answer
+
+
+def _bump(number: str) -> str:
+    """The number with its last digit raised by one (9 wraps to 0): 12 -> 13, 0.5 -> 0.6."""
+    last = number[-1]
+    return number[:-1] + str((int(last) + 1) % 10)
 
 
 def _swap(word: str) -> str:

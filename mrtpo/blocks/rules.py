@@ -1,8 +1,9 @@
 """The block writing rules, as lint checks.
 
 A block Z_k is only useful to MRTPO if removing it changes exactly the information reward k
-checks, so blocks are written to six rules (DESIGN.md, issue 6). Each rule has an id, and
-each check a short name and a message that says what to change:
+checks, so blocks are written to six rules (docs/writing-blocks.md has each with a good and a
+bad block). Each rule has an id, and each check a short name and a message that says what to
+change:
 
   R1 one reward, one block      a block never merges constraints, verifiers or a feedback
                                 text with a reference; each reward has one block builder
@@ -18,8 +19,9 @@ each check a short name and a message that says what to change:
                                 block k, P0 is what sampling used, declared dependence holds)
 
 Three layers, from cheap to complete:
-- `check_text(text)`: text alone (R1 merges that show in the text, all of R3). Custom tasks
-  call it on their own blocks.
+- `check_text(text)`: text alone (R1 merges that show in the text, all of R3, and R2's
+  generic requirements such as "The answer must be correct."). Custom tasks call it on their
+  own blocks.
 - `check_block(...)`: one block in its context (example, verdict, reward, format): R2's
   "nothing taken from the example", R4, R5 and R6's in-prompt presence, plus `check_text`.
 - dataset-level checks over evaluated examples, in `mrtpo.blocks.lint`, which call the
@@ -27,7 +29,9 @@ Three layers, from cheap to complete:
 
 Kinds. A block's kind says which checks apply: "format", "feedback", "reference",
 "constraint", "schema" or "" (other). A reward states it with `Reward.kind`; when that is
-empty, `infer_kind` works it out from the block's structure (see there).
+empty, `infer_kind` works it out from the block's structure (see there). A reward can waive
+one rule, or one check of a rule, with a reason (`Reward.waive`); `split_waived` sets such
+findings apart, and the lint summary lists them with the reason.
 
 Heuristics are measured, not assumed: tests/test_blocks_corpus.py runs the lint over a
 corpus of good and bad blocks and reports precision and recall.
@@ -37,8 +41,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
 
 from mrtpo.formats import CodeBlockFormat, Format, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Reward, Verdict
@@ -70,6 +74,7 @@ class Finding:
     example: str = ""  # the example's location (source, else id); set by dataset-level checks
     reward: str = ""
     response: str = ""  # which response the block was built for ("reference", "corrupted"...)
+    waived: str = ""  # the reason, when the reward waives this rule (`Reward.waive`)
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -77,7 +82,8 @@ class Finding:
     def at(self, *, example: str = "", reward: str = "", response: str = "") -> "Finding":
         """The same finding with its location filled in (fields already set are kept)."""
         return Finding(self.rule, self.check, self.message, self.excerpt,
-                       self.example or example, self.reward or reward, self.response or response)
+                       self.example or example, self.reward or reward, self.response or response,
+                       self.waived)
 
     def __str__(self) -> str:
         where = " ".join(x for x in (self.example, self.reward and f"[{self.reward}]",
@@ -108,8 +114,9 @@ class _Split:
 
 
 def _json_spans(text: str) -> list[tuple[int, int]]:
-    """Where JSON objects/arrays (a schema, a call; not an empty array) lie in `text`, left to
-    right, each found by `json.JSONDecoder.raw_decode` so it is one span whatever it holds."""
+    """Where JSON objects/arrays (a schema, a call) lie in `text`, left to right, each found by
+    `json.JSONDecoder.raw_decode` so it is one span whatever it holds. Empty ones (`{}`, `[]`)
+    are not payloads: they are answer markers (`\\boxed{}`) and placeholders."""
     dec = json.JSONDecoder()
     spans, i = [], 0
     while i < len(text):
@@ -119,7 +126,7 @@ def _json_spans(text: str) -> list[tuple[int, int]]:
                 obj, end = dec.raw_decode(text, i)
             except ValueError:
                 obj, end = None, i
-            if end > i and isinstance(obj, (dict, list)) and (obj or ch == "{"):
+            if end > i and isinstance(obj, (dict, list)) and obj:
                 spans.append((i, end))
                 i = end
                 continue
@@ -317,6 +324,34 @@ _ERROR_WORDS = re.compile(
     r"incorrect|invalid|missing|mismatch(?:es|ed)?|rejected|refused|unknown)\b", re.IGNORECASE)
 
 
+_MARKS_RE = re.compile(r"[\u220e\u25a0\u25b2\u25c6\u2591]|\.\.\.")
+
+
+def own_words(excerpt: str, text: str, tail: int = 30) -> str:
+    """The piece of the block's own `text` that an excerpt of its masked prose stands for.
+
+    The excerpt's runs between marks (payloads, quotations) are found in `text` in order
+    (whitespace aside), and the excerpt becomes `text` from the first run to the last (a
+    payload the excerpt ends on adds up to `tail` characters), so a finding quotes what the
+    user wrote, payloads included, never the lint's internal marks."""
+    if not excerpt or not text or not _MARKS_RE.search(excerpt) and excerpt in text:
+        return excerpt
+    pieces = [p.strip() for p in _MARKS_RE.split(excerpt) if len(p.strip()) >= 2]
+    start = end = None
+    pos = 0
+    for p in pieces:
+        m = re.compile(r"\s+".join(re.escape(w) for w in p.split())).search(text, pos)
+        if m is None:
+            continue
+        start = m.start() if start is None else start
+        end = pos = m.end()
+    if start is None:
+        return _norm(_MARKS_RE.sub("...", excerpt)) if pieces else _norm(text)[:60]
+    if _MARKS_RE.search(excerpt.rstrip()[-1:]):
+        end = min(len(text), end + tail)
+    return _norm(text[start:end])
+
+
 def _excerpt(text: str, start: int, end: int, width: int = 40) -> str:
     a, b = max(0, start - 10), min(len(text), end + width)
     piece = re.sub(r"[\u220e\u25a0\u25b2\u25c6]", "...", text[a:b])
@@ -359,7 +394,50 @@ def check_text(text: str, *, placement: str = "append", quoted: Iterable[str] = 
     found += _check_labels(prose)
     found += _check_training_words(prose)
     found += _check_merged(split, placement)
-    return found
+    found += check_generic_requirement(split)
+    return [replace(f, excerpt=own_words(f.excerpt, text)) for f in found]
+
+
+#: words that say how any answer should be, whatever the example ("short", "correct")
+VAGUE = frozenset("""
+short shorter concise brief briefly long longer clear clearly accurate accurately complete
+completely correct correctly right wrong appropriate appropriately good better best nice
+proper properly relevant helpful precise precisely well-formatted well-formed formatted
+formatting neat clean tidy simple readable succinct detailed thorough quality high expected
+specified required requested desired acceptable reasonable sensible fine ok okay perfect
+necessary sufficient enough
+""".split())
+#: of those and GENERIC, the words that carry a requirement ("correct", "short", "format")
+_REQUIREMENT_WORDS = VAGUE | frozenset("""valid invalid format formats follow follows following
+match matches matching expected exactly exact satisfy satisfies satisfied""".split())
+#: GENERIC words that still name something specific in a requirement ("valid JSON", "one code block")
+_NAMING_WORDS = frozenset("json sql sqlite code block blocks table tables lowercase".split())
+
+
+def check_generic_requirement(split: _Split) -> list[Finding]:
+    """R2 on text alone: a block whose every word is generic ("The answer must be correct.",
+    "The response should be short and concise.", "A correct response has the right format.")
+    says what every answer of every example should be, which carries no information. Text
+    with a payload, a quotation, a number or any specific word is left to the other checks."""
+    prose = split.prose
+    if split.payloads or re.search(r"[\u220e\u25a0\u25b2\u25c6\d]", prose):
+        return []
+    words = [w.lower().strip("'-") for w in _WORD_RE.findall(prose)]
+    content = [w for w in words if w not in STOPWORDS and len(w) >= 2]
+    generic = (GENERIC - _NAMING_WORDS) | VAGUE
+    if not content or not all(w in generic or _singular(w) in generic for w in content):
+        return []
+    if not any(w in _REQUIREMENT_WORDS for w in content):
+        return []
+    return [Finding("R2", "generic-requirement",
+                    "the block is a generic requirement (every word of it fits any example); it "
+                    "carries no information: say what this example's answer is or what this "
+                    "response got wrong (its value, its length, the verifier's words)",
+                    _norm(prose)[:60])]
+
+
+def _singular(w: str) -> str:
+    return w[:-1] if w.endswith("s") and len(w) > 3 else w
 
 
 def _check_imperative(prose: str) -> list[Finding]:
@@ -476,27 +554,31 @@ def _norm(s: str) -> str:
 
 
 def format_markers(fmt: Format | None) -> list[str]:
-    """Text a statement of this format's rule necessarily mentions."""
-    if isinstance(fmt, CodeBlockFormat):
-        marks = ["```" + fmt.language]
-    elif isinstance(fmt, ToolCallFormat):
-        marks = ["<tool_call>"]
-    elif isinstance(fmt, TextFormat):
-        marks = ["plain text"]
-    else:
+    """Text a statement of this format's rule necessarily mentions: the format's `markers`
+    (a fence opener, a tag, "\\boxed{"), and "<think>" when it asks for reasoning first."""
+    if fmt is None:
         return []
-    if fmt.think:
-        marks.append("<think>")
-    return marks
+    rule_markers = getattr(fmt, "rule_markers", None)
+    if callable(rule_markers):
+        return list(rule_markers())
+    return list(getattr(fmt, "markers", ())) + (["<think>"] if getattr(fmt, "think", False) else [])
 
 
 def has_format_payload(block: str, fmt: Format | None) -> bool:
-    """Whether the block holds an answer written in the format (a fence, tool-call tags)."""
+    """Whether the block holds an answer written in the format (a fence, tool-call tags, a
+    marked answer such as `\\boxed{12}`)."""
     if isinstance(fmt, CodeBlockFormat):
         return bool(_FENCE_RE.search(block))
     if isinstance(fmt, ToolCallFormat):
         return any(m.group(1).strip() for m in _TOOL_RE.finditer(block))
-    return False
+    if fmt is None or isinstance(fmt, TextFormat) or not getattr(fmt, "markers", ()):
+        return False
+    if not any(m in block for m in fmt.markers):
+        return False
+    try:
+        return fmt.parse(as_response(block, fmt)).answer is not None
+    except Exception:
+        return False
 
 
 def infer_kind(block: str, *, reward: Reward | None = None, fmt: Format | None = None,
@@ -697,6 +779,13 @@ def check_specific(block: str, *, kind: str, example: Example | None, verdict: V
             return [Finding("R2", "generic",
                             "the format block does not state the format (it mentions none of "
                             f"{', '.join(marks)}); use task.format.rule", block[:60])]
+        if not marks and fmt is not None and not (distinctive_tokens(block) & distinctive_tokens(
+                _safe_rule(fmt))):
+            return [Finding("R2", "generic",
+                            "the format block shares nothing with the format's own rule "
+                            f"({_safe_rule(fmt)[:60]!r}); use task.format.rule, and give the "
+                            "format `markers` so the lint knows what a statement of it mentions",
+                            block[:60])]
         return []
     if kind == "constraint" or example is None:
         return []
@@ -712,6 +801,13 @@ def check_specific(block: str, *, kind: str, example: Example | None, verdict: V
                     "the block holds nothing taken from this example (its label, prompt, "
                     "reference) or the verifier's output: a generic requirement carries no "
                     "information; build it from the example's data or the verdict", block[:60])]
+
+
+def _safe_rule(fmt: Format) -> str:
+    try:
+        return str(fmt.rule)
+    except Exception:
+        return ""
 
 
 def prompt_text(messages: Sequence[dict[str, str]]) -> str:
@@ -749,11 +845,15 @@ def check_block(block: str, *, kind: str = "", example: Example | None = None,
     if not block.strip():
         return found
     quoted = [verdict.feedback] if verdict and verdict.feedback else []
+    # the format's own markers ("Answer:", "\\boxed{") are the answer's form, not prose: a
+    # marker that reads like a label or an imperative is not one
+    quoted += [m for m in getattr(fmt, "markers", ()) if isinstance(m, str)]
     if example is not None:
         quoted += [s for s in flatten_strings(example.data) if len(s) >= 3]
     found += check_text(block, placement=placement, quoted=quoted)
-    found += check_specific(block, kind=kind, example=example, verdict=verdict, fmt=fmt,
-                            reference=reference)
+    if not any(f.check == "generic-requirement" for f in found):
+        found += check_specific(block, kind=kind, example=example, verdict=verdict, fmt=fmt,
+                                reference=reference)
     if kind == "feedback":
         found += check_feedback(block, verdict)
     if kind == "reference" and not any(f.rule == "R1" for f in found):
@@ -791,7 +891,54 @@ def check_rewards(rewards: Sequence[Reward]) -> list[Finding]:
         if r.kind not in KINDS:
             found.append(Finding("R6", "unknown-kind", f"kind {r.kind!r} is not one of "
                                  f"{', '.join(repr(k) for k in KINDS)}", reward=r.name))
+        found += check_waivers(r)
     return found
+
+
+_WAIVER_KEY_RE = re.compile(r"(R[1-6])(?::([a-z0-9\-]+))?")
+
+
+def check_waivers(reward: Reward) -> list[Finding]:
+    """R6: `Reward.waive` maps a rule id ("R3") or a rule and check ("R3:label") to a reason."""
+    waive = getattr(reward, "waive", None) or {}
+    if not isinstance(waive, Mapping):
+        return [Finding("R6", "bad-waiver", f"waive is a {type(waive).__name__}; give a dict "
+                        '{"R3": "why this rule does not apply"}', reward=reward.name)]
+    found = []
+    for key, reason in waive.items():
+        if not isinstance(key, str) or not _WAIVER_KEY_RE.fullmatch(key):
+            found.append(Finding("R6", "bad-waiver", f"waive key {key!r} is not a rule id "
+                                 '("R1".."R6") or a rule and check ("R3:label")', reward=reward.name))
+        elif not isinstance(reason, str) or not reason.strip():
+            found.append(Finding("R6", "bad-waiver", f"waive[{key!r}] gives no reason; say why "
+                                 "the rule does not apply to this reward", reward=reward.name))
+    return found
+
+
+def waiver(finding: Finding, waive: Mapping[str, str] | None) -> str:
+    """The reason `waive` gives for `finding` ("" when it is not waived): a "rule:check" key
+    first, then the rule id. Findings about the waivers themselves are never waived."""
+    if not waive or not isinstance(waive, Mapping) or finding.check == "bad-waiver":
+        return ""
+    for key in (f"{finding.rule}:{finding.check}", finding.rule):
+        reason = waive.get(key)
+        if isinstance(reason, str) and reason.strip():
+            return reason.strip()
+    return ""
+
+
+def split_waived(findings: Iterable[Finding], waivers: Mapping[str, Mapping[str, str]]
+                 ) -> tuple[list[Finding], list[Finding]]:
+    """(kept, waived): `waivers` maps a reward name to its `waive`; a waived finding carries
+    the reason in `Finding.waived`."""
+    kept, waived = [], []
+    for f in findings:
+        reason = waiver(f, waivers.get(f.reward)) if f.reward else ""
+        if reason:
+            waived.append(replace(f, waived=reason))
+        else:
+            kept.append(f)
+    return kept, waived
 
 
 def check_shared_blocks(names: Sequence[str], blocks: Sequence[str]) -> list[Finding]:

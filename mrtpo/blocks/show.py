@@ -66,6 +66,8 @@ def record_plain(rec: dict) -> str:
     out.append("lint: " + ("clean" if not fs else f"{len(fs)} finding(s)"))
     for f in fs:
         out.append("  " + _finding_line(f))
+    for f in rec.get("waived", []):
+        out.append("  waived: " + _finding_line(f) + f" (reason: {f['waived']})")
     return "\n".join(out) + "\n"
 
 
@@ -123,7 +125,15 @@ def record_rich(rec: dict, console) -> None:
     else:
         for f in fs:
             console.print(Text(_finding_line(f), style="yellow"))
+    for f in rec.get("waived", []):
+        console.print(Text(f"waived: {_finding_line(f)} (reason: {f['waived']})", style="dim"))
     console.print()
+
+
+def _waived_lines(report: LintReport) -> list[str]:
+    """One line per waived (reward, rule, check): the reason and how many examples it covered."""
+    return [f"waived {f.rule} {f.check} [{f.reward}] in {n} example(s): {f.waived}"
+            for f, n in report.waived_groups()]
 
 
 def _locations(locs: list[str], limit: int) -> str:
@@ -143,8 +153,10 @@ def report_plain(report: LintReport, task: str, max_per_rule: int = 10) -> str:
             out.append(f"    in {len(locs)} example(s): {_locations(locs, 5)}")
         if len(groups) > max_per_rule:
             out.append(f"  ... and {len(groups) - max_per_rule} more problem(s)")
+    out += _waived_lines(report)
     n = len(report.findings)
-    out.append("no findings" if not n else f"{n} finding(s)")
+    out.append(("no findings" if not n else f"{n} finding(s)")
+               + (f", {len(report.waived)} waived" if report.waived else ""))
     return "\n".join(out) + "\n"
 
 
@@ -168,5 +180,9 @@ def report_rich(report: LintReport, task: str, console, max_per_rule: int = 10) 
         if len(groups) > max_per_rule:
             t.add_row("", "", Text(f"... and {len(groups) - max_per_rule} more problem(s)"), "")
     console.print(t)
+    for line in _waived_lines(report):
+        console.print(Text(line, style="dim"))
     n = len(report.findings)
-    console.print(Text("no findings" if not n else f"{n} finding(s)", style="green" if not n else "red"))
+    console.print(Text(("no findings" if not n else f"{n} finding(s)")
+                       + (f", {len(report.waived)} waived" if report.waived else ""),
+                       style="green" if not n else "red"))

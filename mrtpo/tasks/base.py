@@ -2,12 +2,14 @@
 
 A task reads its dataset rows into `Example`s, renders P0 (the prompt sampling uses), and
 lists the rewards that apply to an example. Each `Reward` pairs a pure verifier with the
-block builder that writes the information the verifier checks as text (Z_k in DESIGN.md).
+block builder that writes the information the verifier checks as text (Z_k in docs/design.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from mrtpo.formats import Format
 
 Placement = Literal["append", "in_prompt"]
 
@@ -46,6 +48,24 @@ class Reward:
     when there is no information to give (e.g. no SQLite error because the query ran).
     `response_dependent` marks blocks that depend on the verdict (the SQLite error), which
     contexts place after the response-independent ones so prefixes can be shared.
+
+    `kind` says what the block holds, which selects the writing-rules lint's checks
+    (docs/writing-blocks.md has the full table):
+    - "format": the format rule; R2 asks that it mention the format's markers
+      (`task.format.markers`, e.g. "\\boxed{");
+    - "feedback": the verifier's own words about this response; R4 asks that it be "" when the
+      verdict has no feedback (the builder is probed with empty verdicts) and quote it otherwise;
+    - "reference": a correct answer; R5 asks that it parse strictly with `task.format` and get
+      full marks from this reward;
+    - "constraint": one requirement of the request (instruction following); the imperative
+      check is off with "in_prompt" placement, since the sentence is the user's own;
+    - "schema": a JSON schema or tool signature, kept whole as one payload;
+    - "": not said; the lint infers it from the block (`mrtpo.blocks.rules.infer_kind`).
+    Every kind gets R1, R3 and R2's generic-requirement check.
+
+    `waive` turns one lint rule off for this reward, with the reason: {"R3": "the user's
+    own heading is the constraint"} (a rule id) or {"R3:label": "..."} (one check). Waived
+    findings are counted and shown with their reason in the lint summary, and do not fail it.
     """
 
     name: str
@@ -62,11 +82,13 @@ class Reward:
     # what the block holds, for the writing-rules lint (mrtpo.blocks.rules): "format",
     # "feedback", "reference", "constraint", "schema", or "" (the lint then infers it)
     kind: str = ""
+    # lint rules waived for this reward: {"R1": reason} or {"R1:merged": reason}
+    waive: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
 class ProbeEdit:
-    """A targeted edit of a reference response, about one reward (for `mrtpo credit probe`).
+    """A targeted edit of a reference response, about one reward (for `mrtpo probe`).
 
     `response` is the reference with one thing changed that reward `reward` checks (an
     argument value, a column, an end phrase); `span` is the (start, end) character range of
@@ -104,11 +126,15 @@ class Task:
     Subclasses set `name`, `placement` and `format`, and implement `load`, `rewards` and
     `reference`. `placement` says where blocks go: "append" after P0, or "in_prompt" when
     the information is already part of P0 (instruction constraints): then P_all is P0 and
-    P_without_k is P0 with block k removed.
+    P_without_k is P0 with block k removed. docs/custom-tasks.md walks through one.
     """
 
     name: str = ""
     placement: Placement = "append"
+    #: the output format the policy is asked for (`mrtpo.formats`): its `instruction` goes
+    #: into P0, its `rule` is the format block, `render` writes references; the lint (R2, R5)
+    #: and the default corruption read it. None for free-form tasks (instruction following).
+    format: Format | None = None
     description: str = ""
     #: reward names shown by `mrtpo tasks ls`; tasks whose rewards vary per example
     #: (one per constraint) describe the pattern, e.g. ["<instruction_id> (one per constraint)"]
@@ -126,10 +152,19 @@ class Task:
         """A correct response in exactly the form the policy is asked to write, or None."""
         return None
 
+    def corrupt(self, example: Example, response: str) -> str | None:
+        """A copy of `response` in the task's format with its answer broken, which `mrtpo
+        blocks preview` and `mrtpo blocks lint` show beside the reference (so that
+        response-dependent blocks appear). None (the default) uses the built-in corruption,
+        which parses `response` with `self.format` and breaks the answer inside it
+        (`mrtpo.blocks.probes.corrupt`). Override it when that edit says little for the task.
+        """
+        return None
+
     def probe_edits(self, example: Example) -> list[ProbeEdit]:
         """Targeted edits of `reference(example)`, each about one reward, for the credit probe.
 
-        Override to make `mrtpo credit probe` work on a custom task: return one or more
+        Override to make `mrtpo probe` work on a custom task: return one or more
         `ProbeEdit`s whose `span` covers the changed characters. The default is none.
         """
         return []

@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat  # noqa: E402
+from mrtpo.formats import CodeBlockFormat, DelimitedFormat, TextFormat, ToolCallFormat  # noqa: E402
 
 SQL = CodeBlockFormat("sql")
 SQL_T = CodeBlockFormat("sql", think=True)
@@ -384,6 +384,66 @@ r6 = [
 for rid, blk, i in r6:
     add(rid, "R6", "constraint", blk, text_ctx(i), placement="in_prompt",
         note="an in_prompt block that is not P0's own text")
+
+# Custom formats: an answer marked with \\boxed{} or <answer> tags (math word problems), where
+# `{}` and tags are answer markers, not JSON or labels; and generic requirements of every kind.
+BOXED = DelimitedFormat("\\boxed{", "}", name="boxed")
+TAGS = DelimitedFormat("<answer>", "</answer>", name="answer_tags")
+MATH_EX = [
+    ("Mia has 5 apples and buys 7 more. How many apples does she have now?", "She has 5 + 7 = 12 apples.", "12"),
+    ("A box holds 6 eggs. How many eggs are in 4 boxes?", "4 boxes hold 4 * 6 = 24 eggs.", "24"),
+    ("A train travels 60 km each hour. How far does it travel in 3 hours?", "It travels 60 * 3 = 180 km.", "180"),
+]
+
+
+def math_ctx(i: int, fmt_name: str = "boxed") -> dict:
+    q, solution, answer = MATH_EX[i]
+    fmt = BOXED if fmt_name == "boxed" else TAGS
+    return {"format": fmt_name, "think": False, "prompt": f"{q}\n\n{fmt.instruction}",
+            "data": {"question": q, "solution": solution, "answer": answer}}
+
+
+add("g-format-boxed", None, "format", BOXED.rule, math_ctx(0))
+add("g-format-boxed-reworded", None, "format",
+    "A correct response ends with the final number inside \\boxed{}, and nothing follows it.", math_ctx(1))
+add("g-format-tags", None, "format", TAGS.rule, math_ctx(2, "answer_tags"))
+add("g-format-placeholder", None, "format",
+    "A correct response ends with \\boxed{} holding the number, as in {} with the number in place of the braces.",
+    math_ctx(0))
+add("g-format-boxed-inferred", None, "", BOXED.rule, math_ctx(1))
+add("g-ref-boxed", None, "reference", BOXED.render_body("12"), math_ctx(0))
+add("g-ref-boxed-working", None, "reference", MATH_EX[1][1] + "\n" + BOXED.render_body("24"), math_ctx(1))
+add("g-ref-tags", None, "reference", TAGS.render_body("180"), math_ctx(2, "answer_tags"))
+add("g-fb-boxed-length", None, "feedback",
+    "The response has 412 characters, 212 more than the 200 allowed.", math_ctx(0),
+    feedback="the response has 412 characters, 212 more than the 200 allowed")
+add("g-fb-boxed-wrong", None, "feedback", "The boxed answer is 13.", math_ctx(0), feedback="the boxed answer is 13")
+add("g-constraint-chars", None, "constraint", "A correct response has at most 200 characters.", math_ctx(0))
+add("g-fact-boxed", None, "", "The question adds 7 apples to 5.", math_ctx(0))
+
+add("b2-must-be-correct", "R2", "", "The answer must be correct.", math_ctx(0),
+    note="a generic requirement where the reference belongs")
+add("b2-should-be-short", "R2", "constraint", "The response should be short and concise.", math_ctx(1),
+    note="a generic length requirement: which length?")
+add("b2-right-format", "R2", "format", "A correct response has the right format.", math_ctx(2),
+    note="a format block that states no format")
+add("b2-right-format-inferred", "R2", "", "The response follows the expected format.", math_ctx(0),
+    note="a generic format requirement, kind left to inference")
+add("b2-boxed-no-marker", "R2", "format", "A correct response ends with the final number alone.", math_ctx(1),
+    note="a format block that never names the \\boxed{} marker")
+add("b2-accurate", "R2", "constraint", "The answer should be accurate and complete.", math_ctx(2),
+    note="a generic quality requirement")
+add("b3-boxed-imperative", "R3", "format", "Put the final answer in \\boxed{}.", math_ctx(0),
+    note="an instruction to the model")
+add("b3-tags-label", "R3", "reference", "Answer: " + TAGS.render_body("180"), math_ctx(2, "answer_tags"),
+    note="a label in front of the reference")
+add("b1-boxed-and-length", "R1", "reference",
+    BOXED.render_body("12") + "\nThe response has 412 characters, 212 more than the 200 allowed.", math_ctx(0),
+    note="the reference merged with another reward's feedback")
+add("b5-boxed-bare", "R5", "reference", "12", math_ctx(0), note="a bare number, not the policy's \\boxed{} form")
+add("b5-boxed-wrong", "R5", "reference", BOXED.render_body("13"), math_ctx(0), note="a wrong reference")
+add("b5-tags-in-boxed", "R5", "reference", TAGS.render_body("24"), math_ctx(1),
+    note="the reference in another format than the task's")
 
 if __name__ == "__main__":
     out = HERE / "blocks_corpus.jsonl"

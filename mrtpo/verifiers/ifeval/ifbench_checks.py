@@ -1,7 +1,7 @@
 """IFBench's out-of-distribution instruction checkers (Pyatkin et al. 2025), official semantics.
 
 Ported from allenai/IFBench @db69a6f (`ifbench/instructions.py`, Apache-2.0), the version
-whose test set `../shared/data/ifbench` holds, including its quirks (e.g. `repeat:repeat_span`
+of IFBench's published test set, including its quirks (e.g. `repeat:repeat_span`
 compares character spans, `count:conjunctions` counts distinct raw tokens). IFBench's
 `split_into_sentences` is NLTK's Punkt `sent_tokenize`, ported in `sentences.py`; its
 `word_tokenize` is ported in `text.py`; the NLTK stop-word list is in `stopwords.py`.
