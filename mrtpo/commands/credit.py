@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write one self-contained HTML page here.")] = None,
         png_out: Annotated[Optional[Path], typer.Option("--png", help="Also write a heatmap of one completion here (needs matplotlib: the 'plot' extra).")] = None,
         index: Annotated[int, typer.Option("--index", min=1, help="Which completion (of those shown, from 1) --png draws.")] = 1,
-        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, or mrtpo-tiny).")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, mrtpo-tiny, or a run dir / checkpoint / adapter).")] = None,
         data: Annotated[Optional[str], typer.Option("--data", help="Task: dataset path; default: the task's bundled sample.")] = None,
         responses: Annotated[Optional[Path], typer.Option("--responses", help='Task: JSONL rows {"id": <example id>, "response": <text>} or {"id", "responses": [...]}; default: reference + corrupted copy.')] = None,
         task_options: Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help="Task: " + HELP)] = None,
@@ -111,6 +111,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.commands.options import parse_task_options
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
+    from mrtpo.models.trained import TrainedModelError
     from mrtpo.tasks import get_task
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
@@ -129,7 +130,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
         examples = examples[:limit]
     try:
         records = fresh(task, examples, model, responses, estimator, temperature, device, dtype)
-    except PolicyLoadError as exc:
+    except (PolicyLoadError, TrainedModelError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else "reference + corrupted copy per example"
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "

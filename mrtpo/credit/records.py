@@ -275,13 +275,13 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
 def fresh(task, examples, model_path: str, responses_path: str | Path | None = None,
           estimator: str = "gdpo", temperature: float = 1.0, device: str = "auto",
           dtype: str = "auto") -> list[CreditRecord]:
-    """Load the model at `model_path` (a directory, a hub id or a built-in policy's name) and
+    """Load the model at `model_path` (a directory, a hub id, a built-in policy's name, or a
+    training run / checkpoint / adapter directory) and
     `compute` the records of `examples` with the given responses (or reference + corrupted)."""
-    from mrtpo.harness.policy import load_policy
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.trained import load_frozen_policy
 
     responses = responses_for(task, examples, responses_path)
-    policy = load_policy(resolve_model(model_path), lora=False, device=device, dtype=dtype)
+    policy = load_frozen_policy(model_path, device=device, dtype=dtype)  # also a run dir or adapter
     return compute(task, examples, responses, policy.model, policy.tokenizer, estimator, temperature)
 
 

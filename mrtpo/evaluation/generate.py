@@ -41,21 +41,22 @@ class GenerationConfig:
 
 
 def load_model(path: str | Path, config: GenerationConfig):
-    """(model, tokenizer) from a local directory or hub id, in eval mode, left padding."""
+    """(model, tokenizer) from a local directory, a hub id, a built-in policy's name, or what
+    `mrtpo train` wrote (a run directory, a checkpoint, an adapter: mrtpo.models.trained),
+    in eval mode, left padding. An adapter is merged into its base's weights."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mrtpo.models import trained
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if config.dtype == "auto":
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
         dtype = getattr(torch, config.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    model, tokenizer = trained.load(trained.locate(path), dtype=dtype, device=device)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    model.eval()
     return model, tokenizer
 
 

@@ -36,6 +36,7 @@ from mrtpo.harness.rollout import sample
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.update import update
 from mrtpo.models.default import resolve_model
+from mrtpo.models.trained import portable_name
 from mrtpo.tasks import get_task
 
 
@@ -71,7 +72,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         model_path, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
         device=dist.policy_device(cfg.device), dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
-        keep_reference=cfg.beta > 0,
+        keep_reference=cfg.beta > 0, base_name=portable_name(cfg.model, model_path),
         weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
