@@ -393,6 +393,25 @@ def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def startup_line(trainer: MRTPOGRPOTrainer) -> str:
+    """What the launcher trains with, in one line: the estimator above all, since TRL's default
+    aggregation (sum_then_normalize = GRPO) is not `mrtpo train`'s (GDPO)."""
+    args = trainer.args
+    aggregation = args.multi_objective_aggregation
+    if trainer.mrtpo_estimator == "gdpo":
+        estimator = f"GDPO (multi_objective_aggregation={aggregation})"
+    else:
+        estimator = (f"GRPO (multi_objective_aggregation={aggregation}, scale_rewards={args.scale_rewards}; "
+                     "TRL's default, while `mrtpo train` defaults to GDPO: pass "
+                     "--multi_objective_aggregation normalize_then_sum for GDPO)")
+    weights = ", ".join(f"{n}={float(w):g}" for n, w in zip(trainer.reward_func_names, trainer.reward_weights.tolist()))
+    credit = (f"MRTPO token credit (lambda {trainer.mrtpo_lambda:g})" if trainer.mrtpo_enabled
+              else "no MRTPO (every token gets its response's advantage)")
+    saw = f", SAW {trainer.mrtpo_saw}" if trainer.mrtpo_saw != "off" else ""
+    return (f"mrtpo: task {trainer.mrtpo_task.name}, estimator {estimator}{saw}, {credit}, "
+            f"reward weights {weights}")
+
+
 def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
     """Train as the flags say, save the model to --output_dir; returns the trainer.
 
@@ -417,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
                                task_args=_task_args(script.task_args), data=script.data, mrtpo=script.mrtpo,
                                mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
                                peft_config=get_peft_config(model_args))
+    trainer.accelerator.print(startup_line(trainer))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
     trainer.accelerator.print(f"model saved to {args.output_dir}")
