@@ -30,7 +30,7 @@ from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distances import blocks_for, replay_distances
 from mrtpo.harness.distributed import Distributed, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
-                                   reward_metrics)
+                                   reward_metrics, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
 from mrtpo.harness.scoring import Scorer
@@ -134,6 +134,9 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
             record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))
             record.update(completion_metrics(dist.gather_objects([len(r) for r in rollout.response_ids]),
                                              dist.gather_objects(rollout.truncated)))
+            record["num_tokens"] = tokens_seen(history[-1].get("num_tokens", 0) if history else 0,
+                                               dist.gather_objects([len(p) for p in rollout.prompt_ids]),
+                                               dist.gather_objects([len(r) for r in rollout.response_ids]))
             record.update(stats)
             record["learning_rate"] = lr
             if q is not None:
