@@ -89,7 +89,8 @@ def _weights(values: list[str], flag: str) -> dict[str, float]:
     for item in values:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=flag)
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, a reward's NAME=WEIGHT, e.g. format=1.0 "
+                                     "(TRL's positional list is not read: rewards differ per example)", param_hint=flag)
         try:
             out[key.strip()] = float(raw)
         except ValueError as exc:
@@ -113,7 +114,10 @@ def overrides_from_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(**kwargs) -> None:
-    """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default)."""
+    """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default).
+
+    TRL's names work too, on the command line and in --config YAML: learning_rate (--lr), max_completion_length (--max-new-tokens), max_steps (--steps), gradient_accumulation_steps (--grad-accum), save_steps (--save-every), reward_weights (--reward-weight); any flag may be spelt with underscores (--num_generations).
+    """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
     from mrtpo.harness.config import ConfigError, resolve
@@ -223,5 +227,8 @@ def _summary(result, console) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from mrtpo.harness.trl_names import normalize_flag
+
     run.__signature__ = inspect.Signature(_options())
-    app.command("train", help=run.__doc__)(run)
+    # TRL's names (--learning_rate, --max_steps, ...) and underscore spellings, not listed
+    app.command("train", help=run.__doc__, context_settings={"token_normalize_func": normalize_flag})(run)

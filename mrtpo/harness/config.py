@@ -198,7 +198,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {p}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
-    return check_keys({str(k).replace("-", "_"): v for k, v in raw.items()}, where=f"--config {p}")
+    from mrtpo.harness.trl_names import apply_aliases  # TRL's names: learning_rate, max_steps...
+
+    keys = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    return check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
 
 
 def check_keys(values: dict[str, Any], where: str) -> dict[str, Any]:
