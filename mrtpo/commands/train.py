@@ -120,7 +120,7 @@ def run(**kwargs) -> None:
     """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
-    from mrtpo.harness.config import ConfigError, resolve
+    from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
@@ -129,10 +129,17 @@ def run(**kwargs) -> None:
     err = Console(stderr=True)
     config_file = kwargs.pop("config")
     try:
-        cfg = resolve(config_file, overrides_from_flags(kwargs))
+        overrides = overrides_from_flags(kwargs)
+        cfg = resolve(config_file, overrides)
+        given = {**(read_yaml(config_file) if config_file else {}), **overrides}
     except ConfigError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2)
+    from mrtpo.harness.distributed import is_main_process
+    from mrtpo.models.default import defaults_line
+
+    if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
+        err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True)
     try:
         result = _train_with_progress(cfg, err)
     except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError) as exc:
@@ -141,8 +148,6 @@ def run(**kwargs) -> None:
     except RewardError as exc:
         err.print(f"[red]reward error:[/red] {exc}", highlight=False)
         raise typer.Exit(1)
-    from mrtpo.harness.distributed import is_main_process
-
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
 

@@ -67,16 +67,52 @@ TRAIN_DEFAULTS: dict[str, dict] = {
 }
 
 
+def builtin_name(model: str | Path | None) -> str | None:
+    """The built-in policy `model` is, by name or by its built directory (any cached build,
+    found by its manifest), else None."""
+    if model is None:
+        return None
+    if str(model) in RECIPES and not Path(str(model)).exists():
+        return str(model)
+    manifest = Path(str(model)).expanduser() / MANIFEST
+    if manifest.is_file():
+        try:
+            name = json.loads(manifest.read_text()).get("name")
+        except (OSError, ValueError):
+            return None
+        return name if name in RECIPES else None
+    return None
+
+
 def with_train_defaults(values: dict) -> dict:
     """`mrtpo train` settings with the built-in policy filled in: no model given means
-    `mrtpo-tiny`, and a built-in policy brings its `TRAIN_DEFAULTS` for every setting not
-    given (so `mrtpo train --lora` alone is a complete, few-minute run)."""
+    `mrtpo-tiny`, and a built-in policy, named or given as its cached directory, brings its
+    `TRAIN_DEFAULTS` for every setting not given (so `mrtpo train --lora` alone is a
+    complete, few-minute run, and the same directory passed as --model trains the same)."""
     out = dict(values)
     if not out.get("model"):
         out["model"] = DEFAULT_MODEL
-    for key, value in TRAIN_DEFAULTS.get(out["model"], {}).items():
+    for key, value in TRAIN_DEFAULTS.get(builtin_name(out["model"]) or "", {}).items():
         out.setdefault(key, value)
     return out
+
+
+def defaults_line(given: dict, model: str | None) -> str:
+    """One line for the start of `mrtpo train`: whose defaults fill the settings not `given`."""
+    name = builtin_name(model or DEFAULT_MODEL)
+    if name is not None:
+        used = {k: v for k, v in TRAIN_DEFAULTS.get(name, {}).items() if k not in given}
+        if not used:
+            return f"settings: every setting that {name} brings was given; the rest are the trainer's defaults"
+        listed = ", ".join(f"{k}={v}" for k, v in used.items())
+        return (f"settings: the built-in policy {name}'s defaults for {listed} (given settings win); "
+                "the rest are the trainer's defaults")
+    from mrtpo.harness.config import FIELDS
+
+    keys = sorted({k for d in TRAIN_DEFAULTS.values() for k in d} - set(given) - {"task"})
+    listed = ", ".join(f"{k}={FIELDS[k].default}" for k in keys)
+    return (f"settings: the trainer's defaults, meant for pretrained models ({listed}); a built-in policy's "
+            "own defaults apply only to it (`mrtpo model ls`)")
 
 
 def default_cache_dir() -> Path:

@@ -45,16 +45,11 @@ def portable_name(given: str, resolved: str | Path) -> str:
     """The base model's name as another machine can load it: a built-in policy's name when
     `resolved` is its cached build (however it was given), the hub id as given, or a local
     directory's absolute path."""
-    from mrtpo.models.default import MANIFEST, RECIPES
+    from mrtpo.models.default import builtin_name
 
-    manifest = Path(resolved) / MANIFEST
-    if manifest.is_file():
-        try:
-            name = json.loads(manifest.read_text()).get("name")
-        except (OSError, ValueError):
-            name = None
-        if name in RECIPES:
-            return name
+    name = builtin_name(resolved) or builtin_name(given)
+    if name is not None:
+        return name
     if Path(given).expanduser().exists():
         return str(Path(given).expanduser().resolve())
     return given
