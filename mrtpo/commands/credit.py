@@ -129,13 +129,51 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     if limit is not None:
         examples = examples[:limit]
     try:
-        records = fresh(task, examples, model, responses, estimator, temperature, device, dtype)
+        with _replay_progress(model) as on_progress:
+            records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
+                            on_progress=on_progress)
     except (PolicyLoadError, TrainedModelError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else "reference + corrupted copy per example"
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "
                f"{estimator} credit per example")
     return records, task.name, model, heading, ""
+
+
+class _replay_progress:
+    """`with _replay_progress(model) as on_progress`: the replay's progress on stderr, a rich
+    bar on a terminal, plain lines in a log (mrtpo.progress)."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self._bar = None
+
+    def __enter__(self):
+        from rich.console import Console
+
+        from mrtpo.progress import PlainProgress, lines_wanted
+
+        console = Console(stderr=True)
+        if lines_wanted(console):
+            lines = PlainProgress("credit", 0, unit="response")
+            lines.line(f"loading {self.model}, scoring the responses")
+
+            def plain(done: int, total: int) -> None:
+                lines.total = total
+                lines.update(done, "replaying under P_all and each P_without_k")
+            return plain
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("[bold]credit[/bold] replaying"), BarColumn(), MofNCompleteColumn(),
+                             TimeRemainingColumn(), console=console, transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task("replay", total=None)
+        return lambda done, total: self._bar.update(task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
 
 
 def _count(n: int, what: str) -> str:

@@ -162,6 +162,13 @@ def _train_with_progress(cfg, console):
     hf_logging.disable_progress_bar()  # our bar only
     if not is_main_process():  # other processes of a data-parallel run train without a display
         return train(cfg)
+    from mrtpo.progress import PlainProgress, lines_wanted
+
+    if lines_wanted(console):  # a log (nohup, Slurm, CI): plain lines at a steady rate
+        lines = PlainProgress("train", cfg.steps, unit="step")
+        lines.line(f"loading model {cfg.model} and data for task {cfg.task}; run directory {cfg.run_dir}")
+        return train(cfg, on_start=lambda first: lines.update(first, "sampling"),
+                     on_step=lambda record: lines.update(record["step"], _reward_line(record)))
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   TextColumn("{task.description}"), console=console, transient=False) as progress:
         bar = progress.add_task("loading model and data", total=cfg.steps)

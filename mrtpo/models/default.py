@@ -270,15 +270,21 @@ def _errors_per_reward(data: Sequence) -> dict[str, int]:
 
 
 class _Progress:
-    """A rich progress bar on stderr, one row per phase (silent when `enabled` is False)."""
+    """A rich progress bar on stderr, one row per phase; plain lines when stderr is not a
+    terminal (mrtpo.progress); silent when `enabled` is False."""
 
     def __init__(self, enabled: bool, name: str):
         self.enabled, self.name = enabled, name
         self._progress = None
         self._task = None
+        self._lines = None  # (PlainProgress, count) of the phase, in a log
 
     def __enter__(self):
-        if self.enabled:
+        from mrtpo.progress import lines_wanted
+
+        if self.enabled and lines_wanted():
+            self._lines = ()
+        elif self.enabled:
             from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
@@ -291,12 +297,22 @@ class _Progress:
         return self
 
     def phase(self, description: str, total: int) -> None:
+        if self._lines is not None:
+            from mrtpo.progress import PlainProgress
+
+            lines = PlainProgress(f"building {self.name}: {description}", total, unit="it")
+            lines.update(0)
+            self._lines = (lines, 0)
         if self._progress is not None:
             if self._task is not None:
                 self._progress.update(self._task, completed=self._progress.tasks[self._task].total)
             self._task = self._progress.add_task(description, total=total, note="")
 
     def advance(self, note: str | None = None) -> None:
+        if self._lines:
+            lines, done = self._lines
+            self._lines = (lines, done + 1)
+            lines.update(done + 1, note or "")
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=1, **({"note": note} if note else {}))
 
