@@ -33,6 +33,7 @@ from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metri
                                    reward_metrics, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
+from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.update import update
 from mrtpo.models.default import resolve_model
@@ -84,6 +85,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
             log.truncate_after(start)  # what a crashed run wrote after its last checkpoint
     dist.barrier()
     history = metrics_log.read()
+    trackers = Trackers(parse_report_to(cfg.report_to) if dist.is_main else [], run_dir, cfg.to_dict())
     G = cfg.num_generations
     if on_start is not None and dist.is_main:
         on_start(start)
@@ -160,12 +162,14 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
             history.append(record)
             if dist.is_main:
                 metrics_log.write([record])
+                trackers.log(record)  # --report-to: the same record
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
                     checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
             if on_step is not None and dist.is_main:
                 on_step(record)
     finally:
         scorer.close()
+        trackers.close()
 
     # -------------------------------------------------------------------------------- save
     # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)
