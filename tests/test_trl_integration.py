@@ -92,15 +92,44 @@ def test_replay_off_gives_trls_own_advantages_with_one_reward(tiny_qwen2_dir, tm
     torch.testing.assert_close(batch.advantages, expected, atol=2e-5, rtol=1e-5)
 
 
+def _check_completions_log(out, batch, trainer):
+    """The TRL run logged its completions as `mrtpo train` does: `mrtpo credit` reads them, and
+    the last step's rows carry the batch's own advantages, credit and token advantages."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mrtpo.cli import app
+    from mrtpo.credit.records import read_run
+
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
+    last = [r for r in rows if r["step"] == 2]
+    view = read_run(out)  # the same reader `mrtpo credit` uses
+    assert view.step == 2 and view.task == "harness-words" and view.mrtpo and len(view.records) == 16
+    for i, row in enumerate(last):
+        n = int(batch.mask[i].sum())
+        assert (row["group"], row["sample"]) == divmod(i, trainer.num_generations)
+        assert len(row["response_ids"]) == len(row["tokens"]) == n
+        assert row["advantage"] == pytest.approx(float(batch.trl_advantages[i]), abs=1e-4)
+        assert row["token_advantages"] == pytest.approx(batch.advantages[i, :n].tolist(), abs=1e-5)
+        assert sum(row["credit"]) + row["offset"] == pytest.approx(row["advantage"], abs=1e-4)
+        assert len(row["distances"]) == len(row["reward_names"]) == len(row["blocks"])
+    r = CliRunner().invoke(app, ["credit", str(out), "--json", "--limit", "2"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["task"] == "harness-words"
+
+
 def test_mrtpo_trains_lora_and_keeps_response_advantages(tiny_qwen2_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", peft_config=_lora(),
+    trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", peft_config=_lora(), log_completions_every=1,
                                args=_args(tmp_path, max_steps=2,
                                           multi_objective_aggregation="normalize_then_sum"))
     trainer.train()
     batch = trainer.last_batch
     assert batch.distances is not None and batch.distances.shape[:2] == (16, 4)
+    _check_completions_log(tmp_path / "out", batch, trainer)
     n_tok = batch.mask.sum(-1)  # [B]
     live = n_tok > 0
     means = (batch.advantages * batch.mask).sum(-1)[live] / n_tok[live]  # [B]

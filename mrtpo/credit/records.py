@@ -176,6 +176,8 @@ def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "config.yaml"
+    if not path.is_file():  # a TRL run (mrtpo.integrations.trl) writes its task here
+        path = run_dir / "mrtpo_task.yaml"
     if not path.is_file():
         return {}
     import yaml
