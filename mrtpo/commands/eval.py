@@ -59,8 +59,6 @@ def register(app: typer.Typer) -> None:
         instruct: IFEval prompt/instruction-level accuracy, strict and loose; toolcall: BFCL AST
         accuracy per category and overall; other tasks: each reward's mean.
         """
-        import json
-
         from mrtpo.evaluation import GenerationConfig, ResponsesError, run_eval, validate_options
         from mrtpo.tasks import get_task
         from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
@@ -87,7 +85,9 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             report.write_jsonl(out)
         if as_json:
-            typer.echo(json.dumps(report.summary(), indent=2, ensure_ascii=False))
+            from mrtpo.commands.jsonout import dumps
+
+            typer.echo(dumps({"schema": "mrtpo.eval/1", **report.summary()}, indent=2))
         else:
             _print_table(report, out)
         for w in report.warnings:

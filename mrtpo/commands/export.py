@@ -23,8 +23,6 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
     ) -> None:
         """Write a trained checkpoint as a directory that `from_pretrained` loads on another machine."""
-        import json
-
         from mrtpo.models.export import export
         from mrtpo.models.trained import TrainedModelError
 
@@ -35,7 +33,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=2)
         info["out"] = str(out)
         if as_json:
-            typer.echo(json.dumps(info, indent=2))
+            from mrtpo.commands.jsonout import dumps
+
+            typer.echo(dumps({"schema": "mrtpo.export/1", **info}, indent=2))
             return
         step_text = f" step {info['step']}" if info["step"] is not None else ""
         load = ("AutoModelForCausalLM.from_pretrained" if info["kind"] != "adapter" else

@@ -20,7 +20,6 @@ summary as fixed-width columns. `mrtpo credit` picks it when stdout is not a ter
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Sequence, TextIO
 
@@ -94,14 +93,6 @@ def document(records: Sequence[CreditRecord], *, summary_of: Sequence[CreditReco
 
 def dumps(doc: dict) -> str:
     """Strict JSON (NaN -> null), one line."""
-    return json.dumps(_finite(doc), ensure_ascii=False, allow_nan=False)
+    from mrtpo.commands.jsonout import dumps as strict
 
-
-def _finite(x):
-    if isinstance(x, float):
-        return x if x == x and x not in (float("inf"), float("-inf")) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
+    return strict(doc)
