@@ -1,7 +1,7 @@
 """Every command the README shows parses against the real argument parsers (issue 19, point 8).
 
 Commands come from the README's ```bash blocks (continuation lines joined, comments dropped,
-`&&` chains split) and from its inline code spans that start with `mrtpo ` or
+`&&` chains and pipes split, redirections dropped) and from its inline code spans that start with `mrtpo ` or
 `python benchmarks/` (synopses too:
 `[optional]` parts kept, the first of `(A | B)`, placeholders such as TASK or FILE filled in).
 Each is parsed, not run, by the parser that would read it:
@@ -11,7 +11,7 @@ Each is parsed, not run, by the parser that would read it:
 - `python -m mrtpo.integrations.trl` / `-m mrtpo.integrations.trl` under a launcher: TRL's
   `TrlParser` over the launcher's dataclasses (argparse level: flags, values and types; the
   dataclasses' GPU checks, e.g. bf16 on a CPU-only machine, are the machine's, not the command's);
-- `python benchmarks/learning.py ...`: the benchmark's argparse parser.
+- `python benchmarks/learning.py ...`: the benchmark's argparse parser; `tensorboard ...`: its own.
 Setup commands (pip, venv, pytest, `.`) are recognised and skipped; any other command fails
 the test, so a new kind of command in the README gets a parser here.
 """
@@ -39,8 +39,15 @@ def _bash_commands(text: str) -> list[str]:
             if not words:
                 continue
             command: list[str] = []
+            redirect = False
             for w in words + ["&&"]:
-                if w in ("&&", ";", "||"):
+                if redirect:  # the file of a redirection
+                    redirect = False
+                elif w in (">", ">>", "<", "2>"):
+                    redirect = True
+                elif w in ("2>&1",):
+                    continue
+                elif w in ("&&", ";", "||", "|"):
                     if command:
                         out.append(shlex.join(command))
                     command = []
@@ -137,6 +144,10 @@ def parse(command: str) -> str:
         assert ns.module, f"{line}: the README launches modules with -m"
         _parse_module(ns.training_script, ns.training_script_args)
         return "torchrun"
+    if words[0] == "tensorboard":
+        program = pytest.importorskip("tensorboard.program")
+        program.TensorBoard().configure(argv=words)  # its own argparse; exits on a bad flag
+        return "tensorboard"
     if words[:2] == ["python", "benchmarks/learning.py"]:
         import importlib.util
 
