@@ -9,19 +9,9 @@ from typer.testing import CliRunner
 
 import harness_task
 from mrtpo.cli import app
+from test_credit_cli import run_dir  # noqa: F401 (the fixture: one logged MRTPO step of a tiny model)
 
 harness_task.register()
-
-
-@pytest.fixture(scope="module")
-def run_dir(tiny_qwen2_dir, tmp_path_factory):
-    from mrtpo.harness import TrainConfig, train
-
-    out = tmp_path_factory.mktemp("plain") / "run"
-    train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(out), task="harness-words", steps=1,
-                      batch_prompts=2, num_generations=2, max_new_tokens=24, verify_workers=0, lr=5e-3,
-                      lora_r=4, log_completions_every=1, save_every=0, mrtpo=True))
-    return out
 
 
 def _log(run):

@@ -73,12 +73,21 @@ def _scalars(record: dict[str, Any]) -> dict[str, float]:
             and v is not None and math.isfinite(float(v))}
 
 
+def _require(name: str):
+    """The tracker's package, imported now, or a ConfigError naming what to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(PACKAGES[name])
+    except ImportError as exc:
+        raise _missing(name, exc) from exc
+
+
 class _TensorBoard:
     def __init__(self, run_dir: Path, name: str, config: dict[str, Any]):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:
-            raise _missing("tensorboard", exc) from exc
+        _require("tensorboard")
+        from torch.utils.tensorboard import SummaryWriter
+
         log_dir = os.environ.get("TENSORBOARD_LOGGING_DIR") or str(run_dir / "tensorboard")
         self.writer = SummaryWriter(log_dir=os.path.expanduser(log_dir))
         self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in config.items()), 0)
@@ -94,10 +103,7 @@ class _TensorBoard:
 
 class _WandB:
     def __init__(self, run_dir: Path, name: str, config: dict[str, Any]):
-        try:
-            import wandb
-        except ImportError as exc:
-            raise _missing("wandb", exc) from exc
+        wandb = _require("wandb")
         id_file = run_dir / ".wandb_run_id"  # a resumed run continues its wandb run
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id)
@@ -113,11 +119,7 @@ class _WandB:
 
 class _Trackio:
     def __init__(self, run_dir: Path, name: str, config: dict[str, Any]):
-        try:
-            import trackio
-        except ImportError as exc:
-            raise _missing("trackio", exc) from exc
-        self.trackio = trackio
+        self.trackio = trackio = _require("trackio")
         trackio.init(project=os.environ.get("TRACKIO_PROJECT", "mrtpo"), name=name, config=config,
                      resume="allow", embed=False)
 
