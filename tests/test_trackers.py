@@ -9,6 +9,7 @@ trackio writes to a temporary directory. Each test skips where its package is no
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -65,7 +66,12 @@ def test_wandb_offline_run_holds_the_metrics(tiny_qwen2_dir, tmp_path, monkeypat
     (offline,) = (run / "wandb").glob("offline-run-*")
     assert (run / ".wandb_run_id").read_text().strip() in offline.name
     (log,) = offline.glob("run-*.wandb")
-    history = _wandb_history(log)
+    history, done = _wandb_history(log)
+    for _ in range(60):  # wandb's writer process may still be flushing after finish() returned
+        if done:
+            break
+        time.sleep(0.5)
+        history, done = _wandb_history(log)
     assert [h["_step"] for h in history] == [1, 2]
     for h, record in zip(history, records):
         for key in ("reward", "rewards/format/mean", "num_tokens", "completions/mean_terminated_length"):
@@ -73,13 +79,14 @@ def test_wandb_offline_run_holds_the_metrics(tiny_qwen2_dir, tmp_path, monkeypat
 
 
 def _wandb_history(path):
-    """The history rows of an offline run's `.wandb` file: a LevelDB-style log (7-byte file
-    header, 32 KiB blocks of [crc u32, length u16, type u8] chunks) of wandb's protobuf Records."""
+    """(history rows, whether the run's exit record is written) of an offline run's `.wandb`
+    file: a LevelDB-style log (7-byte file header, 32 KiB blocks of [crc u32, length u16,
+    type u8] chunks) of wandb's protobuf Records."""
     import struct
 
     from wandb.proto import wandb_internal_pb2 as pb
 
-    data, block, pos, buf, rows = path.read_bytes(), 32768, 7, b"", []
+    data, block, pos, buf, rows, done = path.read_bytes(), 32768, 7, b"", [], False
     assert data[:4] == b":W&B"
     while pos + 7 <= len(data):
         left = block - pos % block
@@ -96,10 +103,11 @@ def _wandb_history(path):
             record = pb.Record()
             record.ParseFromString(buf)
             buf = b""
+            done = done or record.WhichOneof("record_type") == "exit"
             if record.WhichOneof("record_type") == "history":
                 row = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
                 rows.append({**row, "_step": row.get("_step", record.history.step.num)})
-    return rows
+    return rows, done
 
 
 def test_trackio_local_store_holds_the_metrics(tiny_qwen2_dir, tmp_path, monkeypatch):
@@ -108,9 +116,11 @@ def test_trackio_local_store_holds_the_metrics(tiny_qwen2_dir, tmp_path, monkeyp
 
     if importlib.util.find_spec("trackio") is None:
         pytest.skip("trackio is not installed")
-    if "trackio" in sys.modules:
-        pytest.skip("trackio was imported before its TRACKIO_DIR could be set")
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    store = tmp_path / "trackio"
+    monkeypatch.setenv("TRACKIO_DIR", str(store))
+    for name, module in list(sys.modules.items()):  # already imported (TRL imports it): its modules
+        if name.startswith("trackio") and hasattr(module, "TRACKIO_DIR"):  # read the directory once
+            monkeypatch.setattr(module, "TRACKIO_DIR", store)
     monkeypatch.setenv("TRACKIO_PROJECT", "mrtpo-test")
     records = _run(tiny_qwen2_dir, tmp_path / "run", report_to=["trackio"])
     from trackio.sqlite_storage import SQLiteStorage
