@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "mrtpo.commands.train",
     "mrtpo.commands.credit",
     "mrtpo.commands.export",
+    "mrtpo.commands.probe",
 ]
 
 for _name in COMMAND_MODULES:
