@@ -91,3 +91,13 @@ def test_chunked_replay_gives_the_same_records(tiny_qwen2_dir):
         assert a.tokens == b.tokens and a.credit == b.credit
         for da, db in zip(a.distances, b.distances):
             assert da == pytest.approx(db, abs=1e-6)
+
+
+def test_eval_prints_generation_lines_in_a_log(tiny_qwen2_dir):
+    r = CliRunner().invoke(app, ["eval", "harness-words", "--model", str(tiny_qwen2_dir), "--limit", "3",
+                                 "--batch-size", "2", "--max-new-tokens", "4", "--json"], env=ENV)
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.startswith("harness-words: generating: ")]
+    assert lines[0] == "harness-words: generating: prompt 0/3"
+    assert lines[-1].startswith("harness-words: generating: prompt 3/3 | ")
+    assert r.stdout.lstrip().startswith("{")  # stdout stays the JSON document

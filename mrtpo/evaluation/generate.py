@@ -6,7 +6,7 @@ tokenised without extra special tokens (the template already has them). Prompts 
 by length so a batch holds similar lengths (less padding), padded on the left so every row's
 last prompt token sits at the same position, and decoded greedily until EOS or
 `max_new_tokens`. The output is in the input order. A rich progress bar on stderr counts
-prompts, so `--json` output on stdout stays clean.
+prompts (plain lines when stderr is not a terminal), so `--json` output on stdout stays clean.
 
 Greedy decoding of a left-padded batch equals decoding each prompt alone (the attention mask
 hides the padding and positions start at each row's first real token); the tests check it.
@@ -135,6 +135,16 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda n: None
+        from mrtpo.progress import PlainProgress, lines_wanted
+
+        if lines_wanted():  # a log: plain lines at a steady rate, not a bar drawn at the end
+            lines, done = PlainProgress(self.description, self.total, unit="prompt"), [0]
+            lines.update(0)
+
+            def advance(n: int) -> None:
+                done[0] += n
+                lines.update(done[0])
+            return advance
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
