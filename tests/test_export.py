@@ -117,6 +117,16 @@ def test_export_adapter_and_merged_load_with_transformers_and_peft(trained_run, 
     assert not any("lora" in n for n, _ in model.named_parameters())
     assert torch.allclose(_logits(model, AutoTokenizer.from_pretrained(merged_out)), want, atol=1e-4)
 
+    # the README's snippet, on this export
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (snippet,) = [b for b in re.findall(r"^```python\n(.*?)^```$", readme, flags=re.S | re.M) if "exported/demo" in b]
+    scope: dict = {}
+    exec(snippet.replace("exported/demo", str(merged_out)), scope)
+    assert torch.allclose(_logits(scope["model"].eval(), scope["tokenizer"]), want, atol=1e-4)
+
     step1 = tmp_path / "step1"
     assert _invoke("export", run, step1, "--merge", "--step", 1).exit_code == 0
     assert not torch.allclose(_logits(AutoModelForCausalLM.from_pretrained(step1), tokenizer), want, atol=1e-4)

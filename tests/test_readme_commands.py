@@ -32,7 +32,7 @@ PLACEHOLDERS = {"TASK": "toolcall", "PATH": "mrtpo-tiny", "RUN_DIR": "runs/demo"
 
 def _bash_commands(text: str) -> list[str]:
     out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+    for block in re.findall(r"^```bash\n(.*?)^```$", text, flags=re.S | re.M):
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
             words = shlex.split(line, comments=True)
@@ -182,3 +182,18 @@ def test_a_bad_command_fails_to_parse():
     pytest.importorskip("trl")
     with pytest.raises(AssertionError, match="TRL's parser refused"):
         parse("accelerate launch -m mrtpo.integrations.trl --model_name_or_path m --task toolcall --bf16 --use_peft")
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", README.read_text(), flags=re.S | re.M)
+
+
+@pytest.mark.parametrize("index", range(len(_python_blocks())))
+def test_readme_python_runs(index, tmp_path, monkeypatch):
+    """The README's Python snippets run as shown (the export one runs in tests/test_export.py,
+    on a real export: this machine has no `exported/demo`)."""
+    code = _python_blocks()[index]
+    if "exported/" in code:
+        pytest.skip("run by tests/test_export.py on a real export")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"README.md python block {index + 1}", "exec"), {"__name__": "readme"})
