@@ -33,8 +33,8 @@ from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metri
                                    reward_metrics, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
-from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.scoring import Scorer
+from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.update import update
 from mrtpo.models.default import resolve_model
 from mrtpo.models.trained import portable_name
