@@ -179,8 +179,8 @@ def plot(all_curves: dict, steps: int, path: Path) -> bool:
     return True
 
 
-def main() -> None:
-    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS
+def parser() -> argparse.ArgumentParser:
+    from mrtpo.models.default import DEFAULT_MODEL
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="toolcall,text2sql,instruct")
@@ -196,7 +196,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="benchmarks/out/learning")
     ap.add_argument("--quick", action="store_true", help="2 seeds, 2 methods, 6 steps: a smoke run")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS
+
+    args = parser().parse_args()
 
     import torch
 

@@ -121,13 +121,12 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
     z_k = (s_k - mean_g s_k) / (std_g s_k + 1e-4) (unbiased; NaN rewards skipped),
     pre = sum_k w_k z_k, A = (pre - mean_B pre) / (std_B pre + 1e-4), one value per completion.
     Credit: w_k z_k / (std_B + eps) per reward, offset -mean_B / (std_B + eps).
-    With a single reward (K == 1) this is GRPO, as in the GDPO reference code (trl-GDPO runs
-    its path only for more than one reward).
+    As in TRL for every K, one reward included: with K == 1 the batch z-score still follows
+    the group z-score (so it is not GRPO, whose group z-score is the advantage). A row where
+    no reward applies (TRL's "unscorable") is left out of the batch statistics and gets 0.
     """
     s = _check(scores, group_size)
     n, k = s.shape
-    if k == 1:
-        return grpo(s, group_size, weights)
     w = _weights(weights, k, s)
     absent = torch.isnan(s)  # [N, K]
     g = s.view(-1, group_size, k)  # [N/G, G, K]
@@ -137,11 +136,13 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
                     (g - mean) / (std + EPS)).view(n, k)  # [N, K], NaN where absent
     wz = torch.nan_to_num(z, nan=0.0) * w  # [N, K]
     pre = wz.sum(-1)  # [N]
-    b_mean = pre.mean()
-    b_std = torch.nan_to_num(pre.std(unbiased=True), nan=0.0) if n > 1 else pre.new_zeros(())
+    scorable = ~absent.all(-1)  # [N]
+    seen = pre[scorable]  # [n_s]
+    b_mean = seen.mean() if seen.numel() else pre.new_zeros(())
+    b_std = torch.nan_to_num(seen.std(unbiased=True), nan=0.0) if seen.numel() > 1 else pre.new_zeros(())
     denom = b_std + EPS
     per = wz / denom  # [N, K]
-    offset = (-b_mean / denom).expand(n).clone()  # [N]
+    offset = torch.where(scorable, -b_mean / denom, torch.zeros_like(pre))  # [N]
     return _absent_to_offset(per, offset, absent)
 
 

@@ -37,8 +37,6 @@ def ref_grpo(s, g, w, scale="group"):
 def ref_gdpo(s, g, w):
     s = np.asarray(s, dtype=np.float64)
     n, k = s.shape
-    if k == 1:
-        return ref_grpo(s, g, w)
     z = np.zeros_like(s)
     for i in range(0, n, g):
         for j in range(k):
@@ -49,7 +47,9 @@ def ref_gdpo(s, g, w):
             std = vals.std(ddof=1) if len(vals) > 1 else 0.0
             z[i:i + g, j] = np.where(np.isnan(col), 0.0, (col - vals.mean()) / (std + EPS))
     pre = (z * w).sum(1)
-    return (pre - pre.mean()) / (pre.std(ddof=1) + EPS)
+    seen = ~np.isnan(s).all(1)  # rows where no reward applies: out of the batch statistics, 0
+    std = pre[seen].std(ddof=1) if seen.sum() > 1 else 0.0
+    return np.where(seen, (pre - (pre[seen].mean() if seen.any() else 0.0)) / (std + EPS), 0.0)
 
 
 # ---------- golden numbers ----------------------------------------------------------------------
@@ -91,10 +91,35 @@ def test_gdpo_separates_combinations_grpo_collapses():
     assert a_gdpo[3] > a_gdpo[1] + 0.5
 
 
-def test_gdpo_with_one_reward_is_grpo():
+def test_gdpo_with_one_reward_follows_trl_not_grpo():
+    # TRL's normalize_then_sum batch-normalises the group z-score for every K (issue 19)
     torch.manual_seed(0)
     s = torch.randint(0, 3, (12, 1)).float()
-    assert torch.allclose(gdpo(s, 4).total, grpo(s, 4).total, atol=1e-7)
+    z = grpo(s, 4).total  # the group z-score
+    want = (z - z.mean()) / (z.std() + EPS)
+    assert torch.allclose(gdpo(s, 4).total, want, atol=1e-6)
+    assert not torch.allclose(gdpo(s, 4).total, z, atol=1e-3)
+
+
+def test_gdpo_equals_trls_normalize_then_sum_code():
+    """TRL 1.16's normalize_then_sum lines (GRPOTrainer._generate_and_score_completions), run
+    with TRL's own nanstd, on scores with absent rewards and an unscorable row, K = 1 and 3."""
+    trl_utils = pytest.importorskip("trl.trainer.utils")
+    torch.manual_seed(1)
+    for k in (1, 3):
+        scores = torch.randint(0, 4, (12, k)).float()
+        scores[torch.rand(12, k) < 0.2] = float("nan")
+        scores[5] = float("nan")  # every reward None: unscorable
+        w = torch.rand(k) + 0.5
+        grouped = scores.view(-1, 4, k)
+        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+        std_k = trl_utils.nanstd(grouped, dim=1, keepdim=True)
+        reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, k)
+        rewards = (reward_k * w.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(scores).all(dim=1)] = torch.nan
+        std_rewards = trl_utils.nanstd(rewards).expand_as(rewards)
+        trl = torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std_rewards + 1e-4), nan=0.0)
+        assert torch.allclose(gdpo(scores, 4, w).total, trl, atol=1e-5), k
 
 
 def test_equal_scores_give_zero_not_nan():
@@ -195,7 +220,7 @@ def test_gdpo_matches_formula(batch):
     s, g, w = batch
     c = gdpo(torch.tensor(s), g, w)
     n = s.shape[0]
-    if n > 1 or s.shape[1] == 1:
+    if n > 1:
         assert np.allclose(c.total.double().numpy(), ref_gdpo(s, g, w), atol=1e-3)
     assert torch.isfinite(c.total).all()
 

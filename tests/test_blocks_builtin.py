@@ -27,7 +27,7 @@ def task_or_skip(name: str) -> Task:
 @pytest.mark.parametrize("name", BUILTIN)
 def test_preview_shows_every_block_of_every_reward(name):
     task = task_or_skip(name)
-    r = runner.invoke(app, ["blocks", "preview", name, "-n", "3", "--json"])
+    r = runner.invoke(app, ["blocks", "preview", name, "-n", "3", "--jsonl"])
     assert r.exit_code == 0, r.output
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     examples = task.load()[:3]
@@ -55,7 +55,7 @@ def test_preview_shows_every_block_of_every_reward(name):
 
 def test_text2sql_corrupted_response_shows_its_sqlite_error():
     task_or_skip("text2sql")
-    r = runner.invoke(app, ["blocks", "preview", "text2sql", "-n", "2", "--json"])
+    r = runner.invoke(app, ["blocks", "preview", "text2sql", "-n", "2", "--jsonl"])
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     bad = [x for x in recs if x["response_name"] == "corrupted"]
     assert bad

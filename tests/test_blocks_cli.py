@@ -54,7 +54,7 @@ def test_preview_rich_tables(tasks):
 
 
 def test_preview_json_records(tasks):
-    r = runner.invoke(app, ["blocks", "preview", "minisql-test", "-n", "3", "--json"])
+    r = runner.invoke(app, ["blocks", "preview", "minisql-test", "-n", "3", "--jsonl"])
     assert r.exit_code == 0, r.output
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(recs) == 6
@@ -74,7 +74,7 @@ def test_preview_with_responses_file(tasks, tmp_path):
     f = tmp_path / "resp.jsonl"
     f.write_text(json.dumps({"id": "q1", "response": "```sql\nSELECT nme FROM singer\n```"}) + "\n"
                  + json.dumps({"id": "q1", "responses": ["no sql here", ""]}) + "\n")
-    r = runner.invoke(app, ["blocks", "preview", "minisql-test", "--responses", str(f), "--json"])
+    r = runner.invoke(app, ["blocks", "preview", "minisql-test", "--responses", str(f), "--jsonl"])
     assert r.exit_code == 0, r.output
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["response_name"] for x in recs] == ["response 1", "response 2", "response 3"]

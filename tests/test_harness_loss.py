@@ -49,6 +49,24 @@ def test_clipped_surrogate_by_hand():
     assert parts_hi.clip_high == 0.0
 
 
+def test_clip_extremes_follow_trl():
+    """clip_ratio/low_min and high_max as TRL computes them: the per-sequence masked mean of
+    the clipped tokens, then the min (low) and max (high) over sequences with tokens."""
+    logp = torch.tensor([[0.5, -0.5, 0.0, 0.0], [-0.5, -0.5, 0.5, 0.0], [0.5, 0.5, 0.5, 0.5]])
+    old = torch.zeros(3, 4)
+    adv = torch.tensor([[1.0, -1.0, 2.0, 0.0], [-1.0, -1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    _, parts = _loss(logp, old, adv, mask, epsilon=0.2)
+    ratio = torch.exp(logp - old)
+    low = ((ratio < 0.8) & (adv < 0)).float()
+    high = ((ratio > 1.2) & (adv > 0)).float()
+    seq = mask.sum(-1)
+    trl_low = torch.nan_to_num((low * mask).sum(-1) / seq, nan=float("inf")).min()  # TRL's nanmin
+    trl_high = torch.nan_to_num((high * mask).sum(-1) / seq, nan=-float("inf")).max()  # nanmax
+    assert parts.clip_low_min == pytest.approx(float(trl_low)) == pytest.approx(1 / 3)
+    assert parts.clip_high_max == pytest.approx(float(trl_high)) == pytest.approx(1 / 3)
+
+
 def test_ratio_one_gives_minus_advantage_gradient():
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]], requires_grad=True)
     adv = torch.tensor([[1.0, 1.0], [-2.0, 0.0]])

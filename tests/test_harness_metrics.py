@@ -32,6 +32,18 @@ def test_completion_metrics():
     assert m["completions/mean_length"] == 6.0
     assert m["completions/clipped_ratio"] == pytest.approx(1 / 3)
     assert (m["completions/min_length"], m["completions/max_length"]) == (3.0, 10.0)
+    # TRL's terminated lengths: over the completions that ended with a stop token (3 and 5)
+    assert (m["completions/mean_terminated_length"], m["completions/min_terminated_length"],
+            m["completions/max_terminated_length"]) == (4.0, 3.0, 5.0)
+    none_ended = completion_metrics([8, 8], [True, True])
+    assert none_ended["completions/mean_terminated_length"] == 0.0  # TRL logs 0 then
+
+
+def test_tokens_seen_counts_prompts_and_completions():
+    from mrtpo.harness.metrics import tokens_seen
+
+    assert tokens_seen(0, [10, 12], [3, 5]) == 30
+    assert tokens_seen(30, [10, 12], [1, 1]) == 54
 
 
 def test_top_share_known_answers():

@@ -61,6 +61,8 @@ def test_one_step_changes_only_lora_parameters(tiny_qwen2_dir, tmp_path, advanta
     (record,) = _read(tmp_path / "run" / "metrics.jsonl")
     for key in ("reward", "reward_std", "frac_reward_zero_std", "rewards/short/mean", "rewards/short/std",
                 "rewards/short/frac_zero_std", "completions/mean_length", "clip_ratio", "loss",
+                "num_tokens", "completions/mean_terminated_length", "completions/min_terminated_length",
+                "completions/max_terminated_length", "clip_ratio/low_min", "clip_ratio/high_max",
                 "grad_norm", "time/generate", "time/verify", "time/replay", "time/update"):
         assert key in record, key
     assert ("mrtpo/short/top80_token_share" in record) == mrtpo
@@ -110,6 +112,7 @@ def test_resume_continues_exactly(tiny_qwen2_dir, tmp_path):
             else:
                 assert rb[k] == ra[k], (ra["step"], k)
     assert "eval/reward" in a[1] and "kl" in a[1]
+    assert 0 < a[0]["num_tokens"] < a[1]["num_tokens"] < a[3]["num_tokens"]  # running count, across the resume
     assert _read(straight / "completions.jsonl") == _read(split / "completions.jsonl")
     wa = load_file(straight / "checkpoints" / "step-000004" / "adapter" / "adapter_model.safetensors")
     wb = load_file(split / "checkpoints" / "step-000004" / "adapter" / "adapter_model.safetensors")

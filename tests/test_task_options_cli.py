@@ -53,7 +53,7 @@ def test_blocks_lint_follows_the_instruct_hint(ifbench_like):
 
 def test_blocks_preview_takes_the_option_too(ifbench_like):
     # Python's spelling (the hint's `skip_unsupported=True`) is the same bool
-    result, out = _invoke("blocks", "preview", "instruct", "--data", ifbench_like, "--json",
+    result, out = _invoke("blocks", "preview", "instruct", "--data", ifbench_like, "--jsonl",
                           "--task-option", "skip_unsupported=True")
     assert result.exit_code == 0, out
     records = [json.loads(line) for line in result.stdout.splitlines()]

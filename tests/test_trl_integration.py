@@ -66,17 +66,70 @@ def test_replay_off_gives_trls_own_advantages(tiny_qwen2_dir, tmp_path, aggregat
     # the batch had examples with and without the `word` reward (K varies per prompt: None -> NaN)
     word = trainer.reward_func_names.index("word")
     assert torch.isnan(batch.scores[:, word]).any() and (~torch.isnan(batch.scores[:, word])).any()
+    from mrtpo.integrations.trl import startup_line
+
+    line = startup_line(trainer)  # the launcher says which estimator it trains with
+    assert ("estimator GRPO" in line and "`mrtpo train` defaults to GDPO" in line) == (aggregation == "sum_then_normalize")
+
+
+class _OneReward(harness_task.WordTask):
+    """harness-words with its graded length reward only: K = 1."""
+
+    name = "harness-one-reward"
+
+    def rewards(self, example):
+        return [r for r in super().rewards(example) if r.name == "short"]
+
+
+def test_replay_off_gives_trls_own_advantages_with_one_reward(tiny_qwen2_dir, tmp_path):
+    """GDPO with K = 1 is TRL's normalize_then_sum (group z-score, then batch z-score), not GRPO."""
+    trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task=_OneReward(), mrtpo=False, peft_config=_lora(),
+                               args=_args(tmp_path, multi_objective_aggregation="normalize_then_sum"))
+    trainer.train()
+    batch = trainer.last_batch
+    assert batch.scores.shape[1] == 1 and batch.trl_advantages.abs().max() > 0.1
+    expected = batch.trl_advantages.unsqueeze(-1) * batch.mask  # [B, T]
+    torch.testing.assert_close(batch.advantages, expected, atol=2e-5, rtol=1e-5)
+
+
+def _check_completions_log(out, batch, trainer):
+    """The TRL run logged its completions as `mrtpo train` does: `mrtpo credit` reads them, and
+    the last step's rows carry the batch's own advantages, credit and token advantages."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mrtpo.cli import app
+    from mrtpo.credit.records import read_run
+
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
+    last = [r for r in rows if r["step"] == 2]
+    view = read_run(out)  # the same reader `mrtpo credit` uses
+    assert view.step == 2 and view.task == "harness-words" and view.mrtpo and len(view.records) == 16
+    for i, row in enumerate(last):
+        n = int(batch.mask[i].sum())
+        assert (row["group"], row["sample"]) == divmod(i, trainer.num_generations)
+        assert len(row["response_ids"]) == len(row["tokens"]) == n
+        assert row["advantage"] == pytest.approx(float(batch.trl_advantages[i]), abs=1e-4)
+        assert row["token_advantages"] == pytest.approx(batch.advantages[i, :n].tolist(), abs=1e-5)
+        assert sum(row["credit"]) + row["offset"] == pytest.approx(row["advantage"], abs=1e-4)
+        assert len(row["distances"]) == len(row["reward_names"]) == len(row["blocks"])
+    r = CliRunner().invoke(app, ["credit", str(out), "--json", "--limit", "2"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["task"] == "harness-words"
 
 
 def test_mrtpo_trains_lora_and_keeps_response_advantages(tiny_qwen2_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", peft_config=_lora(),
+    trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", peft_config=_lora(), log_completions_every=1,
                                args=_args(tmp_path, max_steps=2,
                                           multi_objective_aggregation="normalize_then_sum"))
     trainer.train()
     batch = trainer.last_batch
     assert batch.distances is not None and batch.distances.shape[:2] == (16, 4)
+    _check_completions_log(tmp_path / "out", batch, trainer)
     n_tok = batch.mask.sum(-1)  # [B]
     live = n_tok > 0
     means = (batch.advantages * batch.mask).sum(-1)[live] / n_tok[live]  # [B]
@@ -152,7 +205,7 @@ def test_task_rewards_return_none_where_a_reward_does_not_apply():
 
 def test_launcher_reads_trl_flags(tiny_qwen2_dir, tmp_path):
     """`python -m mrtpo.integrations.trl` (what the README launches with accelerate) on one process."""
-    from mrtpo.integrations.trl import main
+    from mrtpo.integrations.trl import main, startup_line
 
     out = tmp_path / "launched"
     trainer = main([
@@ -164,6 +217,7 @@ def test_launcher_reads_trl_flags(tiny_qwen2_dir, tmp_path):
         "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "all-linear",
     ])
     assert trainer.mrtpo_enabled and trainer.mrtpo_estimator == "gdpo"
+    assert startup_line(trainer).startswith("mrtpo: task harness-words, estimator GDPO (multi_objective_aggregation=normalize_then_sum)")
     assert trainer.last_batch is not None and trainer.last_batch.distances is not None
     assert (out / "adapter_model.safetensors").is_file()  # LoRA via TRL's ModelConfig flags
 

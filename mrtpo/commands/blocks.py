@@ -1,10 +1,10 @@
 """`mrtpo blocks preview` and `mrtpo blocks lint`: see every block of every reward, and lint them.
 
-preview TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json]
+preview TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json | --jsonl]
     For each example and response: P0, each reward's score, feedback and block, the contexts
     P_all and P_without_k (as what differs), and the lint's findings. Without --responses,
     two responses per example: the reference and a corrupted copy of it.
-lint TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N]
+lint TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json]
     Lints a whole dataset (progress bar on stderr), prints a summary by rule with example
     locations, and exits 1 when anything is found (0 when clean), so CI can run it.
 
@@ -13,7 +13,6 @@ lint TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N]
 """
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
@@ -86,18 +85,27 @@ def register(app: typer.Typer) -> None:
         task_options: TaskOptions = None,
         n: Annotated[int, typer.Option("-n", "--num-examples", min=1,
                                        help="How many examples to show.")] = 3,
-        as_json: Annotated[bool, typer.Option("--json", help="One JSON record per (example, "
-                                                            "response), for scripts.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object with every record "
+                                                            "(schema mrtpo.blocks.preview/1).")] = False,
+        as_jsonl: Annotated[bool, typer.Option("--jsonl", help="JSON Lines: one record per (example, "
+                                                              "response) per line, for streaming.")] = False,
         style: StyleOpt = None,
     ) -> None:
         """Show P0, each reward's score, feedback and block, the contexts and lint findings."""
         from mrtpo.blocks.preview import preview
         from mrtpo.blocks.show import record_plain, record_rich
+        from mrtpo.commands.jsonout import dumps, preview_document
 
+        if as_json and as_jsonl:
+            typer.echo("error: give --json (one document) or --jsonl (one record per line), not both", err=True)
+            raise typer.Exit(2)
         t, examples, resp = _load(task, data, responses, n, task_options)
-        if as_json:
+        if as_jsonl:
             for rec in preview(t, examples, resp):
-                typer.echo(json.dumps(rec, ensure_ascii=False, default=str))
+                typer.echo(dumps(rec))
+            return
+        if as_json:
+            typer.echo(dumps(preview_document(list(preview(t, examples, resp)), t.name)))
             return
         console, use_rich = _console(style)
         for rec in preview(t, examples, resp):
@@ -117,6 +125,8 @@ def register(app: typer.Typer) -> None:
         max_per_rule: Annotated[int, typer.Option("--max-per-rule", min=1,
                                                   help="Locations listed per rule.")] = 10,
         style: StyleOpt = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: every finding and the "
+                                                            "counts per rule (schema mrtpo.blocks.lint/1).")] = False,
     ) -> None:
         """Lint every block of a dataset; exit 1 when any rule is broken."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -132,7 +142,11 @@ def register(app: typer.Typer) -> None:
             job = bar.add_task("lint", total=len(examples))
             report = lint_task(t, examples, resp, progress=lambda k: bar.advance(job, k))
         console, use_rich = _console(style)
-        if use_rich:
+        if as_json:
+            from mrtpo.commands.jsonout import dumps, lint_document
+
+            typer.echo(dumps(lint_document(report, t.name)))
+        elif use_rich:
             report_rich(report, t.name, console, max_per_rule)
         else:
             typer.echo(report_plain(report, t.name, max_per_rule), nl=False)

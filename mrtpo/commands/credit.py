@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write one self-contained HTML page here.")] = None,
         png_out: Annotated[Optional[Path], typer.Option("--png", help="Also write a heatmap of one completion here (needs matplotlib: the 'plot' extra).")] = None,
         index: Annotated[int, typer.Option("--index", min=1, help="Which completion (of those shown, from 1) --png draws.")] = 1,
-        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, or mrtpo-tiny).")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, mrtpo-tiny, or a run dir / checkpoint / adapter).")] = None,
         data: Annotated[Optional[str], typer.Option("--data", help="Task: dataset path; default: the task's bundled sample.")] = None,
         responses: Annotated[Optional[Path], typer.Option("--responses", help='Task: JSONL rows {"id": <example id>, "response": <text>} or {"id", "responses": [...]}; default: reference + corrupted copy.')] = None,
         task_options: Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help="Task: " + HELP)] = None,
@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option("--device", help="Task: auto, cpu, cuda, cuda:1...")] = "auto",
         dtype: Annotated[str, typer.Option("--dtype", help="Task: auto, float32, bfloat16 or float16.")] = "auto",
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary table, not every completion.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the records shown and the summary (schema in mrtpo/credit/plain.py).")] = False,
+        plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain lines that read in a file, or the shaded table; default: plain when stdout is not a terminal.")] = None,
     ) -> None:
         """See which tokens each reward's credit went to (a run's log, or fresh with --model).
 
@@ -77,8 +79,21 @@ def register(app: typer.Typer) -> None:
                     temperature, device, dtype)
             if not records:
                 _fail("no completions to show")
-            terminal.render(console, [] if quiet else records, summary_of=records, task=task_name,
-                            model=model_name, heading=heading, note=note)
+            shown = [] if quiet else records
+            view = dict(summary_of=records, task=task_name, model=model_name, heading=heading, note=note)
+            if as_json:
+                from mrtpo.credit import plain as plain_view
+
+                typer.echo(plain_view.dumps(plain_view.document(shown, **view)))
+                console = Console(stderr=True)  # what else is said goes to stderr: stdout stays one JSON
+            elif plain if plain is not None else not console.is_terminal:
+                import sys
+
+                from mrtpo.credit import plain as plain_view
+
+                plain_view.render(sys.stdout, shown, **view)
+            else:
+                terminal.render(console, shown, **view)
             if html_out is not None:
                 from mrtpo.credit import html
 
@@ -111,6 +126,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.commands.options import parse_task_options
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
+    from mrtpo.models.trained import TrainedModelError
     from mrtpo.tasks import get_task
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
@@ -128,13 +144,51 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     if limit is not None:
         examples = examples[:limit]
     try:
-        records = fresh(task, examples, model, responses, estimator, temperature, device, dtype)
-    except PolicyLoadError as exc:
+        with _replay_progress(model) as on_progress:
+            records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
+                            on_progress=on_progress)
+    except (PolicyLoadError, TrainedModelError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else "reference + corrupted copy per example"
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "
                f"{estimator} credit per example")
     return records, task.name, model, heading, ""
+
+
+class _replay_progress:
+    """`with _replay_progress(model) as on_progress`: the replay's progress on stderr, a rich
+    bar on a terminal, plain lines in a log (mrtpo.progress)."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self._bar = None
+
+    def __enter__(self):
+        from rich.console import Console
+
+        from mrtpo.progress import PlainProgress, lines_wanted
+
+        console = Console(stderr=True)
+        if lines_wanted(console):
+            lines = PlainProgress("credit", 0, unit="response")
+            lines.line(f"loading {self.model}, scoring the responses")
+
+            def plain(done: int, total: int) -> None:
+                lines.total = total
+                lines.update(done, "replaying under P_all and each P_without_k")
+            return plain
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("[bold]credit[/bold] replaying"), BarColumn(), MofNCompleteColumn(),
+                             TimeRemainingColumn(), console=console, transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task("replay", total=None)
+        return lambda done, total: self._bar.update(task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
 
 
 def _count(n: int, what: str) -> str:

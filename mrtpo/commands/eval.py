@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         data: Annotated[Optional[str], typer.Option("--data", help="Dataset path; default: the task's bundled sample.")] = None,
         split: Annotated[Optional[str], typer.Option("--split", help="Dataset split, where the layout has several.")] = None,
         responses: Annotated[Optional[Path], typer.Option("--responses", help="JSONL with an id (or prompt) and a response per row.")] = None,
-        model: Annotated[Optional[str], typer.Option("--model", help="Model directory or hub id to generate responses with.")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Model to generate with: a directory, hub id or mrtpo-tiny, or what `mrtpo train` wrote (run dir: its latest checkpoint; a checkpoint; an adapter dir).")] = None,
         mode: Annotated[Optional[CompareMode], typer.Option("--mode", help="text2sql: result comparison (bag = Spider, set = BIRD); default: the data's own.")] = None,
         task_options: TaskOptions = None,
         limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Evaluate only the first N examples.")] = None,
@@ -59,8 +59,6 @@ def register(app: typer.Typer) -> None:
         instruct: IFEval prompt/instruction-level accuracy, strict and loose; toolcall: BFCL AST
         accuracy per category and overall; other tasks: each reward's mean.
         """
-        import json
-
         from mrtpo.evaluation import GenerationConfig, ResponsesError, run_eval, validate_options
         from mrtpo.tasks import get_task
         from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
@@ -87,7 +85,9 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             report.write_jsonl(out)
         if as_json:
-            typer.echo(json.dumps(report.summary(), indent=2, ensure_ascii=False))
+            from mrtpo.commands.jsonout import dumps
+
+            typer.echo(dumps({"schema": "mrtpo.eval/1", **report.summary()}, indent=2))
         else:
             _print_table(report, out)
         for w in report.warnings:

@@ -8,21 +8,31 @@ def register(app: typer.Typer) -> None:
     tasks_app = typer.Typer(help="List and inspect registered tasks.", no_args_is_help=True)
 
     @tasks_app.command("ls")
-    def ls() -> None:
+    def ls(
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema mrtpo.tasks/1)."),
+    ) -> None:
         """Print each task's name, origin (built-in or dist==version) and reward names."""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from mrtpo.tasks import available_tasks, get_task
 
-        table = Table("task", "origin", "rewards", box=None, pad_edge=False)
+        rows = []
         for name, origin in available_tasks().items():
             try:
-                task = get_task(name)
-                rewards = ", ".join(task.reward_names) or "-"
+                rows.append({"name": name, "origin": origin, "rewards": list(get_task(name).reward_names), "error": None})
             except Exception as exc:  # show a broken plugin in the list instead of dying
-                rewards = f"[red]failed to load: {exc}[/red]"
-            table.add_row(name, origin, rewards)
+                rows.append({"name": name, "origin": origin, "rewards": [], "error": f"failed to load: {exc}"})
+        if as_json:
+            from mrtpo.commands.jsonout import dumps, tasks_document
+
+            typer.echo(dumps(tasks_document(rows), indent=2))
+            return
+        table = Table("task", "origin", "rewards", box=None, pad_edge=False)
+        for row in rows:
+            rewards = f"[red]{escape(row['error'])}[/red]" if row["error"] else (", ".join(row["rewards"]) or "-")
+            table.add_row(row["name"], row["origin"], rewards)
         Console().print(table)
 
     app.add_typer(tasks_app, name="tasks")

@@ -89,7 +89,8 @@ def _weights(values: list[str], flag: str) -> dict[str, float]:
     for item in values:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=flag)
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, a reward's NAME=WEIGHT, e.g. format=1.0 "
+                                     "(TRL's positional list is not read: rewards differ per example)", param_hint=flag)
         try:
             out[key.strip()] = float(raw)
         except ValueError as exc:
@@ -113,10 +114,13 @@ def overrides_from_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(**kwargs) -> None:
-    """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default)."""
+    """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default).
+
+    TRL's names work too, on the command line and in --config YAML: learning_rate (--lr), max_completion_length (--max-new-tokens), max_steps (--steps), gradient_accumulation_steps (--grad-accum), save_steps (--save-every), reward_weights (--reward-weight); any flag may be spelt with underscores (--num_generations).
+    """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
-    from mrtpo.harness.config import ConfigError, resolve
+    from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
@@ -125,10 +129,17 @@ def run(**kwargs) -> None:
     err = Console(stderr=True)
     config_file = kwargs.pop("config")
     try:
-        cfg = resolve(config_file, overrides_from_flags(kwargs))
+        overrides = overrides_from_flags(kwargs)
+        cfg = resolve(config_file, overrides)
+        given = {**(read_yaml(config_file) if config_file else {}), **overrides}
     except ConfigError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2)
+    from mrtpo.harness.distributed import is_main_process
+    from mrtpo.models.default import defaults_line
+
+    if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
+        err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True)
     try:
         result = _train_with_progress(cfg, err)
     except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError) as exc:
@@ -137,8 +148,6 @@ def run(**kwargs) -> None:
     except RewardError as exc:
         err.print(f"[red]reward error:[/red] {exc}", highlight=False)
         raise typer.Exit(1)
-    from mrtpo.harness.distributed import is_main_process
-
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
 
@@ -153,6 +162,13 @@ def _train_with_progress(cfg, console):
     hf_logging.disable_progress_bar()  # our bar only
     if not is_main_process():  # other processes of a data-parallel run train without a display
         return train(cfg)
+    from mrtpo.progress import PlainProgress, lines_wanted
+
+    if lines_wanted(console):  # a log (nohup, Slurm, CI): plain lines at a steady rate
+        lines = PlainProgress("train", cfg.steps, unit="step")
+        lines.line(f"loading model {cfg.model} and data for task {cfg.task}; run directory {cfg.run_dir}")
+        return train(cfg, on_start=lambda first: lines.update(first, "sampling"),
+                     on_step=lambda record: lines.update(record["step"], _reward_line(record)))
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   TextColumn("{task.description}"), console=console, transient=False) as progress:
         bar = progress.add_task("loading model and data", total=cfg.steps)
@@ -223,5 +239,8 @@ def _summary(result, console) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from mrtpo.harness.trl_names import normalize_flag
+
     run.__signature__ = inspect.Signature(_options())
-    app.command("train", help=run.__doc__)(run)
+    # TRL's names (--learning_rate, --max_steps, ...) and underscore spellings, not listed
+    app.command("train", help=run.__doc__, context_settings={"token_normalize_func": normalize_flag})(run)

@@ -176,6 +176,8 @@ def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "config.yaml"
+    if not path.is_file():  # a TRL run (mrtpo.integrations.trl) writes its task here
+        path = run_dir / "mrtpo_task.yaml"
     if not path.is_file():
         return {}
     import yaml
@@ -218,12 +220,14 @@ def response_ids(tokenizer, text: str) -> list[int]:
 
 
 def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
-            estimator: str = "gdpo", temperature: float = 1.0, lam: float = 1.0) -> list[CreditRecord]:
+            estimator: str = "gdpo", temperature: float = 1.0, lam: float = 1.0,
+            on_progress=None, chunk: int = 16) -> list[CreditRecord]:
     """Score, replay and credit each example's responses (one group per example) -> records.
 
     The steps are the trainer's: `task.score` for the verdicts, `build_item` for the blocks and
     contexts, `replay.distances` for q [N, K, T], `advantages.estimate` per group for credit,
-    `token_weights` and `place` for where it lands.
+    `token_weights` and `place` for where it lands. The replay runs `chunk` responses at a
+    time and calls `on_progress(done, total)` after each (a progress display; q is the same).
     """
     import torch
 
@@ -239,7 +243,15 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
     if not rows:
         return []
     items = [build_item(task, tokenizer, ex, ids, v) for _, ex, _, _, ids, v in rows]
-    q = distances(model, items, temperature=temperature).float().cpu()  # [N, K_max, T]
+    k_max = max(it.num_rewards for it in items)
+    t_max = max(1, max(len(r[4]) for r in rows))
+    parts = []
+    for start in range(0, len(items), chunk):
+        parts.append(distances(model, items[start:start + chunk], temperature=temperature, k_max=k_max,
+                               length=t_max).float().cpu())  # [c, K_max, T]
+        if on_progress is not None:
+            on_progress(min(start + chunk, len(items)), len(items))
+    q = torch.cat(parts)  # [N, K_max, T]
     lengths = torch.tensor([len(r[4]) for r in rows])  # [N]
     mask = torch.arange(q.shape[-1]).unsqueeze(0) < lengths.unsqueeze(1)  # [N, T]
 
@@ -274,15 +286,16 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
 
 def fresh(task, examples, model_path: str, responses_path: str | Path | None = None,
           estimator: str = "gdpo", temperature: float = 1.0, device: str = "auto",
-          dtype: str = "auto") -> list[CreditRecord]:
-    """Load the model at `model_path` (a directory, a hub id or a built-in policy's name) and
+          dtype: str = "auto", on_progress=None) -> list[CreditRecord]:
+    """Load the model at `model_path` (a directory, a hub id, a built-in policy's name, or a
+    training run / checkpoint / adapter directory) and
     `compute` the records of `examples` with the given responses (or reference + corrupted)."""
-    from mrtpo.harness.policy import load_policy
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.trained import load_frozen_policy
 
     responses = responses_for(task, examples, responses_path)
-    policy = load_policy(resolve_model(model_path), lora=False, device=device, dtype=dtype)
-    return compute(task, examples, responses, policy.model, policy.tokenizer, estimator, temperature)
+    policy = load_frozen_policy(model_path, device=device, dtype=dtype)  # also a run dir or adapter
+    return compute(task, examples, responses, policy.model, policy.tokenizer, estimator, temperature,
+                   on_progress=on_progress)
 
 
 def _prompt_text(tokenizer, task, example) -> str:

@@ -6,7 +6,7 @@ tokenised without extra special tokens (the template already has them). Prompts 
 by length so a batch holds similar lengths (less padding), padded on the left so every row's
 last prompt token sits at the same position, and decoded greedily until EOS or
 `max_new_tokens`. The output is in the input order. A rich progress bar on stderr counts
-prompts, so `--json` output on stdout stays clean.
+prompts (plain lines when stderr is not a terminal), so `--json` output on stdout stays clean.
 
 Greedy decoding of a left-padded batch equals decoding each prompt alone (the attention mask
 hides the padding and positions start at each row's first real token); the tests check it.
@@ -41,21 +41,22 @@ class GenerationConfig:
 
 
 def load_model(path: str | Path, config: GenerationConfig):
-    """(model, tokenizer) from a local directory or hub id, in eval mode, left padding."""
+    """(model, tokenizer) from a local directory, a hub id, a built-in policy's name, or what
+    `mrtpo train` wrote (a run directory, a checkpoint, an adapter: mrtpo.models.trained),
+    in eval mode, left padding. An adapter is merged into its base's weights."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mrtpo.models import trained
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if config.dtype == "auto":
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
         dtype = getattr(torch, config.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    model, tokenizer = trained.load(trained.locate(path), dtype=dtype, device=device)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    model.eval()
     return model, tokenizer
 
 
@@ -134,6 +135,16 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda n: None
+        from mrtpo.progress import PlainProgress, lines_wanted
+
+        if lines_wanted():  # a log: plain lines at a steady rate, not a bar drawn at the end
+            lines, done = PlainProgress(self.description, self.total, unit="prompt"), [0]
+            lines.update(0)
+
+            def advance(n: int) -> None:
+                done[0] += n
+                lines.update(done[0])
+            return advance
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)

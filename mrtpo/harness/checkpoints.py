@@ -1,7 +1,8 @@
 """Checkpoints: weights (adapter or full model), optimizer, RNG states and step, written atomically.
 
 Layout: `<run>/checkpoints/step-000010/` with
-- `adapter/` (peft `save_pretrained`: loadable with `PeftModel.from_pretrained`) or `model/`
+- `adapter/` (peft `save_pretrained` + tokenizer: loadable with `PeftModel.from_pretrained`;
+  its `base_model_name_or_path` is portable, see mrtpo.models.trained) or `model/`
   (full weights + tokenizer, loadable with `from_pretrained`) for --no-lora runs;
 - `optimizer.pt` (AdamW state), `rng.pt` (torch CPU/CUDA, python, numpy states);
 - `state.json` (`{"step": 10}`), written last inside the directory.
@@ -82,8 +83,9 @@ def save(run_dir: Path, step: int, policy, optimizer: torch.optim.Optimizer,
     try:
         with warnings.catch_warnings():  # peft reads a property transformers deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            if policy.lora:
+            if policy.lora:  # with the tokenizer, so the adapter directory loads on its own
                 policy.model.save_pretrained(tmp / "adapter")
+                policy.tokenizer.save_pretrained(tmp / "adapter")
             else:
                 policy.model.save_pretrained(tmp / "model")
                 policy.tokenizer.save_pretrained(tmp / "model")

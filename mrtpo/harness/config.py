@@ -91,6 +91,7 @@ class TrainConfig:
     eval_every: int = opt(0, "Score greedy completions on the held-out examples every N steps (0 = never).")
     verify_workers: int = opt(2, "Processes that run the verifiers with deadlines (0 = in this process, no deadline).")
     verify_timeout: float = opt(30.0, "Seconds one reward may take on one completion before it scores its floor ('timed out').")
+    report_to: list[str] = opt(["none"], "Experiment trackers, as TRL's report_to: none, tensorboard, wandb, trackio or all; each gets metrics.jsonl's records.")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -131,6 +132,9 @@ class TrainConfig:
                      "warmup_steps", "verify_workers", "eval_size"):
             need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         need(self.verify_timeout > 0, f"--verify-timeout must be > 0 seconds, got {self.verify_timeout}")
+        from mrtpo.harness.trackers import check_installed, parse_report_to
+
+        check_installed(parse_report_to(self.report_to))  # unknown or absent: ConfigError now
         # combinations
         need(not (self.saw == "reward" and self.advantage == "gdpo"),
              "--saw reward weights rewards before GRPO's sum; GDPO's per-reward z-score would undo "
@@ -170,7 +174,7 @@ class TrainConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
-             "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device"}
+             "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}
 
 
 def _flag(name: str) -> str:
@@ -198,7 +202,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {p}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
-    return check_keys({str(k).replace("-", "_"): v for k, v in raw.items()}, where=f"--config {p}")
+    from mrtpo.harness.trl_names import apply_aliases  # TRL's names: learning_rate, max_steps...
+
+    keys = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    return check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
 
 
 def check_keys(values: dict[str, Any], where: str) -> dict[str, Any]:

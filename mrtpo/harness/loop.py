@@ -30,12 +30,14 @@ from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distances import blocks_for, replay_distances
 from mrtpo.harness.distributed import Distributed, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
-                                   reward_metrics)
+                                   reward_metrics, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
 from mrtpo.harness.scoring import Scorer
+from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.update import update
 from mrtpo.models.default import resolve_model
+from mrtpo.models.trained import portable_name
 from mrtpo.tasks import get_task
 
 
@@ -71,7 +73,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         model_path, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
         device=dist.policy_device(cfg.device), dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
-        keep_reference=cfg.beta > 0,
+        keep_reference=cfg.beta > 0, base_name=portable_name(cfg.model, model_path),
         weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
@@ -83,6 +85,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
             log.truncate_after(start)  # what a crashed run wrote after its last checkpoint
     dist.barrier()
     history = metrics_log.read()
+    trackers = Trackers(parse_report_to(cfg.report_to) if dist.is_main else [], run_dir, cfg.to_dict())
     G = cfg.num_generations
     if on_start is not None and dist.is_main:
         on_start(start)
@@ -133,6 +136,9 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
             record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))
             record.update(completion_metrics(dist.gather_objects([len(r) for r in rollout.response_ids]),
                                              dist.gather_objects(rollout.truncated)))
+            record["num_tokens"] = tokens_seen(history[-1].get("num_tokens", 0) if history else 0,
+                                               dist.gather_objects([len(p) for p in rollout.prompt_ids]),
+                                               dist.gather_objects([len(r) for r in rollout.response_ids]))
             record.update(stats)
             record["learning_rate"] = lr
             if q is not None:
@@ -156,12 +162,14 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
             history.append(record)
             if dist.is_main:
                 metrics_log.write([record])
+                trackers.log(record)  # --report-to: the same record
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
                     checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
             if on_step is not None and dist.is_main:
                 on_step(record)
     finally:
         scorer.close()
+        trackers.close()
 
     # -------------------------------------------------------------------------------- save
     # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)

@@ -57,6 +57,10 @@ class LossParts(NamedTuple):
     clip_low: float  # tokens clipped at 1 - eps with A < 0
     clip_high: float  # tokens clipped at 1 + eps_high with A > 0
     kl: float  # sum of per-token KL (0 when beta == 0)
+    # TRL's clip_ratio/low_min and high_max: over the sequences with tokens, the smallest share
+    # of a sequence's tokens clipped low, the largest clipped high (NaN: no such sequence)
+    clip_low_min: float = float("nan")
+    clip_high_max: float = float("nan")
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: LossType, *,
@@ -98,6 +102,12 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         m = mask.to(ratio.dtype)  # [n, T]
         low = ((ratio < 1.0 - epsilon) & (advantages < 0)).to(m.dtype) * m  # [n, T]
         high = ((ratio > 1.0 + eps_high) & (advantages > 0)).to(m.dtype) * m  # [n, T]
+        seq_tokens = m.sum(-1)  # [n]
+        has = seq_tokens > 0  # [n]
+        low_seq = low.sum(-1)[has] / seq_tokens[has]  # [n_s]
+        high_seq = high.sum(-1)[has] / seq_tokens[has]  # [n_s]
         parts = LossParts(float(m.sum()), float(low.sum()), float(high.sum()),
-                          float((kl * m).sum()) if kl is not None else 0.0)
+                          float((kl * m).sum()) if kl is not None else 0.0,
+                          float(low_seq.min()) if has.any() else float("nan"),
+                          float(high_seq.max()) if has.any() else float("nan"))
     return loss, parts

@@ -6,12 +6,20 @@ Names (one `metrics.jsonl` line per step):
   whose summed reward has std 0 (their advantage is 0: nothing to learn from them).
 - `rewards/<name>/mean`, `rewards/<name>/std` (over the rows where the reward applies) and
   `rewards/<name>/frac_zero_std` (share of its groups with no spread: GDPO gives them 0).
-- `completions/mean_length|min_length|max_length|clipped_ratio` (clipped = truncated).
+- `completions/mean_length|min_length|max_length|clipped_ratio` (clipped = truncated) and
+  `completions/mean|min|max_terminated_length` (over the completions that ended with a stop
+  token; 0 when none did, as TRL logs it).
+- `num_tokens`: prompt + completion tokens of every step so far (TRL's `num_input_tokens_seen`:
+  unpadded prompts and completions of the whole batch, carried across --resume).
 - `mrtpo/<name>/top80_token_share`: per response, the smallest share of its tokens that holds
   80% of the reward's total JS distance, averaged over responses where the distance is not
   all zero; 1.0 would be uniform spread, small values mean the reward points at few tokens.
 - `time/generate|verify|replay|update|eval|step` in seconds; `loss`, `grad_norm`, `kl`,
-  `entropy`, `clip_ratio/*`, `learning_rate` come from the update.
+  `entropy`, `clip_ratio/*`, `learning_rate` come from the update. `clip_ratio/low_mean`,
+  `high_mean`, `region_mean` are shares of the batch's tokens; `clip_ratio/low_min` is the
+  smallest share of one sequence's tokens clipped at 1 - epsilon (A < 0), `clip_ratio/high_max`
+  the largest clipped at 1 + epsilon_high (A > 0), as TRL defines them (averaged over
+  --num-iterations; TRL takes them per micro-batch, which is the same with --grad-accum 1).
 """
 from __future__ import annotations
 
@@ -57,12 +65,18 @@ def reward_metrics(scores: torch.Tensor, names: list[str], weights: torch.Tensor
 
 
 def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = "") -> dict[str, float]:
+    """TRL's completion-length metrics; `*_terminated_length` over the completions that ended
+    with a stop token (TRL logs 0 for all three when none did)."""
     n = max(len(lengths), 1)
+    ended = [n_tok for n_tok, cut in zip(lengths, truncated) if not cut] or [0]
     return {
         f"{prefix}completions/mean_length": sum(lengths) / n,
         f"{prefix}completions/min_length": float(min(lengths, default=0)),
         f"{prefix}completions/max_length": float(max(lengths, default=0)),
         f"{prefix}completions/clipped_ratio": sum(truncated) / n,
+        f"{prefix}completions/mean_terminated_length": sum(ended) / len(ended),
+        f"{prefix}completions/min_terminated_length": float(min(ended)),
+        f"{prefix}completions/max_terminated_length": float(max(ended)),
     }
 
 
@@ -144,3 +158,8 @@ class PhaseTimer:
 
     def totals(self) -> dict[str, float]:
         return {**self.seconds, "time/step": self._clock() - self._start}
+
+
+def tokens_seen(previous: int, prompt_lengths: list[int], completion_lengths: list[int]) -> int:
+    """TRL's `num_tokens`: the running count of prompt + completion tokens trained on."""
+    return int(previous) + sum(prompt_lengths) + sum(completion_lengths)

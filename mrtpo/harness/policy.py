@@ -125,11 +125,12 @@ def _not_found(name: str, what: str, exc: Exception) -> str:
 def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
                 lora_dropout: float = 0.05, lora_target_modules=("all-linear",), device: str = "auto",
                 dtype: str = "auto", gradient_checkpointing: bool = False, keep_reference: bool = False,
-                weights_from: str | Path | None = None) -> Policy:
+                weights_from: str | Path | None = None, base_name: str | None = None) -> Policy:
     """Load tokenizer and model, move them to the device, wrap with LoRA when asked.
 
     `weights_from` (full-weight resume) loads the model weights from a checkpoint directory
-    while the frozen reference, if any, still comes from `model`.
+    while the frozen reference, if any, still comes from `model`. `base_name`: the base as
+    saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     """
     from transformers import AutoModelForCausalLM
 
@@ -173,4 +174,6 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
                 net = get_peft_model(net, config)
         except ValueError as exc:  # e.g. a target module name that matches nothing
             raise PolicyLoadError(f"--lora-target-modules {targets}: {exc}") from exc
+        if base_name:  # what saved adapters name as their base (peft would write the local path)
+            net.peft_config["default"].base_model_name_or_path = base_name
     return Policy(net, tok, dev, dt, lora, reference)

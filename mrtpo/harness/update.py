@@ -58,8 +58,10 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
     old = torch.zeros(n, t, device=mask.device)  # [N, T] filled on the first pass
     model.train()
     sums = dict(loss=0.0, tokens=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, entropy=0.0, grad_norm=0.0)
+    extremes: list[tuple[float, float]] = []  # per iteration: (clip_ratio/low_min, clip_ratio/high_max)
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        low_min, high_max = [], []
         for mb in micro_batches(n, grad_accum):
             b = batch.rows(mb)
             logp, entropy = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
@@ -75,6 +77,9 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
             sums["loss"] += float(loss.detach())
             for key in ("tokens", "clip_low", "clip_high", "kl"):
                 sums[key] += getattr(parts, key)
+            low_min.append(parts.clip_low_min)
+            high_max.append(parts.clip_high_max)
+        extremes.append(_extremes(low_min, high_max, dist))
         if dist is not None:
             dist.average_gradients(params)  # every process steps with the whole batch's gradient
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
@@ -94,6 +99,18 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
         "clip_ratio/region_mean": (sums["clip_low"] + sums["clip_high"]) / tok,
     }
     stats["clip_ratio"] = stats["clip_ratio/region_mean"]
+    stats["clip_ratio/low_min"] = sum(e[0] for e in extremes) / len(extremes)
+    stats["clip_ratio/high_max"] = sum(e[1] for e in extremes) / len(extremes)
     if beta != 0.0:
         stats["kl"] = sums["kl"] / tok
     return stats
+
+
+def _extremes(low_min: list[float], high_max: list[float], dist=None) -> tuple[float, float]:
+    """One iteration's min of the per-sequence low-clip shares and max of the high-clip ones,
+    over every micro-batch (and process); NaN entries (no tokens) skipped, 0.0 if all are."""
+    if dist is not None and dist.active:
+        low_min, high_max = dist.gather_objects(low_min), dist.gather_objects(high_max)
+    lows = [v for v in low_min if v == v]
+    highs = [v for v in high_max if v == v]
+    return (min(lows) if lows else 0.0), (max(highs) if highs else 0.0)

@@ -210,13 +210,15 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     gets the response's advantage). mrtpo_lambda: blend with uniform weights (1 = pure MRTPO).
     saw: "off", "reward" (with GRPO) or "advantage" (with GDPO). The estimator follows
     `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
+    log_completions_every: every completion of step 1 and of every Nth step goes to
+    `<output_dir>/completions.jsonl` in `mrtpo train`'s format (`mrtpo credit OUTPUT_DIR`); 0 = never.
     Other keyword arguments go to GRPOTrainer (peft_config, callbacks, eval_dataset...).
     """
 
     def __init__(self, model, task: str | Task, args: GRPOConfig | None = None, *,
                  task_args: dict[str, Any] | None = None, data: str | None = None,
                  examples: Sequence[Example] | None = None, mrtpo: bool = True, mrtpo_lambda: float = 1.0,
-                 saw: str = "off", train_dataset=None, **kwargs):
+                 saw: str = "off", log_completions_every: int = 10, train_dataset=None, **kwargs):
         if "reward_funcs" in kwargs:
             raise TypeError("MRTPOGRPOTrainer takes its rewards from the task; drop reward_funcs (or use "
                             "trl.GRPOTrainer directly)")
@@ -258,8 +260,13 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                              "on a machine without GPUs pass use_cpu=True (--use_cpu) so they join one gloo group")
         state.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
         self.mrtpo_task, self.mrtpo_examples, self._mrtpo_state = task, examples, state
+        self._mrtpo_model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None),
+                                                                               "_name_or_path", None)
         self.mrtpo_enabled, self.mrtpo_lambda, self.mrtpo_saw = mrtpo, mrtpo_lambda, saw
         self.mrtpo_estimator = estimator
+        if log_completions_every < 0:
+            raise ValueError(f"log_completions_every must be >= 0, got {log_completions_every}")
+        self.mrtpo_log_completions_every = log_completions_every
         self.mrtpo_floors = torch.tensor(floors)  # [K]
         self.last_batch: MRTPOBatch | None = None
         self._gathered_scores: torch.Tensor | None = None
@@ -290,6 +297,11 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         out["advantages"] = advantages.to(trl_advantages.device)
         self._log_mrtpo(credit, q, mask)
         self.last_batch = MRTPOBatch(scores, credit, rows, trl_advantages.detach().cpu(), advantages, mask, q)
+        step = self.state.global_step + 1  # the optimizer step this generation batch feeds
+        every = self.mrtpo_log_completions_every
+        if every and (step == 1 or step % every == 0) and step != getattr(self, "_completions_logged", None):
+            self._completions_logged = step
+            self._log_completions(step, inputs, out, scores[rows], local_credit(credit, rows), rows, advantages, q, mask)
         return out
 
     def _compute_loss(self, model, inputs):
@@ -346,6 +358,56 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                 q[i, names.index(name)] = qi[k]
         return q
 
+    def _log_completions(self, step: int, inputs, out, scores: torch.Tensor, credit: Credit, rows: slice,
+                         advantages: torch.Tensor, q: torch.Tensor | None, mask: torch.Tensor) -> None:
+        """Append this batch's completions to `<output_dir>/completions.jsonl` in `mrtpo train`'s
+        format (mrtpo.harness.completions), so `mrtpo credit OUTPUT_DIR` shows TRL runs too."""
+        import json
+        from pathlib import Path
+
+        from mrtpo.advantages import token_weights
+        from mrtpo.contexts import block_texts
+        from mrtpo.harness.completions import records
+        from mrtpo.harness.rollout import Rollout
+        from mrtpo.harness.scoring import Scored
+
+        tok = self._mrtpo_state.tokenizer
+        ids, valid = out["completion_ids"].cpu(), out["completion_mask"].cpu().bool()  # [B, T]
+        p_ids, p_mask = out["prompt_ids"].cpu(), out["prompt_mask"].cpu().bool()  # [B, P]
+        response_ids = [ids[i][valid[i]].tolist() for i in range(ids.shape[0])]
+        examples = [self.mrtpo_examples[row[INDEX_COLUMN]] for row in inputs]
+        names = self.reward_func_names
+        row_names = [reward_names(self.mrtpo_task.rewards(ex)) for ex in examples]
+        verdicts = [[self._mrtpo_state.verdicts[n][i] for n in row] for i, row in enumerate(row_names)]
+        stops = set(self.eos_token_ids) | {tok.pad_token_id}
+        rollout = Rollout(examples, [tok.decode(p_ids[i][p_mask[i]].tolist()) for i in range(p_ids.shape[0])],
+                          [p_ids[i][p_mask[i]].tolist() for i in range(p_ids.shape[0])], response_ids,
+                          [tok.decode(r, skip_special_tokens=True) for r in response_ids],
+                          [not r or r[-1] not in stops for r in response_ids], self.num_generations)
+        weights = self.reward_weights.detach().float().cpu()  # [K]
+        scored = Scored(names, scores, weights, self.mrtpo_floors, row_names, verdicts, {})
+        blocks = [block_texts(self.mrtpo_task, ex, v) for ex, v in zip(examples, verdicts)]
+        token_w = None if q is None else token_weights(q, mask, self.mrtpo_lambda)  # [B, K, T]
+        lines = records(step, rollout, scored, blocks, credit, weights, advantages, q, token_w, tok)
+        for i, line in enumerate(lines):  # group and sample in the whole batch, not this process's share
+            line["group"], line["sample"] = divmod(rows.start + i, self.num_generations)
+        if self.accelerator.num_processes > 1:  # every process's rows, in rank order
+            from accelerate.utils import gather_object
+
+            lines = gather_object(lines)
+        if self.accelerator.is_main_process:
+            root = Path(self.args.output_dir)
+            root.mkdir(parents=True, exist_ok=True)
+            info = root / "mrtpo_task.yaml"  # what `mrtpo credit` labels the view with
+            if not info.exists():
+                import yaml
+
+                info.write_text(yaml.safe_dump({"task": self.mrtpo_task.name, "model": self._mrtpo_model_name,
+                                                "mrtpo": self.mrtpo_enabled, "trainer": "trl"}))
+            with (root / "completions.jsonl").open("a") as f:
+                for line in lines:
+                    f.write(json.dumps(line, allow_nan=False) + "\n")
+
     def _log_mrtpo(self, credit: Credit, q: torch.Tensor | None, mask: torch.Tensor) -> None:
         """TRL's completions table shows MRTPO's response advantages; distances give concentration."""
         logged = self._logs["advantages"]
@@ -379,6 +441,9 @@ class MRTPOScriptArguments:
     mrtpo_lambda: float = field(default=1.0, metadata={"help": "Blend with uniform weights: 1 = pure MRTPO, 0 = plain estimator."})
     saw: str = field(default="off", metadata={
         "help": "SAW weights: off, reward (with sum_then_normalize) or advantage (with normalize_then_sum)."})
+    log_completions_every: int = field(default=10, metadata={
+        "help": "Write every completion of step 1 and of every Nth step to <output_dir>/completions.jsonl, "
+                "in `mrtpo train`'s format (`mrtpo credit OUTPUT_DIR` reads it); 0 = never."})
 
 
 def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -391,6 +456,25 @@ def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
             raise ValueError(f"--task_args {item!r}: expected KEY=VALUE")
         out[key.strip()] = yaml.safe_load(value)
     return out
+
+
+def startup_line(trainer: MRTPOGRPOTrainer) -> str:
+    """What the launcher trains with, in one line: the estimator above all, since TRL's default
+    aggregation (sum_then_normalize = GRPO) is not `mrtpo train`'s (GDPO)."""
+    args = trainer.args
+    aggregation = args.multi_objective_aggregation
+    if trainer.mrtpo_estimator == "gdpo":
+        estimator = f"GDPO (multi_objective_aggregation={aggregation})"
+    else:
+        estimator = (f"GRPO (multi_objective_aggregation={aggregation}, scale_rewards={args.scale_rewards}; "
+                     "TRL's default, while `mrtpo train` defaults to GDPO: pass "
+                     "--multi_objective_aggregation normalize_then_sum for GDPO)")
+    weights = ", ".join(f"{n}={float(w):g}" for n, w in zip(trainer.reward_func_names, trainer.reward_weights.tolist()))
+    credit = (f"MRTPO token credit (lambda {trainer.mrtpo_lambda:g})" if trainer.mrtpo_enabled
+              else "no MRTPO (every token gets its response's advantage)")
+    saw = f", SAW {trainer.mrtpo_saw}" if trainer.mrtpo_saw != "off" else ""
+    return (f"mrtpo: task {trainer.mrtpo_task.name}, estimator {estimator}{saw}, {credit}, "
+            f"reward weights {weights}")
 
 
 def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
@@ -416,7 +500,9 @@ def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
     trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=script.task, args=args,
                                task_args=_task_args(script.task_args), data=script.data, mrtpo=script.mrtpo,
                                mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
+                               log_completions_every=script.log_completions_every,
                                peft_config=get_peft_config(model_args))
+    trainer.accelerator.print(startup_line(trainer))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
     trainer.accelerator.print(f"model saved to {args.output_dir}")

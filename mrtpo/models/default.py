@@ -67,16 +67,52 @@ TRAIN_DEFAULTS: dict[str, dict] = {
 }
 
 
+def builtin_name(model: str | Path | None) -> str | None:
+    """The built-in policy `model` is, by name or by its built directory (any cached build,
+    found by its manifest), else None."""
+    if model is None:
+        return None
+    if str(model) in RECIPES and not Path(str(model)).exists():
+        return str(model)
+    manifest = Path(str(model)).expanduser() / MANIFEST
+    if manifest.is_file():
+        try:
+            name = json.loads(manifest.read_text()).get("name")
+        except (OSError, ValueError):
+            return None
+        return name if name in RECIPES else None
+    return None
+
+
 def with_train_defaults(values: dict) -> dict:
     """`mrtpo train` settings with the built-in policy filled in: no model given means
-    `mrtpo-tiny`, and a built-in policy brings its `TRAIN_DEFAULTS` for every setting not
-    given (so `mrtpo train --lora` alone is a complete, few-minute run)."""
+    `mrtpo-tiny`, and a built-in policy, named or given as its cached directory, brings its
+    `TRAIN_DEFAULTS` for every setting not given (so `mrtpo train --lora` alone is a
+    complete, few-minute run, and the same directory passed as --model trains the same)."""
     out = dict(values)
     if not out.get("model"):
         out["model"] = DEFAULT_MODEL
-    for key, value in TRAIN_DEFAULTS.get(out["model"], {}).items():
+    for key, value in TRAIN_DEFAULTS.get(builtin_name(out["model"]) or "", {}).items():
         out.setdefault(key, value)
     return out
+
+
+def defaults_line(given: dict, model: str | None) -> str:
+    """One line for the start of `mrtpo train`: whose defaults fill the settings not `given`."""
+    name = builtin_name(model or DEFAULT_MODEL)
+    if name is not None:
+        used = {k: v for k, v in TRAIN_DEFAULTS.get(name, {}).items() if k not in given}
+        if not used:
+            return f"settings: every setting that {name} brings was given; the rest are the trainer's defaults"
+        listed = ", ".join(f"{k}={v}" for k, v in used.items())
+        return (f"settings: the built-in policy {name}'s defaults for {listed} (given settings win); "
+                "the rest are the trainer's defaults")
+    from mrtpo.harness.config import FIELDS
+
+    keys = sorted({k for d in TRAIN_DEFAULTS.values() for k in d} - set(given) - {"task"})
+    listed = ", ".join(f"{k}={FIELDS[k].default}" for k in keys)
+    return (f"settings: the trainer's defaults, meant for pretrained models ({listed}); a built-in policy's "
+            "own defaults apply only to it (`mrtpo model ls`)")
 
 
 def default_cache_dir() -> Path:
@@ -234,15 +270,21 @@ def _errors_per_reward(data: Sequence) -> dict[str, int]:
 
 
 class _Progress:
-    """A rich progress bar on stderr, one row per phase (silent when `enabled` is False)."""
+    """A rich progress bar on stderr, one row per phase; plain lines when stderr is not a
+    terminal (mrtpo.progress); silent when `enabled` is False."""
 
     def __init__(self, enabled: bool, name: str):
         self.enabled, self.name = enabled, name
         self._progress = None
         self._task = None
+        self._lines = None  # (PlainProgress, count) of the phase, in a log
 
     def __enter__(self):
-        if self.enabled:
+        from mrtpo.progress import lines_wanted
+
+        if self.enabled and lines_wanted():
+            self._lines = ()
+        elif self.enabled:
             from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
@@ -255,12 +297,22 @@ class _Progress:
         return self
 
     def phase(self, description: str, total: int) -> None:
+        if self._lines is not None:
+            from mrtpo.progress import PlainProgress
+
+            lines = PlainProgress(f"building {self.name}: {description}", total, unit="it")
+            lines.update(0)
+            self._lines = (lines, 0)
         if self._progress is not None:
             if self._task is not None:
                 self._progress.update(self._task, completed=self._progress.tasks[self._task].total)
             self._task = self._progress.add_task(description, total=total, note="")
 
     def advance(self, note: str | None = None) -> None:
+        if self._lines:
+            lines, done = self._lines
+            self._lines = (lines, done + 1)
+            lines.update(done + 1, note or "")
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=1, **({"note": note} if note else {}))
 

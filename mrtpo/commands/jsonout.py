@@ -1,0 +1,52 @@
+"""Machine-readable output: one convention for every command (docs/json-output.md).
+
+`--json` prints ONE JSON object on stdout, with a `"schema"` field naming its layout and
+version (`"mrtpo.tasks/1"`, `"mrtpo.blocks.lint/1"`...); `--jsonl` prints one JSON object per
+line (a stream of records, for `blocks preview`). Anything else a command says (progress,
+warnings, "wrote FILE") goes to stderr, so stdout parses as it is. NaN and infinities are
+written as null: the output is strict JSON.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def finite(x: Any) -> Any:
+    """`x` with NaN / inf floats (nested in dicts and lists) replaced by None."""
+    if isinstance(x, float):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def dumps(doc: Any, indent: int | None = None) -> str:
+    return json.dumps(finite(doc), ensure_ascii=False, allow_nan=False, indent=indent, default=str)
+
+
+def tasks_document(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`mrtpo tasks ls --json`: {"schema": "mrtpo.tasks/1", "tasks": [{"name", "origin",
+    "rewards": [str], "error": str | null}]}."""
+    return {"schema": "mrtpo.tasks/1", "tasks": rows}
+
+
+def lint_document(report, task: str) -> dict[str, Any]:
+    """`mrtpo blocks lint --json`: {"schema": "mrtpo.blocks.lint/1", "task", "examples", "responses",
+    "blocks", "clean": bool, "rules": {rule: {"title", "findings": int}}, "findings": [{"rule",
+    "check", "message", "excerpt", "example", "reward", "response"}]}."""
+    from mrtpo.blocks.rules import RULES
+
+    by_rule = report.by_rule()
+    return {"schema": "mrtpo.blocks.lint/1", "task": task, "examples": report.examples,
+            "responses": report.responses, "blocks": report.blocks, "clean": not report.findings,
+            "rules": {rule: {"title": RULES.get(rule, ""), "findings": len(found)} for rule, found in by_rule.items()},
+            "findings": [f.to_dict() for f in report.findings]}
+
+
+def preview_document(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
+    """`mrtpo blocks preview --json`: {"schema": "mrtpo.blocks.preview/1", "task", "records": [one
+    preview record per (example, response), as `--jsonl` prints them one per line]}."""
+    return {"schema": "mrtpo.blocks.preview/1", "task": task, "records": records}

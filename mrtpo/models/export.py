@@ -1,0 +1,81 @@
+"""`mrtpo export`: a trained checkpoint as a directory that `from_pretrained` loads anywhere.
+
+- LoRA run, default: the adapter (`adapter_config.json`, `adapter_model.safetensors`) and
+  the tokenizer. `base_model_name_or_path` is portable (mrtpo.models.trained.portable_name),
+  so `AutoPeftModelForCausalLM.from_pretrained(OUT)` loads it where the base is a hub id,
+  and `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), OUT)` anywhere.
+- LoRA run with `merge`: the adapter merged into the base's weights (peft
+  `merge_and_unload`), saved with the tokenizer and generation config: a plain model that
+  `AutoModelForCausalLM.from_pretrained(OUT)` loads with no peft and no mrtpo installed.
+- Full-weight run (--no-lora): the checkpoint's `model/` as it is (`merge` changes nothing).
+
+Every export also holds `mrtpo_export.json` (run, step, base, merged). It is written into a
+temporary directory next to OUT and renamed into place, so a failed export leaves nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from mrtpo.models.trained import ADAPTER_CONFIG, TrainedModelError, load, locate
+
+INFO = "mrtpo_export.json"
+_NOT_COPIED = {"optimizer.pt", "rng.pt", "state.json"}
+
+
+def export(source: str | Path, out: str | Path, step: int | None = None, merge: bool = False) -> dict:
+    """Export `source` (a run dir, a checkpoint or an adapter dir) into `out`; returns the info written."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TrainedModelError(f"{out} already exists and is not empty; choose a new directory")
+    located = locate(source, step=step, build=merge)  # a built-in base is only built to merge
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        if located.adapter is None:  # full weights: the checkpoint's model/ or a plain model dir
+            if not Path(located.base).is_dir():
+                raise TrainedModelError(f"{source} is not a run, checkpoint or adapter directory; nothing to export")
+            _copy_files(Path(located.base), tmp)
+            kind = "full weights"
+        elif merge:
+            import warnings
+
+            model, tokenizer = load(located, merge=True)
+            with warnings.catch_warnings():  # transformers reads its own deprecated property
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+                model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            kind = "merged"
+        else:
+            _copy_files(located.adapter, tmp)
+            if not (tmp / "tokenizer_config.json").is_file():  # an older checkpoint: the base's tokenizer
+                from transformers import AutoTokenizer
+
+                AutoTokenizer.from_pretrained(locate(located.base_name).tokenizer).save_pretrained(tmp)
+            config = json.loads((tmp / ADAPTER_CONFIG).read_text())
+            config["base_model_name_or_path"] = located.base_name
+            (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+            kind = "adapter"
+        info = {"source": str(source), "step": located.step, "base_model": located.base_name,
+                "kind": kind, "merged": kind == "merged"}
+        (tmp / INFO).write_text(json.dumps(info, indent=2) + "\n")
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def _copy_files(src: Path, dest: Path) -> None:
+    for item in src.iterdir():
+        if item.name in _NOT_COPIED or item.name.startswith("."):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, dest / item.name)
+        else:
+            shutil.copy2(item, dest / item.name)
