@@ -56,12 +56,14 @@ def register(app: typer.Typer) -> None:
         if not examples:
             _fail(f"no examples to probe in {data or 'the bundled sample'}")
         try:
-            policy = load_policy(resolve_model(model), lora=False, device=device, dtype=dtype)
+            path = resolve_model(model)
+            policy = load_policy(path, lora=False, device=device, dtype=dtype)
         except PolicyLoadError as exc:
             _fail(str(exc))
+        shown = model if str(path) == model else f"{model} ({path})"
         print(f"probing {task.name} with {model}: {len(examples)} examples ...", file=sys.stderr, flush=True)
         try:
-            report = probe.run(task, examples, policy.model, policy.tokenizer, model_name=model, control=control)
+            report = probe.run(task, examples, policy.model, policy.tokenizer, model_name=shown, control=control)
         except ValueError as exc:
             _fail(str(exc))
         if not report.edits:
