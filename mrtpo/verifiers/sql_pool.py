@@ -133,6 +133,14 @@ class SQLPool:
         with self._lock:
             try:
                 return self._run(items, timeout, max_rows)
+            except BaseException:
+                # interrupted (a caller's deadline, Ctrl-C): a worker still busy would later
+                # answer the next call with this call's result, so stop those workers
+                for w in self._workers:
+                    if w.pid in self._running.values():
+                        w.kill()
+                self._workers = [w for w in self._workers if w.alive()]
+                raise
             finally:
                 self._running.clear()
 
