@@ -120,7 +120,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
-    from mrtpo.tasks import TaskLoadError, TaskNotFound
+    from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 
     err = Console(stderr=True)
     config_file = kwargs.pop("config")
@@ -131,7 +131,7 @@ def run(**kwargs) -> None:
         raise typer.Exit(2)
     try:
         result = _train_with_progress(cfg, err)
-    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError) as exc:
+    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2)
     except RewardError as exc:
