@@ -93,26 +93,8 @@ def _fit(value: Any, hint: Any) -> tuple[bool, Any]:
         return value is None, value
     if hint is bool:
         return isinstance(value, bool), value
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return True, value
-        if isinstance(value, float) and value.is_integer():
-            return True, int(value)
-        if isinstance(value, str):
-            try:
-                return True, int(value.strip())
-            except ValueError:
-                return False, value
-        return False, value
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
-        if isinstance(value, str):
-            try:
-                return True, float(value.strip())
-            except ValueError:
-                return False, value
-        return False, value
+    if hint in (int, float):
+        return _number(value, hint)
     if hint is str or hint is Path or (inspect.isclass(hint) and issubclass(hint, Path)):
         if isinstance(value, str):
             return True, value
@@ -127,6 +109,22 @@ def _fit(value: Any, hint: Any) -> tuple[bool, Any]:
     if inspect.isclass(check):
         return isinstance(value, check), value
     return True, value
+
+
+def _number(value: Any, kind: type) -> tuple[bool, Any]:
+    """An int or float option: numbers (whole floats for an int) and numeric text fit; bools do not."""
+    if isinstance(value, bool):
+        return False, value
+    if isinstance(value, str):
+        try:
+            value = kind(value.strip())
+        except ValueError:
+            return False, value
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if kind is float and isinstance(value, int):
+        value = float(value)
+    return isinstance(value, kind), value
 
 
 def _describe(hint: Any) -> str:
