@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "mrtpo.commands.blocks",
     "mrtpo.commands.train",
     "mrtpo.commands.credit",
+    "mrtpo.commands.probe",
 ]
 
 for _name in COMMAND_MODULES:

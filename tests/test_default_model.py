@@ -94,35 +94,87 @@ def test_wrong_argument_uses_other_real_values():
 
 # --- supervised data ---------------------------------------------------------------------
 
-def test_blocks_in_context_carry_the_reference_and_the_target_follows(prepared):
+def _context(d, name):
+    return next(c for c in d.contexts if c.name == name)
+
+
+def test_p_all_carries_the_blocks_and_teaches_the_reference(prepared):
     """toolcall's P_all holds the reference as a block; its target is that reference."""
     for d in prepared["toolcall"]:
-        p_all_user = d.p_all[0][-1]["content"]
-        assert d.p0[-1]["content"] in p_all_user and len(p_all_user) > len(d.p0[-1]["content"])
-        assert d.reference.text in p_all_user
+        p_all = _context(d, "P_all")
+        user = p_all.messages[-1]["content"]
+        assert d.p0[-1]["content"] in user and len(user) > len(d.p0[-1]["content"])
+        assert d.reference.text in user and set(p_all.targets) == {sft.REFERENCE}
 
 
-def test_text2sql_contexts_include_a_wrong_response_feedback(prepared):
-    """Some P_all prompts carry the blocks of a wrong response (e.g. its SQLite error)."""
-    assert any(len(d.p_all) > 1 for d in prepared["text2sql"])
+@pytest.mark.parametrize("name", TASKS)
+def test_p_without_k_teaches_an_error_in_reward_k_alone(name, prepared):
+    """Without block k the target breaks reward k (and, where such an error exists, nothing
+    else); the context is the replay's own P_without_k."""
+    from mrtpo.contexts import block_texts, context_messages
+
+    task = get_task(name)
+    seen = 0
+    for d in prepared[name]:
+        rewards = {r.name: r for r in task.rewards(d.example)}
+        for c in d.contexts:
+            if c.name == "P_all":
+                continue
+            reward = c.name.split(":", 1)[1]
+            assert c.targets and sft.REFERENCE not in c.targets
+            assert all(reward in d.errors[i].failed for i in c.targets), (c.name, [d.errors[i].failed for i in c.targets])
+            fewest = min(len(e.failed) for e in d.errors if reward in e.failed)
+            assert all(len(d.errors[i].failed) == fewest for i in c.targets)
+            seen += 1
+        # the reference's own P_without_k contexts are exactly the replay's
+        blocks = block_texts(task, d.example, task.score(d.example, d.reference.text))
+        _, without = context_messages(task, d.example, blocks)
+        names = [c.name for c in d.contexts]
+        for r, msgs, b in zip(rewards, without, blocks):
+            if b.strip() and f"P_without:{r}" in names:
+                assert any(c.messages == msgs for c in d.contexts)
+    assert seen
+
+
+def test_text2sql_without_its_sqlite_error_teaches_the_erroneous_query(prepared):
+    """The SQLite-error block is response-dependent: without it, the target is the very
+    response whose error the block named (the column is avoided only with the block). That
+    context is the reference's P_all too (the other blocks do not depend on the response), so
+    it teaches both: the reference and the erroneous query."""
+    task = get_task("text2sql")
+    found = 0
+    for d in prepared["text2sql"]:
+        for c in (c for c in d.contexts if c.name == "P_all"):
+            wrong = [i for i in c.targets if i != sft.REFERENCE]
+            for i in wrong:
+                verdicts = task.score(d.example, d.errors[i].text)
+                assert "SQLite error" in verdicts[1].feedback
+                assert "SQLite error" not in c.messages[-1]["content"]
+                found += 1
+    assert found
 
 
 def test_draw_prompt_follows_the_shares(prepared, tiny_tokenizer):
     data = [d for name in TASKS for d in prepared[name]]
     sft.tokenize(data, tiny_tokenizer)
-    cfg = sft.SFTConfig(error_share=0.5, block_share=0.2, targets_per_prompt=3)
+    cfg = sft.SFTConfig(error_share=0.5, context_share=0.2, targets_per_prompt=3, context_targets=2)
     rng = random.Random(0)
     draws = [sft.draw_prompt(rng.choice(data), cfg, rng) for _ in range(3000)]
-    blocks = [d for d in draws if d[2] == ["blocks"]]
-    assert abs(len(blocks) / len(draws) - 0.2) < 0.03
-    assert all(len(targets) == 1 for _, targets, _ in blocks)
-    kinds = [k for _, targets, ks in draws if ks != ["blocks"] for k in ks]
-    assert len(kinds) == 3 * (len(draws) - len(blocks))
+    in_context = [x for x in draws if x[2][0].startswith("P_")]
+    assert abs(len(in_context) / len(draws) - 0.2) < 0.03
+    assert all(len(targets) == 2 for _, targets, _ in in_context)
+    kinds = [k for _, targets, ks in draws if not ks[0].startswith("P_") for k in ks]
+    assert len(kinds) == 3 * (len(draws) - len(in_context))
     with_errors = sum(bool(d.errors_by_reward()) for d in data) / len(data)
     assert abs(kinds.count("error") / len(kinds) - 0.5 * with_errors) < 0.04
     d = prepared["toolcall"][0]
-    prompt, targets, _ = sft.draw_prompt(d, replace(cfg, block_share=1.0), rng)
-    assert prompt in d.p_all_ids and targets == [d.reference_ids]
+    prompt, targets, names = sft.draw_prompt(d, replace(cfg, context_share=1.0), rng)
+    i = d.context_ids.index(prompt)
+    assert names[0] == d.contexts[i].name
+    if names[0] == "P_all":
+        assert all(t == d.reference_ids for t in targets)
+    else:
+        assert all(t != d.reference_ids for t in targets)
     assert targets[0][-1] == tiny_tokenizer.eos_token_id
 
 

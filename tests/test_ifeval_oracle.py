@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nltk_offline import use_offline_punkt  # tests/ is on sys.path (its conftest)
+
 from mrtpo.verifiers.ifeval import check, supported_ids
 from mrtpo.verifiers.ifeval.examples import EXAMPLE_KWARGS
 
@@ -21,25 +23,10 @@ pytestmark = pytest.mark.oracle
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
-def _write_punkt_tab(root: Path) -> None:
-    from punkt.data import english
-
-    d = root / "tokenizers" / "punkt_tab" / "english"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "abbrev_types.txt").write_text("\n".join(sorted(english.ABBREV_TYPES)) + "\n")
-    (d / "sent_starters.txt").write_text("\n".join(sorted(english.SENT_STARTERS)) + "\n")
-    (d / "collocations.tab").write_text("\n".join(f"{a}\t{b}" for a, b in sorted(english.COLLOCATIONS)) + "\n")
-    (d / "ortho_context.tab").write_text("\n".join(f"{k}\t{v}" for k, v in sorted(english.ORTHO_CONTEXT.items())) + "\n")
-
-
 @pytest.fixture(scope="module")
 def official(tmp_path_factory):
     pytest.importorskip("lm_eval")
-    import nltk
-
-    root = tmp_path_factory.mktemp("nltk_data")
-    _write_punkt_tab(root)
-    nltk.data.path.insert(0, str(root))
+    use_offline_punkt(tmp_path_factory.mktemp("nltk_data"))
     from lm_eval.tasks.ifeval import utils
 
     return utils

@@ -15,6 +15,13 @@ Each constraint is checked with `mrtpo.verifiers.ifeval.verify` on the text afte
 changes nothing there) with the example's prompt, the way `InstructTask` scores it.
 Per-instruction accuracies (`groups`) show which instruction types fail.
 
+For IF-RLVR training rows (`layout` "if-rlvr"), two more figures sit beside IFEval's:
+`mean_constraint_reward`, the per-prompt mean of this project's per-constraint rewards (strict;
+each record's `rewards`), and `open_instruct_reward`, open-instruct's single reward (the
+fraction of constraints followed by the answer after `remove_thinking_section`;
+`mrtpo.verifiers.ifeval.open_instruct`), each averaged over prompts; each record carries its
+`open_instruct_reward`. data_cards/if-rlvr.md says how the two relate.
+
 One deliberate difference from the task's reward: IFEval's `letter_frequency` checker replaces
 a `letter` that is not an ASCII letter (IFEval prompts 1122 and 1129 ask for `#` and `!`) by
 a random letter, so the official outcome does not depend on the response. The reward counts
@@ -30,6 +37,8 @@ from mrtpo.evaluation.report import EvalReport, mean
 from mrtpo.formats import split_think
 from mrtpo.tasks.base import Example, Task
 from mrtpo.verifiers.ifeval import verify
+from mrtpo.verifiers.ifeval.iftrain_checks import reference_is_random
+from mrtpo.verifiers.ifeval.open_instruct import open_instruct_reward
 
 OPTIONS: tuple[str, ...] = ()
 
@@ -50,20 +59,27 @@ def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) 
                 strict.append(False)
                 loose.append(False)
                 feedback.append(f"{c['id']}: the letter {c['kwargs'].get('letter')!r} is not an ASCII "
-                                "letter; IFEval's checker draws a random letter here, scored as not followed")
+                                "letter; IFEval's checker draws a random letter here, scored as not followed"
+                                if "letter" in c["kwargs"] else
+                                f"{c['id']}: open-instruct's checker replaces a zero or negative kwarg "
+                                f"({c['kwargs']}) by a random value, scored as not followed")
                 continue
             ok, why = verify(c["id"], c["kwargs"], body, ex.prompt)
             ok_loose = ok or verify(c["id"], c["kwargs"], body, ex.prompt, loose=True)[0]
             strict.append(ok)
             loose.append(ok_loose)
             feedback.append(why)
+        extra = {}
+        if ex.data.get("layout") == "if-rlvr":  # the task's rewards (the value given, always) and open-instruct's
+            extra["rewards"] = [float(verify(c["id"], c["kwargs"], body, ex.prompt)[0]) for c in cons]
+            extra["open_instruct_reward"] = open_instruct_reward([(c["id"], c["kwargs"]) for c in cons], response)
         records.append({
             "id": ex.id, "prompt": ex.prompt, "response": response,
             "instruction_id_list": [c["id"] for c in cons],
             "follow_instruction_list": strict, "follow_instruction_list_loose": loose,
             "follow_all_instructions": all(strict), "follow_all_instructions_loose": all(loose),
             "feedback": feedback,
-            **({"nondeterministic": nondeterministic} if nondeterministic else {}),
+            **({"nondeterministic": nondeterministic} if nondeterministic else {}), **extra,
         })
     flat = [(iid, s, lo) for r in records for iid, s, lo in
             zip(r["instruction_id_list"], r["follow_instruction_list"], r["follow_instruction_list_loose"])]
@@ -73,6 +89,10 @@ def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) 
         "prompt_level_loose_acc": mean(r["follow_all_instructions_loose"] for r in records),
         "inst_level_loose_acc": mean(lo for _, _, lo in flat),
     }
+    rlvr = [r for r in records if "open_instruct_reward" in r]
+    if rlvr:
+        metrics["mean_constraint_reward"] = mean(mean(r["rewards"]) for r in rlvr)
+        metrics["open_instruct_reward"] = mean(r["open_instruct_reward"] for r in rlvr)
     groups = {}
     for iid in sorted({i for i, _, _ in flat}):
         hits = [(s, lo) for i, s, lo in flat if i == iid]
@@ -82,8 +102,5 @@ def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) 
 
 
 def _official_is_random(instruction_id: str, kwargs: dict) -> bool:
-    """True where IFEval's official checker ignores the response (a random letter is drawn)."""
-    if instruction_id != "keywords:letter_frequency":
-        return False
-    letter = str((kwargs or {}).get("letter") or "")
-    return not (len(letter) == 1 and "a" <= letter.lower() <= "z")
+    """True where the official checker ignores the response (it draws a random letter or value)."""
+    return reference_is_random(instruction_id, kwargs)

@@ -30,7 +30,7 @@ from mrtpo.models.sft import SFTConfig
 
 DEFAULT_MODEL = "mrtpo-tiny"
 MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
-RECIPE_VERSION = 1  # bump when the recipe's code changes what it builds
+RECIPE_VERSION = 2  # bump when the recipe's code changes what it builds
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,16 @@ trainer renders prompts (`mrtpo.contexts.render_ids`):
   share (`error_share`) whose target carries one verified error (see
   `mrtpo.models.errors`). Errors are spread evenly over the rewards they break, so every
   reward of the warm-started policy starts well above 0 and well below 1.
-- **P_all -> reference**: the prompt with all blocks of some response (the reference or a
-  wrong one) in context, and the reference as target. The policy learns to follow the
-  blocks (to copy the reference when it is there, to fix what the SQLite error names), as
-  a pretrained instruct model does, so the distance between P_all and P_without_k during
-  MRTPO's replay says which tokens each block is about.
+- **The replay's contexts -> what each block makes right**: the contexts MRTPO's replay
+  builds for some response (the reference or a wrong one), P_all and each P_without_k.
+  P_all's target is the reference: with every block present the policy gets everything
+  right (it copies the reference's values, avoids the column a SQLite error names, keeps
+  the format the rule states). P_without_k's target carries an error in the aspect block k
+  informs and only there (a wrong value without the reference, a broken format without the
+  rule, a wrong function name without the function's schema, the erroneous query itself
+  without its SQLite error, a broken constraint without its sentence). The policy so learns
+  what each block changes on its own, as a pretrained instruct model reads each block, and
+  during MRTPO's replay removing block k moves the distribution where reward k is decided.
 
 Before both, a short pre-phase of span copying (`copy_batch`) teaches the from-scratch model
 to look a span up in its context and repeat it, which the tool calls and SQL need (function
@@ -47,11 +52,14 @@ class SFTConfig:
     weight_decay: float = 0.01  # AdamW's decoupled weight decay
     grad_clip: float = 1.0  # max global gradient norm
     error_share: float = 0.45  # share of P0 targets that carry one injected error
-    block_share: float = 0.1  # share of prompts with all blocks in context (target: reference)
+    # share of prompts that are one of the replay's contexts (P_all or a P_without_k, see
+    # `prepare_examples`), each with `context_targets` targets drawn from what it teaches
+    context_share: float = 0.4
+    context_targets: int = 3
     prompt_loss_weight: float = 0.1  # loss weight of prompt tokens relative to target tokens
     max_length: int = 1536  # longer sequences lose prompt tokens from the left
     errors_per_example: int = 12  # content-error candidates tried per reference
-    contexts_per_example: int = 3  # P_all variants (blocks of different responses) per example
+    contexts_per_example: int = 3  # responses (reference + wrong ones) whose contexts are used
     # how often each task's examples are drawn (tasks not named: weight 1); the default
     # policy trains on tool calling first, so that task gets the largest share
     task_weights: tuple[tuple[str, float], ...] = (("toolcall", 0.85), ("text2sql", 0.1), ("instruct", 0.05))
@@ -71,6 +79,19 @@ class Target:
     failed: tuple[str, ...] = ()
 
 
+REFERENCE = -1  # a ContextTargets target index meaning the reference
+
+
+@dataclass
+class ContextTargets:
+    """One replay context (P_all or a P_without_k of some response) and what it teaches:
+    indices into `ExampleData.errors`, or REFERENCE."""
+
+    messages: Messages
+    targets: list[int]
+    name: str  # "P_all" or "P_without:<reward>"
+
+
 @dataclass
 class ExampleData:
     """Everything the warm start draws from for one example (texts, then token ids)."""
@@ -80,10 +101,10 @@ class ExampleData:
     reference: Target
     errors: list[Target]
     p0: Messages
-    p_all: list[Messages]  # prompts with all blocks of the reference / of wrong responses
+    contexts: list["ContextTargets"]  # the replay's contexts of some responses, with targets
     # filled by `tokenize`
     p0_ids: list[int] = field(default_factory=list)
-    p_all_ids: list[list[int]] = field(default_factory=list)
+    context_ids: list[list[int]] = field(default_factory=list)
     reference_ids: list[int] = field(default_factory=list)
     error_ids: list[list[int]] = field(default_factory=list)
 
@@ -118,16 +139,54 @@ def prepare_examples(task: Task, examples: Sequence[Example], cfg: SFTConfig, rn
             failed = tuple(r.name for r, v, s in zip(rewards, verdicts, ref_scores) if v.score < s - 1e-9)
             if failed:
                 errors.append((Target(text, kind, failed), verdicts))
-        # P_all: blocks of the reference first, then of some wrong responses (their feedback
-        # differs: a SQLite error, a failed constraint), always with the reference as target
-        responses = [ref_verdicts] + [v for _, v in rng.sample(errors, min(len(errors), cfg.contexts_per_example - 1))]
-        p_all = []
-        for verdicts in responses:
-            msgs, _ = context_messages(task, ex, block_texts(task, ex, verdicts))
-            if msgs not in p_all:
-                p_all.append(msgs)
-        out.append(ExampleData(task, ex, Target(ref, "reference"), [t for t, _ in errors],
-                               task.messages(ex), p_all))
+        targets = [t for t, _ in errors]
+        # the replay's contexts of the reference and of some wrong responses (their feedback
+        # differs: a SQLite error, a failed constraint), one that breaks each
+        # response-dependent reward first, so that its block's contexts are taught
+        picked: list[int] = []
+        for k, r in enumerate(rewards):
+            hits = [i for i, (e, v) in enumerate(errors) if r.response_dependent and r.name in e.failed
+                    and r.block(ex, v[k]).strip()]
+            if hits and len(picked) < cfg.contexts_per_example - 1:
+                picked.append(rng.choice(hits))
+        rest = [i for i in range(len(errors)) if i not in picked]
+        picked += rng.sample(rest, min(len(rest), cfg.contexts_per_example - 1 - len(picked)))
+        contexts: list[ContextTargets] = []
+        for source, verdicts in [(REFERENCE, ref_verdicts)] + [(i, errors[i][1]) for i in picked]:
+            contexts += replay_contexts(task, ex, verdicts, source, targets, rewards)
+        merged: dict[str, ContextTargets] = {}  # one entry per distinct context, targets pooled
+        for c in contexts:
+            key = repr(c.messages)
+            if key in merged:
+                merged[key].targets += c.targets
+            else:
+                merged[key] = c
+        out.append(ExampleData(task, ex, Target(ref, "reference"), targets, task.messages(ex),
+                               list(merged.values())))
+    return out
+
+
+def replay_contexts(task: Task, example: Example, verdicts, source: int, errors: Sequence[Target],
+                    rewards) -> list[ContextTargets]:
+    """P_all and each P_without_k of one response (`source`: REFERENCE or an error's index),
+    with their targets: P_all teaches the reference; P_without_k an error in reward k's aspect
+    (of the errors breaking k, those breaking the fewest rewards), or, for a block written from this
+    response's own feedback (the SQLite error), this response itself, whose error the block
+    named. A P_without_k equal to P_all (an empty block) is left out."""
+    blocks = block_texts(task, example, verdicts)
+    p_all, without = context_messages(task, example, blocks)
+    out = [ContextTargets(p_all, [REFERENCE], "P_all")]
+    for k, (reward, msgs) in enumerate(zip(rewards, without)):
+        if msgs == p_all:
+            continue
+        if reward.response_dependent:
+            teach = [source] if source != REFERENCE else []
+        else:
+            breaking = [i for i, e in enumerate(errors) if reward.name in e.failed]
+            fewest = min((len(errors[i].failed) for i in breaking), default=0)
+            teach = [i for i in breaking if len(errors[i].failed) == fewest]
+        if teach:
+            out.append(ContextTargets(msgs, list(teach), f"P_without:{reward.name}"))
     return out
 
 
@@ -135,7 +194,7 @@ def texts_for_tokenizer(data: Sequence[ExampleData]) -> list[str]:
     """The texts the tokenizer learns its merges from: every prompt message and target."""
     texts = []
     for d in data:
-        for msgs in [d.p0] + d.p_all:
+        for msgs in [d.p0] + [c.messages for c in d.contexts]:
             texts += [m["content"] for m in msgs]
         texts.append(d.reference.text)
         texts += [e.text for e in d.errors]
@@ -151,18 +210,22 @@ def tokenize(data: Sequence[ExampleData], tokenizer) -> None:
 
     for d in data:
         d.p0_ids = render_ids(tokenizer, d.p0)
-        d.p_all_ids = [render_ids(tokenizer, m) for m in d.p_all]
+        d.context_ids = [render_ids(tokenizer, c.messages) for c in d.contexts]
         d.reference_ids = target_ids(d.reference.text)
         d.error_ids = [target_ids(e.text) for e in d.errors]
 
 
 def draw_prompt(d: ExampleData, cfg: SFTConfig, rng: random.Random) -> tuple[list[int], list[list[int]], list[str]]:
     """One prompt of example `d` and its targets, following the recipe's shares:
-    with probability `block_share` P_all and the reference once; otherwise P0 and
-    `targets_per_prompt` independent draws, each an error with probability `error_share`
-    (the reward to break chosen uniformly, then one of the errors that break it)."""
-    if d.p_all_ids and rng.random() < cfg.block_share:
-        return rng.choice(d.p_all_ids), [d.reference_ids], ["blocks"]
+    with probability `context_share` one of the replay's contexts (uniformly) and
+    `context_targets` draws from what it teaches; otherwise P0 and `targets_per_prompt`
+    independent draws, each an error with probability `error_share` (the reward to break
+    chosen uniformly, then one of the errors that break it)."""
+    if d.context_ids and rng.random() < cfg.context_share:
+        i = rng.randrange(len(d.contexts))
+        picks = [rng.choice(d.contexts[i].targets) for _ in range(cfg.context_targets)]
+        return (d.context_ids[i], [d.reference_ids if j == REFERENCE else d.error_ids[j] for j in picks],
+                [d.contexts[i].name] * len(picks))
     by_reward = d.errors_by_reward()
     targets, kinds = [], []
     for _ in range(cfg.targets_per_prompt):

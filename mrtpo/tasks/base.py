@@ -54,6 +54,11 @@ class Reward:
     weight: float = 1.0
     floor: float = 0.0  # lowest possible score (SAW's CV shift)
     response_dependent: bool = False
+    # the block is text P0 already shows (a task with "append" placement whose reward checks
+    # something the prompt states, such as the tool schema): it is not appended again, and
+    # P_without_k is P_all with that text removed from the prompt (the "in_prompt" rule for
+    # one reward). A block of several lines may have its lines anywhere in the prompt.
+    in_prompt: bool = False
     # what the block holds, for the writing-rules lint (mrtpo.blocks.rules): "format",
     # "feedback", "reference", "constraint", "schema", or "" (the lint then infers it)
     kind: str = ""
@@ -74,6 +79,23 @@ class ProbeEdit:
     kind: str  # what was edited, e.g. "argument value", "function name", "column"
     response: str  # the edited response
     span: tuple[int, int]  # character range of the edited text in `response`
+
+    @classmethod
+    def between(cls, reward: str, kind: str, reference: str, edited: str) -> "ProbeEdit | None":
+        """The edit that turns `reference` into `edited`, its span found by comparing the two
+        (what differs between their common prefix and suffix; a pure deletion marks the
+        character before the cut). None when the texts are equal."""
+        if edited == reference or not edited:
+            return None
+        start = 0
+        while start < min(len(reference), len(edited)) and reference[start] == edited[start]:
+            start += 1
+        end_e, end_r = len(edited), len(reference)
+        while end_e > start and end_r > start and reference[end_r - 1] == edited[end_e - 1]:
+            end_e, end_r = end_e - 1, end_r - 1
+        if end_e == start:  # nothing inserted: mark the character before the cut
+            start, end_e = (start - 1, start) if start > 0 else (0, 1)
+        return cls(reward, kind, edited, (start, end_e))
 
 
 class Task:

@@ -1,6 +1,7 @@
 """The `instruct` task: instruction following with one 0/1 reward per verifiable constraint.
 
-A row is a base request plus constraints (IFEval / IFBench instruction ids with kwargs). P0 is
+A row is a base request plus constraints (IFEval / IFBench / IFTrain instruction ids with kwargs;
+`mrtpo.verifiers.ifeval.supported_ids()` lists them, by source). P0 is
 the prompt as the policy sees it: the base request with each constraint's sentence in it. Each
 constraint is one reward, named by its instruction id ("keywords:existence"; a second use of the
 same id in one prompt is "keywords:existence#2"), scoring 1 when the response follows it
@@ -14,7 +15,8 @@ Readers (`load`), chosen from the first row's keys:
 - IFEval `input_data.jsonl` and IFBench's test JSONL: `key, prompt, instruction_id_list, kwargs`
   (kwargs may carry every key with None for unused ones, integers as floats);
 - IF-RLVR training rows: `messages` plus `ground_truth` (a list of `{instruction_id: [...],
-  kwargs: [...]}`, possibly as a Python/JSON string);
+  kwargs: [...]}`, possibly as a Python/JSON string), with IFEval's and IFTrain's ids (open-instruct's
+  IFEvalG registry, all supported; data_cards/if-rlvr.md);
 - the project's own JSONL: `prompt` or `base`, `constraints: [{id, kwargs, sentence}]`,
   optional `reference` and `system` (see data_cards/ and the bundled sample).
 A local `.jsonl`/`.json`/`.parquet` file, or a Hugging Face dataset id where the hub is reachable.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from mrtpo.formats import TextFormat, split_think
-from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.files import lines, read_text
 from mrtpo.verifiers.ifeval import (
     Evaluation,
@@ -67,7 +69,7 @@ def compose_prompt(base: str, sentences: Iterable[str]) -> str:
 
 
 class InstructTask(Task):
-    """Instruction following (IFEval/IFBench constraints); one reward and one block per constraint.
+    """Instruction following (IFEval/IFBench/IFTrain constraints); one reward and one block per constraint.
 
     Args:
         think: ask for (and require) a leading `<think>...</think>`; constraints are checked on
@@ -86,7 +88,7 @@ class InstructTask(Task):
 
     name = "instruct"
     placement = "in_prompt"
-    description = ("Instruction following: one 0/1 reward per IFEval/IFBench constraint; its block is the "
+    description = ("Instruction following: one 0/1 reward per IFEval/IFBench/IFTrain constraint; its block is the "
                    "constraint's own sentence in the prompt.")
     reward_names = ("<instruction_id> (one per constraint)",)
 
@@ -288,6 +290,12 @@ class InstructTask(Task):
     def reference(self, example: Example) -> str | None:
         ref = example.data.get("reference")
         return self.format.render(ref) if ref else None
+
+    def probe_edits(self, example: Example) -> list[ProbeEdit]:
+        """Targeted edits of the reference for the credit probe (see mrtpo.tasks.probe_edits)."""
+        from mrtpo.tasks.probe_edits import instruct_edits
+
+        return instruct_edits(self, example)
 
     def evaluate(self, examples: list[Example], responses: list[str]) -> Evaluation:
         """IFEval's accuracies (prompt/instruction level, strict and loose) with the rewards'

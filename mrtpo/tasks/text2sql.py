@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from mrtpo.formats import CodeBlockFormat, Parsed
-from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.text2sql_data import DataError, SQLRow, read_rows
 from mrtpo.verifiers.sql import (
     DEFAULT_MAX_ROWS,
@@ -205,6 +205,12 @@ class Text2SQLTask(Task):
 
     def reference(self, example: Example) -> str:
         return self.format.render(self._reference_sql(example))
+
+    def probe_edits(self, example: Example) -> list[ProbeEdit]:
+        """Targeted edits of the reference for the credit probe (see mrtpo.tasks.probe_edits)."""
+        from mrtpo.tasks.probe_edits import text2sql_edits
+
+        return text2sql_edits(self, example)
 
     def score_batch(self, pairs: Sequence[tuple[Example, str]]) -> list[list[Verdict]]:
         """Verdicts for many (example, response) pairs, the queries run in parallel worker

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 CheckFn = Callable[[str, dict, str], "tuple[bool, str]"]
-Source = Literal["ifeval", "ifbench"]
+Source = Literal["ifeval", "ifbench", "iftrain"]
 
 RELATIONS = ("less than", "at least")
 
@@ -39,6 +39,7 @@ class Instruction:
     types: dict[str, type] = field(default_factory=dict)
     choices: dict[str, tuple] = field(default_factory=dict)
     regex: tuple[str, ...] = ()  # kwargs the checker uses as regular expressions
+    validate: Callable[[dict], None] | None = None  # further checks on the normalised kwargs
 
 
 REGISTRY: dict[str, Instruction] = {}
@@ -47,14 +48,18 @@ REGISTRY: dict[str, Instruction] = {}
 def register(id: str, *, source: Source, describe: Callable[[dict], str],
              required: tuple[str, ...] = (), optional: tuple[str, ...] = (),
              types: dict[str, type] | None = None, choices: dict[str, tuple] | None = None,
-             regex: tuple[str, ...] = ()):
-    """Decorator registering a checker function under `id`."""
+             regex: tuple[str, ...] = (), validate: Callable[[dict], None] | None = None):
+    """Decorator registering a checker function under `id`.
+
+    `validate(kwargs)` raises ValueError for kwargs the types alone do not rule out (an empty
+    keyword, a sentence index below 1); `normalize_kwargs` prefixes the instruction id.
+    """
 
     def deco(fn: CheckFn) -> CheckFn:
         if id in REGISTRY:
             raise ValueError(f"instruction {id!r} is registered twice")
         REGISTRY[id] = Instruction(id, fn, describe, source, required, optional,
-                                   dict(types or {}), dict(choices or {}), tuple(regex))
+                                   dict(types or {}), dict(choices or {}), tuple(regex), validate)
         return fn
 
     return deco
@@ -62,7 +67,7 @@ def register(id: str, *, source: Source, describe: Callable[[dict], str],
 
 def _ensure_loaded() -> None:
     # The checker modules register themselves on import.
-    from mrtpo.verifiers.ifeval import ifbench_checks, ifeval_checks  # noqa: F401
+    from mrtpo.verifiers.ifeval import ifbench_checks, ifeval_checks, iftrain_checks  # noqa: F401
 
 
 def supported_ids(source: Source | None = None) -> list[str]:
@@ -156,4 +161,9 @@ def normalize_kwargs(instruction_id: str, kwargs: dict | None) -> dict:
     if missing:
         raise ValueError(f"{instruction_id}: missing kwarg(s) {missing}; it needs "
                          f"{list(ins.required)}" + (f" (optional: {list(ins.optional)})" if ins.optional else ""))
+    if ins.validate is not None:
+        try:
+            ins.validate(out)
+        except ValueError as exc:
+            raise ValueError(f"{instruction_id}: {exc}") from None
     return out

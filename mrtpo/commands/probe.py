@@ -1,0 +1,114 @@
+"""`mrtpo probe`: does each reward's distance land on the tokens that reward is about?
+
+    mrtpo probe toolcall                          # the built-in policy, bundled sample
+    mrtpo probe text2sql --model ./my-model --data spider_dev.jsonl --limit 50 --json
+
+Run it before spending GPU hours: it edits each example's reference once per reward (a value,
+a column, an end phrase), replays the edits under the task's contexts, and prints per edit
+kind each reward's lift on the edited tokens and the specificity, beside the same figures of
+a random-init model of the same architecture (the control). See mrtpo/credit/probe.py.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from mrtpo.commands.options import TaskOptions, parse_task_options
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("probe")
+    def probe_cmd(
+        task_name: Annotated[str, typer.Argument(metavar="TASK", help="A registered task (mrtpo tasks ls).")],
+        model: Annotated[str, typer.Option("--model", help="The policy to probe: a directory, a hub id, or mrtpo-tiny.")] = "mrtpo-tiny",
+        data: Annotated[Optional[str], typer.Option("--data", help="Dataset path; default: the task's bundled sample.")] = None,
+        limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Probe the first N examples.")] = None,
+        task_options: TaskOptions = None,
+        control: Annotated[bool, typer.Option("--control/--no-control", help="Also probe a random-init model of the same architecture.")] = True,
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (summary, control and every edit).")] = False,
+        device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:1...")] = "auto",
+        dtype: Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16.")] = "auto",
+    ) -> None:
+        """Where each reward's distance lands: targeted edits of the references, replayed.
+
+        Per edit kind: each reward's lift (its distance's share on the edited tokens over
+        those tokens' share of the response; 1 = no information) and the specificity (the
+        lift of the reward the edit is about over the largest other lift), for the model
+        and for a random-init control; then a one-line verdict.
+        """
+        from mrtpo.credit import probe
+        from mrtpo.harness.policy import PolicyLoadError, load_policy
+        from mrtpo.models.default import resolve_model
+        from mrtpo.tasks import get_task
+        from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
+
+        try:
+            task = get_task(task_name, **parse_task_options(task_options))
+            examples = task.load(data)
+        except (TaskNotFound, TaskLoadError, FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+        if limit is not None:
+            examples = examples[:limit]
+        if not examples:
+            _fail(f"no examples to probe in {data or 'the bundled sample'}")
+        try:
+            policy = load_policy(resolve_model(model), lora=False, device=device, dtype=dtype)
+        except PolicyLoadError as exc:
+            _fail(str(exc))
+        print(f"probing {task.name} with {model}: {len(examples)} examples ...", file=sys.stderr, flush=True)
+        try:
+            report = probe.run(task, examples, policy.model, policy.tokenizer, model_name=model, control=control)
+        except ValueError as exc:
+            _fail(str(exc))
+        if not report.edits:
+            _fail(f"task {task.name!r} made no probe edit that lowers its reward on these examples; "
+                  "a custom task provides edits by overriding Task.probe_edits (see docs/custom-tasks.md)")
+        if as_json:
+            typer.echo(json.dumps(_finite(report.to_dict()), indent=1))
+        else:
+            typer.echo(render(report))
+
+
+def render(report) -> str:
+    """The probe as plain text: a table per model (the policy, then the control), a verdict."""
+    lines = [f"credit probe · task {report.task} · model {report.model} · {report.examples} examples · "
+             f"{len(report.edits)} edits ({len(report.skipped)} skipped: they did not lower their reward)"]
+    for title, kinds in (("model", report.kinds), ("random-init control", report.control)):
+        if kinds is None:
+            continue
+        lines += ["", f"{title}:", f"  {'edit':<34} {'about':<22} {'n':>3} {'span':>5}  {'own lift':>8}  "
+                  f"{'best other':<26} {'specificity':>11}"]
+        for k in kinds:
+            other, other_lift = k.best_other
+            lines.append(f"  {k.kind[:34]:<34} {k.reward[:22]:<22} {k.edits:>3} {k.token_share:>5.2f}  "
+                         f"{_f(k.own_lift):>8}  {(other[:16] + ' ' + _f(other_lift)):<26} {_f(k.specificity):>11}")
+        rest = sorted({r for k in kinds for r in k.lift if r not in ("(own)", "(best other)")})
+        if rest:
+            lines.append("  lifts per reward: " + "; ".join(
+                f"{k.kind}: " + ", ".join(f"{r} {_f(k.lift.get(r, math.nan))}" for r in rest) for k in kinds))
+    lines += ["", "verdict: " + report.verdict()]
+    return "\n".join(lines)
+
+
+def _f(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
+
+
+def _finite(obj):
+    """JSON has no NaN: undefined figures become null."""
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code=2)

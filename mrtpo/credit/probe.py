@@ -1,0 +1,253 @@
+"""The credit probe: does each reward's distance land on the tokens that reward is about?
+
+For each example the task makes targeted edits of its reference (`Task.probe_edits`), each
+about one reward: an argument value (toolcall `correct`), a misspelt column (text2sql
+`executes`), an end phrase (an instruct constraint). Each edited response is scored and
+replayed under the task's contexts exactly as the trainer does (`task.score`,
+`contexts.build_item`, `replay.distances`), and for every reward k:
+
+    mass share  = q[k] on the edited tokens / q[k] on all response tokens
+    token share = edited tokens / response tokens
+    lift        = mass share / token share      (1: the distance ignores the edit)
+
+An edit's specificity is the lift of the reward it is about divided by the largest lift
+among the other rewards: above 1 the reward's own distance goes to the edit more than any
+other reward's does. Per edit kind the figures are means over the examples (specificity of
+the means). A random-init model of the same architecture and tokenizer is the control: its
+lifts are about 1, which says the probe itself does not invent specificity.
+
+A reward whose block is empty for the edited response (nothing to tell, q = 0) has no lift
+for that edit and is left out of the comparison.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+SPECIFIC = 2.0  # specificity at which an edit kind counts as reward-specific
+SOME = 1.25  # ... and at which it counts as showing some specificity
+
+
+@dataclass
+class EditResult:
+    """One edited response: which reward it is about and every reward's figures."""
+
+    example_id: str
+    kind: str  # the edit kind ("argument value", ...)
+    reward: str  # the reward the edit is about
+    response: str
+    span_text: str
+    span_tokens: int  # response tokens that overlap the edited characters
+    num_tokens: int  # response tokens (the end-of-turn token included)
+    mass_share: dict[str, float]  # reward -> share of its q mass on the edited tokens
+    lift: dict[str, float]  # reward -> mass share / token share (NaN: empty block)
+    scores: dict[str, float]  # reward -> score of the edited response
+
+    @property
+    def token_share(self) -> float:
+        return self.span_tokens / max(1, self.num_tokens)
+
+
+@dataclass
+class KindSummary:
+    """One edit kind of one task: mean figures over its edits."""
+
+    kind: str
+    reward: str
+    edits: int
+    lift: dict[str, float]  # reward -> mean lift (NaN where no edit gave one)
+    mass_share: dict[str, float]
+    token_share: float
+
+    @property
+    def own_lift(self) -> float:
+        return self.lift.get(self.reward, math.nan)
+
+    @property
+    def best_other(self) -> tuple[str, float]:
+        others = [(r, v) for r, v in self.lift.items() if r != self.reward and not math.isnan(v)]
+        return max(others, key=lambda x: x[1]) if others else ("", math.nan)
+
+    @property
+    def specificity(self) -> float:
+        other = self.best_other[1]
+        if math.isnan(self.own_lift) or math.isnan(other) or other <= 0:
+            return math.nan
+        return self.own_lift / other
+
+
+@dataclass
+class ProbeReport:
+    """The probe of one task with one model and its random-init control."""
+
+    task: str
+    model: str
+    examples: int
+    kinds: list[KindSummary]
+    control: list[KindSummary] | None = None
+    edits: list[EditResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # edits that did not lower their reward
+
+    def verdict(self) -> str:
+        """One line: is the model's credit reward-specific on this task?"""
+        specs = [k.specificity for k in self.kinds if not math.isnan(k.specificity)]
+        if not specs:
+            return ("no verdict: no edit gave a lift for its reward and another "
+                    "(the task has no probe edits, or every block was empty)")
+        ok = sum(s >= SPECIFIC for s in specs)
+        some = sum(s >= SOME for s in specs)
+        ctrl = ""
+        if self.control:
+            c = [k.specificity for k in self.control if not math.isnan(k.specificity)]
+            if c:
+                ctrl = f"; random-init control: specificity {min(c):.2f}-{max(c):.2f}"
+        head = (f"reward-specific: specificity >= {SPECIFIC:g} on all {len(specs)} edit kinds" if ok == len(specs)
+                else f"partly reward-specific: specificity >= {SPECIFIC:g} on {ok} of {len(specs)} edit kinds, "
+                     f">= {SOME:g} on {some}" if some else
+                f"not reward-specific: every edit kind below {SOME:g} (the distances follow uncertainty, "
+                "not the reward an edit is about)")
+        return f"{head} (lowest {min(specs):.2f}, median {sorted(specs)[len(specs) // 2]:.2f}){ctrl}"
+
+    def to_dict(self) -> dict[str, Any]:
+        def kind(k: KindSummary) -> dict[str, Any]:
+            return {**asdict(k), "own_lift": k.own_lift, "best_other": k.best_other[0],
+                    "best_other_lift": k.best_other[1], "specificity": k.specificity}
+
+        return {"task": self.task, "model": self.model, "examples": self.examples,
+                "verdict": self.verdict(), "kinds": [kind(k) for k in self.kinds],
+                "control": [kind(k) for k in self.control] if self.control is not None else None,
+                "edits": [{**asdict(e), "token_share": e.token_share} for e in self.edits],
+                "skipped": list(self.skipped)}
+
+
+# ------------------------------------------------------------------------------ the math
+def span_token_mask(offsets: Sequence[tuple[int, int]], span: tuple[int, int]) -> list[bool]:
+    """Which tokens (character offsets per token) overlap the character range `span`."""
+    s, e = span
+    return [a < e and b > s for a, b in offsets]
+
+
+def edit_figures(q, in_span) -> tuple[list[float], list[float]]:
+    """(mass share, lift) per reward for one response: `q` [K, T] distances over the
+    response's tokens, `in_span` [T] bool. A reward with no mass (q = 0) gets NaN for both."""
+    import torch
+
+    q = torch.as_tensor(q, dtype=torch.float64)  # [K, T]
+    m = torch.as_tensor(in_span, dtype=torch.bool)  # [T]
+    token_share = float(m.sum()) / max(1, m.numel())
+    total = q.sum(-1)  # [K]
+    on = (q * m).sum(-1)  # [K]
+    shares, lifts = [], []
+    for k in range(q.shape[0]):
+        if float(total[k]) <= 0 or token_share == 0:
+            shares.append(math.nan)
+            lifts.append(math.nan)
+        else:
+            share = float(on[k] / total[k])
+            shares.append(share)
+            lifts.append(share / token_share)
+    return shares, lifts
+
+
+def summarize(edits: Sequence[EditResult]) -> list[KindSummary]:
+    """Mean figures per edit kind (in order of first appearance)."""
+    order: dict[str, list[EditResult]] = {}
+    for e in edits:
+        order.setdefault(e.kind, []).append(e)
+    out = []
+    for kind, group in order.items():
+        rewards = list(dict.fromkeys(r for e in group for r in e.lift))
+        own = group[0].reward
+
+        def mean(values):
+            vals = [v for v in values if not math.isnan(v)]
+            return sum(vals) / len(vals) if vals else math.nan
+
+        # instruct constraints are named per example: compare the edit's own reward with
+        # the others by role ("own" vs each other), so the own reward's name is per edit
+        if any(e.reward != own for e in group):
+            lift = {"(own)": mean(e.lift[e.reward] for e in group),
+                    "(best other)": mean(max((v for r, v in e.lift.items() if r != e.reward and not math.isnan(v)),
+                                             default=math.nan) for e in group)}
+            share = {"(own)": mean(e.mass_share[e.reward] for e in group)}
+            own = "(own)"
+        else:
+            lift = {r: mean(e.lift.get(r, math.nan) for e in group) for r in rewards}
+            share = {r: mean(e.mass_share.get(r, math.nan) for e in group) for r in rewards}
+        out.append(KindSummary(kind, own, len(group), lift, share, mean(e.token_share for e in group)))
+    return out
+
+
+# ------------------------------------------------------------------------------ running it
+def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> tuple[list[EditResult], list[str]]:
+    """Replay every verified probe edit of `examples` -> (results, skipped edits with why).
+
+    An edit is kept only when it scores its reward lower than the reference does (else it
+    is not about that reward for this example)."""
+    from mrtpo.contexts import build_item
+    from mrtpo.credit.records import response_ids
+    from mrtpo.replay import distances
+
+    rows, skipped = [], []
+    for ex in examples:
+        ref = task.reference(ex)
+        if ref is None:
+            continue
+        names = [r.name for r in task.rewards(ex)]
+        ref_scores = dict(zip(names, (v.score for v in task.score(ex, ref))))
+        for edit in task.probe_edits(ex):
+            if edit.reward not in names:
+                raise ValueError(f"task {task.name!r}: probe edit {edit.kind!r} of example {ex.id!r} names reward "
+                                 f"{edit.reward!r}, which is not one of its rewards {names}")
+            s, e = edit.span
+            if not (0 <= s < e <= len(edit.response)):
+                raise ValueError(f"task {task.name!r}: probe edit {edit.kind!r} of example {ex.id!r} has span "
+                                 f"{edit.span} outside its response of {len(edit.response)} characters")
+            verdicts = task.score(ex, edit.response)
+            scores = dict(zip(names, (v.score for v in verdicts)))
+            if not scores[edit.reward] < ref_scores[edit.reward] - 1e-9:
+                skipped.append(f"{ex.id}: {edit.kind} ({edit.reward} {scores[edit.reward]:g}, "
+                               f"reference {ref_scores[edit.reward]:g})")
+                continue
+            ids = response_ids(tokenizer, edit.response)
+            enc = tokenizer(edit.response, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = [tuple(o) for o in enc["offset_mapping"]]
+            if list(enc["input_ids"]) != ids[: len(offsets)]:
+                raise ValueError("the tokenizer's offsets do not match its encoding; the probe needs a fast tokenizer")
+            offsets += [(len(edit.response), len(edit.response))] * (len(ids) - len(offsets))  # EOS
+            rows.append((ex, edit, ids, verdicts, scores, span_token_mask(offsets, edit.span)))
+    if not rows:
+        return [], skipped
+    items = [build_item(task, tokenizer, ex, ids, v) for ex, _, ids, v, _, _ in rows]
+    q = distances(model, items, temperature=temperature).float().cpu()  # [N, K_max, T]
+    out = []
+    for n, (ex, edit, ids, _, scores, mask) in enumerate(rows):
+        names = items[n].reward_names
+        shares, lifts = edit_figures(q[n, : len(names), : len(ids)], mask)
+        out.append(EditResult(
+            example_id=ex.id, kind=edit.kind, reward=edit.reward, response=edit.response,
+            span_text=edit.response[edit.span[0]: edit.span[1]], span_tokens=sum(mask), num_tokens=len(ids),
+            mass_share=dict(zip(names, shares)), lift=dict(zip(names, lifts)), scores=scores))
+    return out, skipped
+
+
+def random_control(model, seed: int = 0):
+    """A model of the same architecture with freshly initialised weights (the probe's control)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_config(model.config)
+    return net.to(device=model.device, dtype=model.dtype).eval()
+
+
+def run(task, examples, model, tokenizer, model_name: str = "", control: bool = True,
+        temperature: float = 1.0, seed: int = 0) -> ProbeReport:
+    """The probe of `task` on `examples` with a loaded model (and its random-init control)."""
+    edits, skipped = probe_edits(task, model, tokenizer, examples, temperature)
+    ctrl = None
+    if control:
+        ctrl_edits, _ = probe_edits(task, random_control(model, seed), tokenizer, examples, temperature)
+        ctrl = summarize(ctrl_edits)
+    return ProbeReport(task.name, model_name, len(examples), summarize(edits), ctrl, edits, skipped)
