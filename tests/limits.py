@@ -37,9 +37,16 @@ def timed(fn, *args, **kwargs):
 
 def peak_rss_mb(code: str, timeout: float = 120, env: dict | None = None) -> tuple[float, str]:
     """Run `code` in a fresh interpreter; (its peak resident memory in MB, its stdout)."""
-    wrapped = code + "\nimport resource as _r\nprint('MAXRSS', _r.getrusage(_r.RUSAGE_SELF).ru_maxrss)\n"
+    # VmHWM, the peak of this process's own memory: ru_maxrss would also count the parent's
+    # pages copied at fork (Linux keeps ru_maxrss across execve), i.e. the size of pytest
+    wrapped = code + (
+        "\nimport resource as _r, os as _os\n"
+        "_kb = _r.getrusage(_r.RUSAGE_SELF).ru_maxrss\n"
+        "if _os.path.exists('/proc/self/status'):\n"
+        "    _kb = int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+        "print('MAXRSS', _kb)\n")
     out = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True,
                          timeout=timeout, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, f"exit code {out.returncode}: {out.stderr[-2000:]}"
     line = [l for l in out.stdout.splitlines() if l.startswith("MAXRSS")][-1]
     return int(line.split()[1]) / 1024, out.stdout

@@ -106,7 +106,7 @@ def test_result_cap_counts_numbers_too(db):
     rss, out = peak_rss_mb(code, timeout=240, env=env)
     _, ok, truncated, nrows = [l for l in out.splitlines() if l.startswith("RESULT")][0].split()
     assert ok == "True" and truncated == "True", out
-    assert rss < 400, f"peak RSS {rss:.0f} MB for a result capped at {MAX_RESULT_BYTES / 1e6:.0f} MB"
+    assert rss < 400, f"peak RSS {rss:.0f} MB for a result capped at {MAX_RESULT_BYTES / 1e6:.0f} MB: {out}"
 
 
 def test_exec_cache_is_bounded_by_bytes(sample):
