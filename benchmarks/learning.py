@@ -35,32 +35,39 @@ METHODS = {  # name -> TrainConfig fields
 
 
 def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> list[dict]:
-    """Train one (task, method, seed), or read it back when it already finished."""
+    """Train one (task, method, seed), or read it back when it already finished.
+
+    The run directory is locked throughout (as `mrtpo train` locks it): a second copy of the
+    benchmark started on the same --out is refused instead of deleting this one's run."""
     from mrtpo.harness import TrainConfig, train
+    from mrtpo.harness.runlock import LOCK_NAME, RunLock
 
     run_dir = out / "runs" / task / method / f"seed{seed}"
     metrics = run_dir / "metrics.jsonl"
-    done = _read(metrics)
-    if len(done) >= settings["steps"]:
-        return done[: settings["steps"]]
-    resume = (run_dir / "config.yaml").is_file() and any(run_dir.glob("checkpoint-*"))
-    if not resume and run_dir.exists():  # a run that died before its first checkpoint
-        import shutil
+    with RunLock(run_dir):
+        done = _read(metrics)
+        if len(done) >= settings["steps"]:
+            return done[: settings["steps"]]
+        resume = (run_dir / "config.yaml").is_file() and any(run_dir.glob("checkpoints/step-*"))
+        if not resume:  # a run that died before its first checkpoint: start it afresh
+            import shutil
 
-        shutil.rmtree(run_dir)
-    cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
-                      **METHODS[method], **settings)
-    t0 = time.perf_counter()
-    result = train(cfg)
-    print(f"  ran {task} {method} seed {seed}: {len(result.history)} steps in "
-          f"{time.perf_counter() - t0:.0f} s", flush=True)
-    return _read(metrics)
+            for p in run_dir.iterdir():
+                if p.name != LOCK_NAME:
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+        cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
+                          **METHODS[method], **settings)
+        t0 = time.perf_counter()
+        result = train(cfg)
+        print(f"  ran {task} {method} seed {seed}: {len(result.history)} steps in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+        return _read(metrics)
 
 
 def _read(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from mrtpo.harness.metrics import JsonlLog
+
+    return JsonlLog(path).read()  # a torn last line (a run killed mid-write) is dropped
 
 
 def reward_keys(histories: list[list[dict]]) -> list[str]:

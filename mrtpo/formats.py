@@ -195,7 +195,7 @@ class ToolCallFormat(Format):
 
     name = "tool_call"
     markers = ("<tool_call>",)
-    _TAG_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
     def body_instruction(self) -> str:
         return ('each function call as a JSON object {"name": <function name>, "arguments": '
@@ -206,7 +206,8 @@ class ToolCallFormat(Format):
                 'its own <tool_call></tool_call> tags, with no other text.')
 
     def parse_body(self, body: str) -> tuple[Any, bool, str]:
-        tags = self._TAG_RE.findall(body)
+        spans = _tag_spans(body, self.OPEN, self.CLOSE)
+        tags = [body[a + len(self.OPEN):b - len(self.CLOSE)] for a, b in spans]
         if not tags:
             return None, False, "no <tool_call>...</tool_call> block was found"
         calls, errors = [], []
@@ -216,7 +217,8 @@ class ToolCallFormat(Format):
                 errors.append(f"tool call {i}: {err}")
             else:
                 calls.append(call)
-        outside = self._TAG_RE.sub("", body).strip()
+        outside = "".join(body[a:b] for a, b in zip([0] + [e for _, e in spans],
+                                                    [s for s, _ in spans] + [len(body)])).strip()
         if errors:
             return (calls or None), False, "; ".join(errors)
         if outside:
@@ -229,6 +231,20 @@ class ToolCallFormat(Format):
                                          ensure_ascii=False) + "\n</tool_call>"
             for c in answer
         )
+
+
+def _tag_spans(text: str, open_tag: str, close_tag: str) -> list[tuple[int, int]]:
+    """(start, end) of each `open_tag ... close_tag` in `text`, shortest first, left to right:
+    the matches of `re.finditer(open + "(.*?)" + close, text, re.DOTALL)`, found with `str.find`
+    in linear time (the regex rescans the rest of the text from every unclosed open tag)."""
+    spans, i = [], text.find(open_tag)
+    while i >= 0:
+        j = text.find(close_tag, i + len(open_tag))
+        if j < 0:
+            break  # no later open tag has a close either
+        spans.append((i, j + len(close_tag)))
+        i = text.find(open_tag, j + len(close_tag))
+    return spans
 
 
 def _parse_call(raw: str) -> tuple[dict | None, str]:

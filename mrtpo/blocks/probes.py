@@ -29,6 +29,7 @@ from typing import Any
 
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks.files import lines, read_text
 
 #: (name, response text)
 Probe = tuple[str, str]
@@ -191,45 +192,44 @@ def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[
     [<text>, ...]}`, optionally with `"name"` (shown instead of "response 1", "response 2").
     """
     path = Path(path)
-    if not path.is_file():
-        raise ResponsesFileError(f"{path}: no such file; --responses takes a JSONL file with "
-                                 'rows {"id": <example id>, "response": <text>}')
+    shape = '--responses takes a JSONL file with rows {"id": <example id>, "response": <text>}'
+    if not path.exists():
+        raise ResponsesFileError(f"{path}: no such file; {shape}")
     known = {e.id for e in examples}
     out: dict[str, list[Probe]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ResponsesFileError(f"{path}, row {n}: not valid JSON ({exc}); each line is "
-                                         'one object {"id": ..., "response": ...}') from None
-            if not isinstance(row, dict):
-                raise ResponsesFileError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object")
-            ex_id = row.get("id", row.get("example_id"))
-            if ex_id is None:
-                raise ResponsesFileError(f"{path}, row {n}: field 'id' is missing; give the id of "
-                                         "the example the response answers")
-            ex_id = str(ex_id)
-            if ex_id not in known:
-                sample = ", ".join(sorted(known)[:5])
-                raise ResponsesFileError(f"{path}, row {n}: field 'id' is {ex_id!r}, which is not an "
-                                         f"example of the data (ids look like: {sample})")
-            if "responses" in row:
-                texts = row["responses"]
-                if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-                    raise ResponsesFileError(f"{path}, row {n}: field 'responses' must be a list "
-                                             "of strings")
-            elif "response" in row:
-                texts = [row["response"]]
-                if not isinstance(texts[0], str):
-                    raise ResponsesFileError(f"{path}, row {n}: field 'response' must be a string, "
-                                             f"not {type(texts[0]).__name__}")
-            else:
-                raise ResponsesFileError(f"{path}, row {n}: field 'response' is missing")
-            got = out.setdefault(ex_id, [])
-            for t in texts:
-                name = str(row["name"]) if "name" in row and len(texts) == 1 else f"response {len(got) + 1}"
-                got.append((name, t))
+    for n, line in lines(read_text(path, ResponsesFileError, "responses file (JSONL)")):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ResponsesFileError(f"{path}, row {n}: not valid JSON ({exc}); each line is "
+                                     'one object {"id": ..., "response": ...}') from None
+        if not isinstance(row, dict):
+            raise ResponsesFileError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object")
+        ex_id = row.get("id", row.get("example_id"))
+        if ex_id is None:
+            raise ResponsesFileError(f"{path}, row {n}: field 'id' is missing; give the id of "
+                                     "the example the response answers")
+        ex_id = str(ex_id)
+        if ex_id not in known:
+            sample = ", ".join(sorted(known)[:5])
+            raise ResponsesFileError(f"{path}, row {n}: field 'id' is {ex_id!r}, which is not an "
+                                     f"example of the data (ids look like: {sample})")
+        if "responses" in row:
+            texts = row["responses"]
+            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                raise ResponsesFileError(f"{path}, row {n}: field 'responses' must be a list "
+                                         "of strings")
+        elif "response" in row:
+            texts = [row["response"]]
+            if not isinstance(texts[0], str):
+                raise ResponsesFileError(f"{path}, row {n}: field 'response' must be a string, "
+                                         f"not {type(texts[0]).__name__}")
+        else:
+            raise ResponsesFileError(f"{path}, row {n}: field 'response' is missing")
+        got = out.setdefault(ex_id, [])
+        for t in texts:
+            name = str(row["name"]) if "name" in row and len(texts) == 1 else f"response {len(got) + 1}"
+            got.append((name, t))
+    if not out:
+        raise ResponsesFileError(f"{path}: the file holds no responses (it is empty); {shape}")
     return out

@@ -2,34 +2,29 @@
 
 `mrtpo eval`, `mrtpo credit`, `mrtpo train` and `mrtpo blocks preview|lint` all declare the
 option as `TaskOptions` and read it with `parse_task_options`, so a value means the same thing
-whichever command it is given to (the task error hints say `-o skip_unsupported=true`).
+whichever command it is given to (the task error hints say `-o skip_unsupported=true`), and
+the TRL launcher's `--task_args` reads values the same way. Names and types are checked where
+every task is built (`mrtpo.tasks.get_task`, see mrtpo.tasks.options).
 """
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Optional
 
 import typer
 
+from mrtpo.tasks.options import read_value
+
 FLAG = "--task-option"
-HELP = ("KEY=VALUE for the task's constructor, repeatable (value read as JSON if it parses, "
-        "true/false/none in any case, else a string), e.g. -o think=true -o skip_unsupported=true.")
+HELP = ("KEY=VALUE for the task's constructor, repeatable (the value read as a YAML scalar, as "
+        "TRL's --task_args: true/false/yes/no, numbers, null, [lists], {maps}, else text; checked "
+        "against the option's declared type), e.g. -o think=true -o skip_unsupported=true.")
 
 TaskOptions = Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help=HELP)]
 
-_WORDS = {"true": True, "false": False, "none": None, "null": None}
-
 
 def parse_task_value(raw: str) -> Any:
-    """One value: JSON (numbers, lists, objects, quoted strings), then true/false/none in any
-    case (so Python's `True`, as the tasks' own hints spell it, is a bool, not the truthy
-    string "False"), else the text as it is (paths, names)."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        pass
-    word = raw.strip().lower()
-    return _WORDS[word] if word in _WORDS else raw
+    """One value, read as a YAML scalar (mrtpo.tasks.options.read_value)."""
+    return read_value(raw)
 
 
 def parse_task_options(items: list[str] | None, flag: str = FLAG) -> dict[str, Any]:

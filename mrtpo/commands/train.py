@@ -124,7 +124,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
-    from mrtpo.tasks import TaskLoadError, TaskNotFound
+    from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 
     err = Console(stderr=True)
     config_file = kwargs.pop("config")
@@ -142,7 +142,7 @@ def run(**kwargs) -> None:
         err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True)
     try:
         result = _train_with_progress(cfg, err)
-    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError) as exc:
+    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2)
     except RewardError as exc:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from mrtpo.tasks.base import Example
+from mrtpo.tasks.files import lines, read_text
 
 ID_FIELDS = ("id", "key", "question_id")
 RESPONSE_FIELDS = ("response", "completion", "output", "result")
@@ -63,9 +64,9 @@ class Pairing:
 def read_responses(path: str | Path) -> list[ResponseRow]:
     """Rows of a JSONL (or JSON array) responses file; raises `ResponsesError` on a bad row."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ResponsesError(f"{path}: no such responses file")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, ResponsesError, "responses file (JSONL)")
     records: list[tuple[int, Any]] = []
     if text.lstrip().startswith("["):
         try:
@@ -74,16 +75,15 @@ def read_responses(path: str | Path) -> list[ResponseRow]:
             raise ResponsesError(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
         records = list(enumerate(data, 1))
     else:
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
+        for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
             try:
                 records.append((n, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise ResponsesError(f"{path}, line {n}: not valid JSON ({exc})") from exc
     rows = [_row(path, n, rec) for n, rec in records]
     if not rows:
-        raise ResponsesError(f"{path}: the file holds no responses")
+        raise ResponsesError(f"{path}: the file holds no responses (it is empty); write one JSON "
+                             f"object per line with an id and a {RESPONSE_FIELDS[0]!r}")
     return rows
 
 

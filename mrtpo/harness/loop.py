@@ -16,6 +16,7 @@ prompts, scores are gathered so credit is the whole batch's, gradients are avera
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -28,11 +29,12 @@ from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distances import blocks_for, replay_distances
-from mrtpo.harness.distributed import Distributed, local_credit
+from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
+from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.update import update
@@ -51,9 +53,17 @@ class RunResult:
 
 def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = None,
           on_start: Callable[[int], None] | None = None) -> RunResult:
-    """Train as `cfg` says; `on_start(first_step)` and `on_step(record)` feed a progress display."""
-    # ------------------------------------------------------------------------------- setup
+    """Train as `cfg` says; `on_start(first_step)` and `on_step(record)` feed a progress display.
+
+    The run directory is locked for the whole run (mrtpo.harness.runlock): a second run
+    started in it is refused, naming this one."""
     check_model_arg(cfg.model)
+    with RunLock(cfg.run_dir) if is_main_process() else contextlib.nullcontext():
+        return _train(cfg, on_step, on_start)
+
+
+def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
+    # ------------------------------------------------------------------------------- setup
     if not cfg.task:
         from mrtpo.tasks import available_tasks
 
@@ -68,7 +78,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     check_reward_weights(task, train_set, cfg.reward_weights)
     # the verifier pool forks now, before the model is loaded (a small process to copy)
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
-    resume_from = checkpoints.latest(run_dir) if cfg.resume else None
+    resume_from = dist.run_on_main(lambda: checkpoints.resume_point(run_dir)) if cfg.resume else None
     policy = load_policy(
         model_path, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
@@ -183,6 +193,12 @@ def prepare_run_dir(cfg: TrainConfig) -> Path:
     if cfg.resume:
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
+        done = max((checkpoints.recorded_step(p) for p in checkpoints.complete_checkpoints(run_dir)),
+                   default=0)
+        if done > cfg.steps:
+            raise ConfigError(f"--resume --steps {cfg.steps}: the run in {run_dir} has already "
+                              f"reached step {done}; pass --steps {done + 1} or more to train on")
+        checkpoints.clean_leftovers(run_dir)  # safe: this process holds the run's lock
     elif checkpoints.complete_checkpoints(run_dir) or (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it, or "
                           "choose another --output-dir / --run-name")

@@ -24,6 +24,7 @@ Names (one `metrics.jsonl` line per step):
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,6 +33,8 @@ import torch
 
 # the concentration metric has one implementation, shared with `mrtpo credit`
 from mrtpo.credit.statistics import top_share
+
+log = logging.getLogger(__name__)
 
 
 def _finite(x: float) -> float | None:
@@ -104,8 +107,7 @@ class JsonlLog:
     def truncate_after(self, step: int) -> None:
         if not self.path.exists():
             return
-        keep = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+        keep = [line for line, row in self._rows() if row.get("step", 0) <= step]
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         tmp.replace(self.path)
@@ -118,7 +120,26 @@ class JsonlLog:
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return [row for _, row in self._rows()]
+
+    def _rows(self) -> list[tuple[str, dict[str, Any]]]:
+        """(line, parsed row) for every line. A last line that does not parse (a crash
+        mid-append tore it) is dropped with a warning; a bad line before it is an error."""
+        lines = self.path.read_text(encoding="utf-8", errors="replace").split("\n")
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append((line, json.loads(line)))
+            except ValueError as exc:
+                if all(not rest.strip() for rest in lines[n:]):
+                    log.warning("%s, line %d: dropping a torn last line (%d characters; the run "
+                                "stopped while writing it)", self.path, n, len(line))
+                    continue
+                raise ValueError(f"{self.path}, line {n}: not valid JSON ({exc}); only a torn last "
+                                 "line is dropped on its own; fix or remove this line") from None
+        return out
 
 
 def _jsonable(x):

@@ -80,8 +80,9 @@ def check_verdict(reward: Reward, result, example: Example, response: str) -> Ve
 _TASK: Task | None = None  # set in the parent before forking, inherited by the workers
 
 
-class _Deadline(Exception):
-    pass
+class _Deadline(BaseException):
+    """The per-job timer ran out. A BaseException (like KeyboardInterrupt), so no `except
+    Exception` in a verifier or a format's parser can catch it and report something else."""
 
 
 def _on_alarm(signum, frame):

@@ -49,7 +49,7 @@ from mrtpo.advantages import Credit, estimate, place
 from mrtpo.contexts import build_item
 from mrtpo.harness.distributed import local_credit
 from mrtpo.harness.scoring import RewardError, check_verdict, reward_names
-from mrtpo.tasks import get_task
+from mrtpo.tasks import TaskLoadError, TaskNotFound, get_task
 from mrtpo.tasks.base import Example, Task, Verdict
 
 MIN_TRL = "0.26"
@@ -447,14 +447,15 @@ class MRTPOScriptArguments:
 
 
 def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
-    import yaml
+    """KEY=VALUE pairs, each value read as `mrtpo train -o` reads it (a YAML scalar)."""
+    from mrtpo.tasks.options import read_value
 
     out: dict[str, Any] = {}
     for item in pairs:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        if not sep or not key.strip().isidentifier():
             raise ValueError(f"--task_args {item!r}: expected KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = read_value(value)
     return out
 
 
@@ -497,8 +498,11 @@ def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
     init = dict(revision=model_args.model_revision, trust_remote_code=args.trust_remote_code,
                 attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
     args.model_init_kwargs = {**init, **(args.model_init_kwargs or {})}
-    trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=script.task, args=args,
-                               task_args=_task_args(script.task_args), data=script.data, mrtpo=script.mrtpo,
+    try:  # the options' names and types, checked as every command checks them
+        task = get_task(script.task, **_task_args(script.task_args))
+    except (ValueError, TypeError, TaskNotFound, TaskLoadError) as exc:
+        parser.error(str(exc))
+    trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=task, args=args, data=script.data, mrtpo=script.mrtpo,
                                mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
                                log_completions_every=script.log_completions_every,
                                peft_config=get_peft_config(model_args))

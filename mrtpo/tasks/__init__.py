@@ -1,5 +1,6 @@
 """Tasks: the types, the registry, and the built-in tasks (imported lazily by name)."""
 from mrtpo.tasks.base import Example, Placement, ProbeEdit, Reward, Task, Verdict
+from mrtpo.tasks.options import TaskOptionError
 from mrtpo.tasks.registry import (
     ENTRY_POINT_GROUP,
     TaskLoadError,
@@ -12,5 +13,5 @@ from mrtpo.tasks.registry import (
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Example", "Placement", "ProbeEdit", "Reward", "Task", "TaskLoadError",
-    "TaskNotFound", "Verdict", "available_tasks", "get_task", "register_task", "unregister_task",
+    "TaskNotFound", "TaskOptionError", "Verdict", "available_tasks", "get_task", "register_task", "unregister_task",
 ]

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator
 
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
+from mrtpo.tasks.files import lines, read_text
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -107,10 +108,11 @@ class InstructTask(Task):
         if path is None:
             res = resources.files("mrtpo").joinpath(SAMPLE)
             source = f"mrtpo/{SAMPLE}"
-            rows = _jsonl_rows(res.read_text(encoding="utf-8").splitlines(), source)
+            rows = _jsonl_rows(res.read_text(encoding="utf-8"), source)
         else:
             rows, source = _read_rows(path, split)
         examples: list[Example] = []
+        ids: dict[str, str] = {}  # example id -> the row that first used it
         unsupported: Counter[str] = Counter()
         first_row: dict[str, str] = {}
         layout = None
@@ -125,6 +127,10 @@ class InstructTask(Task):
                     unsupported[i] += 1
                     first_row.setdefault(i, where)
                 continue
+            if ex.id in ids:
+                raise DataError(f"{where}: id {ex.id!r} is already the id of {ids[ex.id]}; give each "
+                                "row its own id (responses and results are matched to rows by id)")
+            ids[ex.id] = where
             examples.append(ex)
         if unsupported:
             listing = ", ".join(f"{i} ({n} rows, first at {first_row[i]})" for i, n in unsupported.most_common())
@@ -356,10 +362,8 @@ def _parse_ground_truth(gt: Any, where: str) -> list[tuple[str, Any]]:
     return pairs
 
 
-def _jsonl_rows(lines: Iterable[str], source: str) -> Iterator[tuple[str, Any]]:
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+def _jsonl_rows(text: str, source: str) -> Iterator[tuple[str, Any]]:
+    for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
         try:
             yield f"{source}:{n}", json.loads(line)
         except json.JSONDecodeError as exc:
@@ -370,10 +374,11 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
     p = Path(path)
     if p.is_file():
         if p.suffix == ".json":
+            text = read_text(p, DataError, "JSON or JSONL file")
             try:
-                data = json.loads(p.read_text(encoding="utf-8"))
+                data = json.loads(text)
             except json.JSONDecodeError:  # a .json file holding JSON lines
-                return _jsonl_rows(p.read_text(encoding="utf-8").splitlines(), str(p)), str(p)
+                return _jsonl_rows(text, str(p)), str(p)
             if isinstance(data, dict):
                 data = data.get(split or "train", data.get("data", [data]))
             return ((f"{p}[{i}]", r) for i, r in enumerate(data)), str(p)
@@ -382,7 +387,7 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
 
             ds = datasets.load_dataset("parquet", data_files=str(p), split="train")
             return ((f"{p}[{i}]", r) for i, r in enumerate(ds)), str(p)
-        return _jsonl_rows(p.read_text(encoding="utf-8").splitlines(), str(p)), str(p)
+        return _jsonl_rows(read_text(p, DataError, "JSONL file"), str(p)), str(p)
     if p.exists():
         raise DataError(f"{path}: is a directory; pass a .jsonl, .json or .parquet file")
     if path.count("/") == 1 and not path.startswith((".", "/")) and not p.suffix:  # "org/name"

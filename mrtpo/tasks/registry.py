@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Any, Callable
 
 from mrtpo.tasks.base import Task
+from mrtpo.tasks.options import TaskOptionError, check_options
 
 ENTRY_POINT_GROUP = "mrtpo.tasks"
 
@@ -152,10 +153,15 @@ def _load_factory(name: str) -> tuple[Callable[..., Task], str]:
 def get_task(name: str, **kwargs) -> Task:
     """Instantiate the task registered as `name`; kwargs go to its constructor/factory."""
     factory, origin = _load_factory(name)
+    kwargs = check_options(name, factory, kwargs)  # names and declared types (mrtpo.tasks.options)
     try:
         task = factory(**kwargs)
     except TypeError as exc:
         raise TypeError(f"task {name!r} ({origin}) could not be built with {kwargs}: {exc}") from exc
+    except ValueError as exc:  # the task's own check of an option's value
+        if isinstance(exc, TaskOptionError):
+            raise
+        raise TaskOptionError(f"task {name!r}: {exc}") from exc
     if not isinstance(task, Task):
         raise TaskLoadError(
             f"task {name!r} ({origin}) produced {type(task).__name__}, not a mrtpo Task"

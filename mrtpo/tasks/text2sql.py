@@ -16,8 +16,7 @@ stray text around its block still counts for them; only `format` is strict.
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import logging
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -32,41 +31,37 @@ from mrtpo.verifiers.sql import (
     execute,
     match_executed,
 )
+from mrtpo.verifiers.lru import BoundedCache
 from mrtpo.verifiers.sql_pool import execute_many
 
 REWARD_NAMES = ("format", "executes", "result")
+log = logging.getLogger(__name__)
+
 SQLITE_ERROR = "SQLite error: "  # prefix of an `executes` verdict's feedback when the query failed
 NO_QUERY = "no query to run"
-_CACHE_ROWS = 1000  # results with more rows are not kept in the execution cache
-_CACHE_SIZE = 4096
+_CACHE_SIZE = 4096  # results kept in the execution cache
+CACHE_BYTES = 64_000_000  # bytes of results the execution cache holds
+CACHE_ENTRY_BYTES = 4_000_000  # larger results are not kept
+TIMEOUT_TTL_S = 60.0  # how long a timed-out query's result is reused
 
 
 class _ExecCache:
-    """A small thread-safe LRU of (db, sql) -> ExecResult, so one response's query runs once
-    for `executes` and `result`, and each gold query once."""
+    """(db, sql) -> ExecResult, so one response's query runs once for `executes` and `result`,
+    and each gold query once. Bounded by entries and by bytes (mrtpo.verifiers.lru): at most
+    CACHE_BYTES in all and CACHE_ENTRY_BYTES per result. A timeout is kept for TIMEOUT_TTL_S
+    only: long enough that the rewards of one response share it (a runaway query runs once),
+    short enough that a deadline missed on a busy machine is retried later."""
 
     def __init__(self, size: int = _CACHE_SIZE) -> None:
-        self.size = size
-        self._d: OrderedDict[tuple[str, str], ExecResult] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lru = BoundedCache(size, CACHE_BYTES, CACHE_ENTRY_BYTES)
 
     def get(self, key):
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
-        return None
+        return self._lru.get(key)
 
     def put(self, key, value: ExecResult) -> None:
-        if value.rows is not None and len(value.rows) > _CACHE_ROWS:
-            return
-        if value.error and ("interrupted" in value.error or "worker process" in value.error):
-            return  # a deadline missed on a busy machine may pass next time
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
+        transient = value.timed_out or (value.error and "worker process" in value.error)
+        self._lru.put(key, value, value.nbytes + len(key[1]) + 200,
+                      ttl=TIMEOUT_TTL_S if transient else None)
 
 
 def schema_text(db_path: str | Path, sample_rows: int = 0, timeout: float = DEFAULT_TIMEOUT) -> str:
@@ -183,6 +178,12 @@ class Text2SQLTask(Task):
                                 f"max_rows={self.max_rows} rows; raise max_rows or drop the row.")
         key = str(row.db_path)
         if key not in self._schemas:
+            wal = Path(key + "-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                log.warning("%s: %s holds changes not yet checkpointed into the database; queries "
+                            "read the database file as it is (opened immutable, so no file is "
+                            "created beside it). Checkpoint it first: sqlite3 %s "
+                            "'PRAGMA wal_checkpoint(TRUNCATE)'", row.source, wal, key)
             try:
                 self._schemas[key] = schema_text(row.db_path, self.sample_rows, self.timeout)
             except DataError as exc:
@@ -231,11 +232,17 @@ class Text2SQLTask(Task):
                         self._result_verdict(ex, p, pred, gold)])
         return out
 
+    def score(self, example: Example, response: str) -> list[Verdict]:
+        """All three verdicts from one execution of the response's query (see score_batch)."""
+        return self.score_batch([(example, response)])[0]
+
     def _run(self, db: str, sql: str) -> ExecResult:
+        """One query, cached; run in a worker process (workers=0: in this one), so a query
+        stuck inside one SQLite function call is stopped by the pool's hard deadline."""
         key = (db, sql)
         res = self._cache.get(key)
         if res is None:
-            res = execute(db, sql, self.timeout, self.max_rows)
+            res = execute_many([key], self.timeout, self.max_rows, self.workers)[0]
             self._cache.put(key, res)
         return res
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.cache import cache_dir as _cache_root
+from mrtpo.tasks.files import lines, read_text
 from mrtpo.verifiers.sql import MODES
 
 
@@ -124,11 +125,13 @@ def _text_field(row: Any, field: str, where: str, *, required: bool = True,
 
 def _read_json_list(file: Path) -> list:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_text(file, DataError, "JSON file"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{file}: not valid JSON ({exc}); expected a JSON list of rows") from exc
     if not isinstance(data, list):
         raise DataError(f"{file}: expected a JSON list of rows, got a JSON {type(data).__name__}")
+    if not data:
+        raise DataError(f"{file}: the list holds no rows")
     return data
 
 
@@ -241,37 +244,39 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
     bases = [b for b in (db_root, file.parent) if b is not None]
     rows: list[SQLRow] = []
     names = "'question', 'query' and one of 'db_path' / 'db_id'"
-    with open(file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = _where(file, n, line=True)
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc}); each line must be one JSON object") from exc
-            if not isinstance(raw, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-            row_split = _text_field(raw, "split", where, required=False)
-            if split is not None and row_split != split:
-                continue
-            question = _text_field(raw, "question", where, names=names)
-            gold = _text_field(raw, "query", where, names=names)
-            if raw.get("db_path") is not None:
-                db_path, db_id = _resolve_db(_text_field(raw, "db_path", where), "db_path", bases, where, cache)
-            else:
-                db_path, db_id = _resolve_db(_text_field(raw, "db_id", where, names=names), "db_id",
-                                             bases, where, cache)
-            mode = _text_field(raw, "mode", where, required=False) or "bag"
-            if mode not in MODES:
-                raise DataError(f"{where}, field 'mode': {mode!r} is not a comparison mode; "
-                                f"use one of {', '.join(MODES)}")
-            rid = raw.get("id", f"{file.stem}-{n}")
-            rows.append(SQLRow(
-                id=str(rid), question=question, gold=gold, db_path=db_path, db_id=db_id,
-                source=where, evidence=_text_field(raw, "evidence", where, required=False),
-                dialect=_text_field(raw, "dialect", where, required=False).lower() or "sqlite",
-                mode=mode))
+    seen_any = False
+    for n, line in lines(read_text(file, DataError, "JSONL file")):
+        seen_any = True
+        where = _where(file, n, line=True)
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc}); each line must be one JSON object") from exc
+        if not isinstance(raw, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        row_split = _text_field(raw, "split", where, required=False)
+        if split is not None and row_split != split:
+            continue
+        question = _text_field(raw, "question", where, names=names)
+        gold = _text_field(raw, "query", where, names=names)
+        if raw.get("db_path") is not None:
+            db_path, db_id = _resolve_db(_text_field(raw, "db_path", where), "db_path", bases, where, cache)
+        else:
+            db_path, db_id = _resolve_db(_text_field(raw, "db_id", where, names=names), "db_id",
+                                         bases, where, cache)
+        mode = _text_field(raw, "mode", where, required=False) or "bag"
+        if mode not in MODES:
+            raise DataError(f"{where}, field 'mode': {mode!r} is not a comparison mode; "
+                            f"use one of {', '.join(MODES)}")
+        rid = raw.get("id", f"{file.stem}-{n}")
+        rows.append(SQLRow(
+            id=str(rid), question=question, gold=gold, db_path=db_path, db_id=db_id,
+            source=where, evidence=_text_field(raw, "evidence", where, required=False),
+            dialect=_text_field(raw, "dialect", where, required=False).lower() or "sqlite",
+            mode=mode))
+    if not seen_any:
+        raise DataError(f"{file}: the file holds no rows (it is empty); each line must be one JSON "
+                        f"object with {names}")
     if split is not None and not rows:
         raise DataError(f"{file}: no rows with split {split!r}")
     return rows

@@ -25,13 +25,14 @@ so `schema` and `correct` judge the calls whatever their wrapping (`format` judg
 """
 from __future__ import annotations
 
-import functools
+import hashlib
 from importlib import resources
 from pathlib import Path
 
 from mrtpo.formats import ToolCallFormat
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.toolcall_data import ToolCallRow, read_toolcall
+from mrtpo.verifiers.lru import BoundedCache
 from mrtpo.verifiers.toolcall import (
     ParsedCalls,
     ast_check_reason,
@@ -46,9 +47,22 @@ TOOLS_INTRO = ("You may call one or more of the following functions. Each is des
 SAMPLE = "sample.jsonl"
 
 
-@functools.lru_cache(maxsize=1024)
+#: Parsed responses, shared by the three rewards. Keyed by a digest (the key holds no copy of
+#: the response) and bounded by bytes: an entry counts PARSE_BYTES_PER_CHAR bytes per response
+#: character (the parsed calls are Python objects, a few times their JSON text), at most
+#: PARSE_CACHE_BYTES in all, so 40 distinct 10 MB responses are not all kept.
+PARSE_CACHE_BYTES = 64_000_000
+PARSE_BYTES_PER_CHAR = 8
+_PARSED = BoundedCache(max_entries=1024, max_bytes=PARSE_CACHE_BYTES)
+
+
 def _parse_cached(response: str, think: bool) -> ParsedCalls:
-    return parse_calls(response, ToolCallFormat(think=think))
+    key = (hashlib.sha256(response.encode("utf-8", "surrogatepass")).digest(), think)
+    hit = _PARSED.get(key)
+    if hit is None:
+        hit = parse_calls(response, ToolCallFormat(think=think))
+        _PARSED.put(key, hit, PARSE_BYTES_PER_CHAR * len(response) + 1000)
+    return hit
 
 
 class ToolCallTask(Task):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrtpo.tasks.files import lines, read_text
 from mrtpo.verifiers.toolcall import FunctionSpecError, check_mode, normalize_function
 
 #: BFCL v4 categories this task reads (single-turn, with possible answers, Python types)
@@ -245,12 +246,9 @@ def _first_row(path: Path) -> Any:
 
 
 def _json_lines(path: Path):
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield line_no, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ToolCallDataError(f"{path}:{line_no}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno}); "
-                                        "each line must hold one JSON object") from None
+    for line_no, line in lines(read_text(path, ToolCallDataError, "JSONL file")):
+        try:
+            yield line_no, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ToolCallDataError(f"{path}:{line_no}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno}); "
+                                    "each line must hold one JSON object") from None

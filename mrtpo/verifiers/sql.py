@@ -7,10 +7,22 @@ syntax error`), or a refusal that names what was refused. The sandbox, in layers
 - an authorizer allows only reads (SELECT, column reads, functions, recursive CTEs and a
   few schema-introspection PRAGMAs) and denies everything else: writes, schema changes,
   ATTACH (VACUUM attaches internally, so it is denied too), PRAGMAs, transactions;
+- the file is opened `immutable=1` as well, so SQLite creates no file beside it (no `-wal`
+  or `-shm` for a database in WAL mode; such a database is read as of its last checkpoint);
 - statements that start with a writing keyword (REINDEX runs no authorizer check) are
-  refused before SQLite sees them; more than one statement is refused;
-- a progress handler enforces the deadline (a runaway recursive CTE stops on time), rows
-  are capped (`max_rows`) and so is the size of any one value (`max_value_bytes`).
+  refused before SQLite sees them; more than one statement is refused. That pre-check is a
+  linear scan (no backtracking regex), so it costs nothing on hostile text;
+- the read-only table-valued functions `json_each`, `json_tree` and the schema
+  `pragma_<name>(...)` functions of `_READ_PRAGMAS` are allowed (their virtual tables are
+  set up before the authorizer is installed); every other virtual table stays refused;
+- a progress handler enforces the deadline (a runaway recursive CTE stops on time), and a
+  query that still ends past it (a slow scalar function such as `printf('%.*c', 1e9, 'x')`
+  runs between two progress checks) is reported as a timeout, never as a success; the
+  worker pool (`sql_pool.py`) kills a worker that overruns, so a call there returns within
+  `timeout + hard_grace(timeout)`;
+- rows are capped (`max_rows`), so is the size of any one value (`SQLITE_LIMIT_LENGTH`) and
+  the size of the whole result (MAX_RESULT_BYTES, counted as Python objects of every type,
+  numbers and NULLs included).
 
 `exec_match` compares a prediction with the gold query on one database in one of three
 modes (see `compare_results`); `verify_batch` does it for many pairs in parallel worker
@@ -24,6 +36,7 @@ import os
 import re
 import sqlite3
 import time
+from sys import getsizeof
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +49,7 @@ DEFAULT_TIMEOUT = 5.0  # seconds per query
 DEFAULT_MAX_ROWS = 100_000  # rows kept per result; more marks the result truncated
 MAX_VALUE_BYTES = 1_000_000  # SQLITE_LIMIT_LENGTH: no string/blob larger than this
 MAX_SQL_CHARS = 100_000  # SQLITE_LIMIT_SQL_LENGTH
-MAX_RESULT_BYTES = 64_000_000  # text/blob bytes kept per result; more marks it truncated
+MAX_RESULT_BYTES = 64_000_000  # bytes of Python objects kept per result (all types); more truncates
 _PROGRESS_EVERY = 1000  # VM instructions between deadline checks
 _MAX_PERMUTATIONS = 100_000  # column permutations tried by the bag comparison
 
@@ -64,7 +77,15 @@ _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_to
 _WRITE_KEYWORDS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "UPSERT", "CREATE", "DROP",
                    "ALTER", "ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "BEGIN",
                    "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"}
-_LEADING_RE = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*([A-Za-z]+)", re.DOTALL)
+_SPACE_RE = re.compile(r"\s+")
+_WORD_RE = re.compile(r"[A-Za-z]+")
+#: Eponymous virtual tables that only read: set up on each connection before the authorizer is
+#: installed (their first use writes their declaration into the in-memory schema, which the
+#: authorizer would refuse as an UPDATE of sqlite_master); other virtual tables stay refused.
+_TABLE_FUNCTIONS = ("json_each('[]')", "json_tree('[]')") + tuple(
+    f"pragma_{p}('')" for p in sorted({"table_info", "table_xinfo", "index_list", "index_info",
+                                        "index_xinfo", "foreign_key_list"}))
+TIMEOUT_ERROR = "interrupted: the query ran past the {timeout:g} s time limit"
 _ALLOWED_HINT = "only a single read-only query (SELECT or WITH ... SELECT) may run"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -76,8 +97,9 @@ class ExecResult:
 
     `error` is SQLite's own text for queries SQLite rejected or stopped, or a refusal saying
     what was refused. `truncated` means the query produced more than `max_rows` rows (or more
-    than MAX_RESULT_BYTES of text and blobs) and `rows` holds only the first ones; such a
-    result counts as having run but is never compared.
+    than MAX_RESULT_BYTES of values) and `rows` holds only the first ones; such a result
+    counts as having run but is never compared. `nbytes`: the size of `rows` as Python
+    objects (what caches count).
     """
 
     rows: list[tuple] | None = None
@@ -85,15 +107,21 @@ class ExecResult:
     columns: tuple[str, ...] = ()
     truncated: bool = False
     seconds: float = 0.0
+    nbytes: int = 0
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def timed_out(self) -> bool:
+        """The query was stopped at (or ran past) its deadline."""
+        return bool(self.error) and self.error.startswith("interrupted:")
+
 
 def db_uri(db_path: PathLike) -> str:
     """The read-only `file:` URI for a database path (percent-encoded)."""
-    return Path(db_path).resolve().as_uri() + "?mode=ro"
+    return Path(db_path).resolve().as_uri() + "?mode=ro&immutable=1"
 
 
 def _authorizer(refused: list[str]):
@@ -105,6 +133,10 @@ def _authorizer(refused: list[str]):
             return sqlite3.SQLITE_OK
         if action == _PRAGMA and str(arg1).lower() in _READ_PRAGMAS:
             return sqlite3.SQLITE_OK
+        if action == 23 and arg1 == "sqlite_master":  # a virtual table declaring itself
+            refused.append("this table-valued function (only json_each, json_tree and "
+                           + ", ".join(f"pragma_{p}" for p in sorted(_READ_PRAGMAS)) + " may run)")
+            return sqlite3.SQLITE_DENY
         refused.append(_describe(action, arg1, arg2))
         return sqlite3.SQLITE_DENY
 
@@ -126,9 +158,28 @@ def _describe(action: int, arg1, arg2) -> str:
 
 
 def leading_keyword(sql: str) -> str:
-    """The statement's first keyword, upper-cased, after whitespace and comments ("" if none)."""
-    m = _LEADING_RE.match(sql)
-    return m.group(1).upper() if m else ""
+    """The statement's first keyword, upper-cased, after whitespace and comments ("" if none).
+
+    A linear scan: `--` comments run to the end of the line, `/* */` comments to their close
+    (an unclosed one leaves no keyword), whitespace is skipped in one step.
+    """
+    i, n = 0, len(sql)
+    while i < n:
+        m = _SPACE_RE.match(sql, i)
+        if m:
+            i = m.end()
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            if j < 0:
+                return ""
+            i = j + 2
+        else:
+            break
+    m = _WORD_RE.match(sql, i)
+    return m.group(0).upper() if m else ""
 
 
 def _connect(db_path: PathLike, refused: list[str], timeout: float) -> sqlite3.Connection:
@@ -138,6 +189,8 @@ def _connect(db_path: PathLike, refused: list[str], timeout: float) -> sqlite3.C
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
+    for fn in _TABLE_FUNCTIONS:
+        conn.execute(f"SELECT 1 FROM {fn} LIMIT 0").fetchall()
     conn.set_authorizer(_authorizer(refused))
     return conn
 
@@ -153,7 +206,10 @@ def execute(db_path: PathLike, sql: str, timeout: float = DEFAULT_TIMEOUT,
     """Run one query on a database opened read-only; never raises on bad SQL.
 
     Returns `ExecResult(rows=...)` or `ExecResult(error=...)`. See the module docstring for
-    the sandbox. `timeout` (seconds) is enforced inside SQLite by a progress handler.
+    the sandbox. `timeout` (seconds) is enforced inside SQLite by a progress handler; a query
+    that ends past it anyway is reported as a timeout. In this process nothing can stop a
+    single slow SQLite function call; `mrtpo.verifiers.sql_pool.execute_many` (worker
+    processes) bounds the wall clock too.
     """
     start = time.monotonic()
     if not isinstance(sql, str) or not sql.strip():
@@ -184,33 +240,38 @@ def _run(conn, sql, refused, start, timeout, max_rows) -> ExecResult:
     try:
         cur = conn.execute(sql)
         columns = tuple(d[0] for d in cur.description or ())
-        rows, truncated = _fetch(cur, max_rows) if cur.description else ([], False)
+        rows, truncated, nbytes = _fetch(cur, max_rows) if cur.description else ([], False, 0)
     except (sqlite3.Error, sqlite3.Warning) as exc:
         return ExecResult(error=_message(exc, refused, timeout, deadline),
                           seconds=time.monotonic() - start)
     except (ValueError, OverflowError, MemoryError) as exc:
         return ExecResult(error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - start)
-    return ExecResult(rows=rows, columns=columns, truncated=truncated,
-                      seconds=time.monotonic() - start)
+    seconds = time.monotonic() - start
+    if seconds > timeout:  # one slow function call ran between two progress checks
+        return ExecResult(error=TIMEOUT_ERROR.format(timeout=timeout), seconds=seconds)
+    return ExecResult(rows=rows, columns=columns, truncated=truncated, seconds=seconds,
+                      nbytes=nbytes)
 
 
-def _fetch(cur: sqlite3.Cursor, max_rows: int) -> tuple[list[tuple], bool]:
-    """Up to `max_rows` rows and MAX_RESULT_BYTES of text/blob values: (rows, truncated).
+def _fetch(cur: sqlite3.Cursor, max_rows: int) -> tuple[list[tuple], bool, int]:
+    """Up to `max_rows` rows and MAX_RESULT_BYTES of values: (rows, truncated, bytes).
 
-    Both caps keep a degenerate query (a cross join, `zeroblob` on every row) from filling
-    memory; the deadline keeps it from running long.
+    Bytes are counted as Python objects (`sys.getsizeof` of each row and value, so a number
+    or a NULL counts as well as text). Both caps keep a degenerate query (a cross join, 500
+    numeric columns, `zeroblob` on every row) from filling memory; the deadline keeps it
+    from running long.
     """
     rows: list[tuple] = []
     size, n = 0, 16  # n: rows per fetch, sized so one fetch cannot overshoot the byte cap much
     while True:
         chunk = cur.fetchmany(min(n, max_rows + 1 - len(rows)))
         if not chunk:
-            return rows, False
+            return rows, False, size
         for r in chunk:
-            size += sum(len(v) for v in r if isinstance(v, (str, bytes)))
+            size += getsizeof(r) + sum(map(getsizeof, r))
             rows.append(r)
             if len(rows) > max_rows or size > MAX_RESULT_BYTES:
-                return rows[:max_rows], True
+                return rows[:max_rows], True, size
         per_row = size / len(rows) + 1
         n = int(max(1, min(1024, (MAX_RESULT_BYTES - size) / per_row / 4)))
 
@@ -220,10 +281,11 @@ def _message(exc: BaseException, refused: list[str], timeout: float, deadline: f
     if "one statement at a time" in msg:
         return ("not authorized: the query holds more than one SQL statement; "
                 f"{_ALLOWED_HINT}")
-    if refused and ("not authorized" in msg or "authorization denied" in msg):
+    if refused and ("not authorized" in msg or "authorization denied" in msg
+                    or "vtable constructor failed" in msg):
         return f"not authorized: {refused[0]} is refused; {_ALLOWED_HINT}"
     if msg == "interrupted" and time.monotonic() >= deadline:
-        return f"interrupted: the query ran past the {timeout:g} s time limit"
+        return TIMEOUT_ERROR.format(timeout=timeout)
     return msg
 
 

@@ -3,8 +3,12 @@
 Why processes: the deadline inside `execute` (a progress handler) covers SQLite's own work,
 but a crash in C code, or a hang outside the VM, would take the caller down with it. Here
 each query runs in a worker process; the dispatcher gives every query a hard deadline
-(`timeout` twice over plus a grace period), kills a worker that passes it or dies, records an
-error for that one query and starts a fresh worker. Other queries are unaffected.
+(`timeout + hard_grace(timeout)`), kills a worker that passes it or dies, records a timeout
+(or, for a death, an error) for that one query and starts a fresh worker. Other queries are
+unaffected. This is what bounds a query whose time goes into one SQLite function call
+(`printf('%.*c', 1000000000, 'x')` on every row), which the in-process progress handler
+cannot interrupt. Each worker also caps SQLite's heap (`PRAGMA hard_heap_limit`,
+WORKER_HEAP_BYTES), so a query that would fill memory fails with "out of memory" instead.
 
 Workers are fresh interpreters (`python -m mrtpo.verifiers.sql_pool <fd_in> <fd_out>`),
 not forks or multiprocessing spawns: a fork would copy a trainer's threads and GPU state,
@@ -25,9 +29,21 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Sequence
 
-from mrtpo.verifiers.sql import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, ExecResult, execute
+from mrtpo.verifiers.sql import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT,
+    TIMEOUT_ERROR,
+    ExecResult,
+    execute,
+)
 
-_GRACE_S = 2.0  # on top of 2 x timeout: time to open the file, pickle rows, be scheduled
+_GRACE_S = 2.0  # least time on top of timeout: to open the file, pickle rows, be scheduled
+WORKER_HEAP_BYTES = 1 << 30  # SQLite's heap per worker process (PRAGMA hard_heap_limit)
+
+
+def hard_grace(timeout: float, grace: float = _GRACE_S) -> float:
+    """Seconds a worker may run past `timeout` before it is killed: max(grace, timeout / 2)."""
+    return max(grace, 0.5 * timeout)
 _START_TIMEOUT_S = 30.0  # a worker that does not say hello by then is a setup error
 
 
@@ -102,7 +118,7 @@ class SQLPool:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.size = workers
-        self.grace = grace  # hard deadline per query: 2 x timeout + grace seconds
+        self.grace = grace  # hard deadline per query: timeout + hard_grace(timeout, grace)
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._running: dict[int, int] = {}  # job index -> worker pid, while it runs
@@ -117,13 +133,21 @@ class SQLPool:
         with self._lock:
             try:
                 return self._run(items, timeout, max_rows)
+            except BaseException:
+                # interrupted (a caller's deadline, Ctrl-C): a worker still busy would later
+                # answer the next call with this call's result, so stop those workers
+                for w in self._workers:
+                    if w.pid in self._running.values():
+                        w.kill()
+                self._workers = [w for w in self._workers if w.alive()]
+                raise
             finally:
                 self._running.clear()
 
     def _run(self, items, timeout, max_rows) -> list[ExecResult]:
         results: list[ExecResult | None] = [None] * len(items)
         todo = deque(range(len(items)))
-        hard = 2.0 * timeout + self.grace
+        hard = timeout + hard_grace(timeout, self.grace)
         new = [_Worker() for _ in range(min(self.size, len(items)) - len(self._workers))]
         self._workers += [w.wait_ready() for w in new]  # started together, then greeted
         busy: dict[int, tuple[int, float]] = {}  # worker slot -> (job index, hard deadline)
@@ -161,8 +185,8 @@ class SQLPool:
                     self._replace(slot)
                 elif time.monotonic() > deadline:
                     results[i] = ExecResult(error=(
-                        f"interrupted: the query ran past the {timeout:g} s time limit and "
-                        "its worker process was stopped"))
+                        TIMEOUT_ERROR.format(timeout=timeout)
+                        + " and its worker process was stopped"))
                     self._replace(slot)
                 else:
                     continue
@@ -234,8 +258,13 @@ def _close_shared() -> None:
 
 def _serve(fd_in: int, fd_out: int) -> None:
     """Worker loop: receive `(db, sql, timeout, max_rows)`, send back an ExecResult."""
+    import sqlite3
+
     recv = Connection(fd_in, writable=False)
     send = Connection(fd_out, readable=False)
+    limit = sqlite3.connect(":memory:")  # the heap limit is process-wide: one pragma sets it
+    limit.execute(f"PRAGMA hard_heap_limit={WORKER_HEAP_BYTES}")
+    limit.close()
     send.send("ready")
     while True:
         try:

@@ -151,8 +151,28 @@ def nth_paragraph_first_word(response: str, kw: dict, prompt: str) -> tuple[bool
           describe=lambda kw: (f"The response must contain at least {kw['num_placeholders']} placeholders "
                                "represented by square brackets, such as [address]."))
 def number_placeholders(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
-    return _counted("placeholders in [brackets]", len(re.findall(r"\[.*?\]", response)),
+    return _counted("placeholders in [brackets]", _count_placeholders(response),
                     "at least", kw["num_placeholders"])
+
+
+def _count_placeholders(text: str) -> int:
+    """`len(re.findall(r"\\[.*?\\]", text))` in linear time.
+
+    The regex, from each `[`, scans to the first `]` or line break; a `[` that meets a line
+    break first has no match, and neither has any `[` before that line break, so the scan
+    skips to it (the regex itself rescans the line once per `[`: quadratic).
+    """
+    n, i = 0, text.find("[")
+    while i >= 0:
+        close, newline = text.find("]", i + 1), text.find("\n", i + 1)
+        if close >= 0 and (newline < 0 or close < newline):
+            n += 1
+            i = text.find("[", close + 1)
+        elif newline >= 0:
+            i = text.find("[", newline + 1)
+        else:
+            break
+    return n
 
 
 @register("detectable_content:postscript", source="ifeval", required=("postscript_marker",),
@@ -167,7 +187,11 @@ def postscript(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
         pattern = r"\s*p\.\s?s\..*$"
     else:
         pattern = r"\s*" + marker.lower() + r".*$"
-    if re.findall(pattern, response.lower(), flags=re.MULTILINE):
+    # IFEval tests `re.findall(pattern)`; a match exists exactly when the pattern without its
+    # optional leading `\s*` and trailing `.*$` (which match anywhere) matches, and
+    # searching for that is linear where findall's `\s*` rescans every run of whitespace.
+    core = pattern.removeprefix(r"\s*").removesuffix(r".*$")
+    if re.search(core, response.lower(), flags=re.MULTILINE):
         return True, f"postscript starting with {marker} found"
     return False, f"no postscript starting with {marker}"
 
@@ -178,9 +202,43 @@ def postscript(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
           describe=lambda kw: (f"Your answer must contain exactly {kw['num_bullets']} bullet points. "
                                "Use the markdown bullet points such as:\n* This is point 1. \n* This is point 2"))
 def number_bullet_lists(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
-    n = (len(re.findall(r"^\s*\*[^\*].*$", response, flags=re.MULTILINE))
-         + len(re.findall(r"^\s*-.*$", response, flags=re.MULTILINE)))
+    n = _count_line_starts(response, "*") + _count_line_starts(response, "-")
     return n == kw["num_bullets"], f"bullet points: {n}; required: exactly {kw['num_bullets']}"
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def _count_line_starts(text: str, mark: str) -> int:
+    """IFEval's bullet counts in linear time: `len(re.findall(r"^\\s*\\*[^\\*].*$", text,
+    re.M))` for mark "*", `len(re.findall(r"^\\s*-.*$", text, re.M))` for "-".
+
+    From a line start, `\\s*` (line breaks included) reaches the end of the whitespace run
+    there, and the match needs the mark right after it (backtracking into the run cannot
+    help: it would leave whitespace, not the mark); `[^\\*]` may be a line break, and `.*$`
+    ends the match at the next line break. The regexes rescan a run of blank lines once per
+    line in it (quadratic); here each run end is computed once.
+    """
+    runs = [(m.start(), m.end()) for m in _SPACES.finditer(text)]  # maximal, in order
+    n, pos, size, r = 0, 0, len(text), 0
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    for start in starts:
+        if start < pos:
+            continue
+        while r < len(runs) and runs[r][1] <= start:
+            r += 1
+        w = runs[r][1] if r < len(runs) and runs[r][0] <= start else start
+        if w >= size or text[w] != mark:
+            continue
+        body = w + 1
+        if mark == "*":
+            if body >= size or text[body] == "*":
+                continue
+            body += 1
+        end = text.find("\n", body)
+        n += 1
+        pos = size if end < 0 else end
+    return n
 
 
 _OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
@@ -228,6 +286,8 @@ def json_format(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
         json.loads(value)
     except ValueError as exc:
         return False, f"not valid JSON: {exc}"
+    except RecursionError:  # the official checker raises here; any reader of it would too
+        return False, "not valid JSON: nested too deeply to read"
     return True, "valid JSON"
 
 
@@ -235,7 +295,14 @@ def json_format(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
           describe=lambda kw: ("Your answer must contain a title, wrapped in double angular brackets, "
                                "such as <<poem of joy>>."))
 def title(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
-    titles = re.findall(r"<<[^\n]+>>", response)
+    # IFEval: any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", ...)).
+    # Greedy `[^\n]+` makes each line hold at most one match, from its first "<<" to its last
+    # ">>" (with a character between); finding those directly is linear, the regex is not.
+    titles = []
+    for line in response.split("\n"):
+        start, end = line.find("<<"), line.rfind(">>")
+        if start >= 0 and end >= start + 3:
+            titles.append(line[start:end + 2])
     if any(t.lstrip("<").rstrip(">").strip() for t in titles):
         return True, "title in <<double angular brackets>> found"
     return False, "no non-empty title in <<double angular brackets>>"

@@ -6,6 +6,13 @@ from typing import Iterable, Sequence
 
 from mrtpo.verifiers.ifeval.registry import get_instruction, normalize_kwargs
 
+#: Longest response the checkers read (characters). A longer one is not followed, with feedback
+#: saying so: it cannot come from a trainer or an evaluation run (50,000 characters is over
+#: 10,000 tokens, far past any `max_new_tokens` used with these benchmarks; IFEval's official
+#: GPT-4 responses are at most 4,490 characters), and the sentence and word tokenizers, though
+#: linear, take seconds per call beyond it. See data_cards/ifeval.md.
+MAX_RESPONSE_CHARS = 50_000
+
 _VARIANT_NAMES = (
     "as written", "with '*' removed", "without its first line", "without its last line",
     "without its first and last lines", "without its first line and '*'",
@@ -40,6 +47,9 @@ def verify(instruction_id: str, kwargs: dict | None, response: str, prompt: str 
     kw = normalize_kwargs(instruction_id, kwargs)
     if not isinstance(response, str):
         return False, f"the response is {type(response).__name__}, not text"
+    if len(response) > MAX_RESPONSE_CHARS:
+        return False, (f"the response is {len(response):,} characters long, over the "
+                       f"{MAX_RESPONSE_CHARS:,} the checkers read")
     ok, feedback = _strict(ins, kw, response, prompt)
     if ok or not loose:
         return ok, feedback

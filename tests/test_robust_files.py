@@ -1,0 +1,141 @@
+"""Issue 18, points 11-14: bad input files get an error naming the file, the line and the fix,
+valid JSON Lines are read as JSON defines them, and duplicate ids are refused, in every command
+that takes --data or --responses."""
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+import pytest
+from typer.testing import CliRunner
+
+from mrtpo.cli import app
+from mrtpo.tasks import get_task
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+SAMPLES = {"instruct": "instruct/sample.jsonl", "text2sql": "text2sql/questions.jsonl",
+           "toolcall": "toolcall/sample.jsonl"}
+TASKS = list(SAMPLES)
+
+
+def _invoke(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args], env=ENV, prog_name="mrtpo")
+    return result, " ".join(ANSI.sub("", result.output).split())
+
+
+def _sample_lines(task: str) -> list[str]:
+    text = (resources.files("mrtpo") / "data" / SAMPLES[task]).read_text(encoding="utf-8")
+    return [line for line in text.split("\n") if line.strip()]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("MRTPO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _data(tmp_path, task, edit_second=None) -> tuple:
+    """A copy of the task's sample, its second row optionally edited; and a responses file."""
+    rows = _sample_lines(task)[:3]
+    if edit_second:
+        rows[1] = edit_second(rows[1])
+    data = tmp_path / f"{task}.jsonl"
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    if task == "text2sql":  # the databases' scripts go beside the questions
+        for script in (resources.files("mrtpo") / "data" / "text2sql").iterdir():
+            if script.name.endswith(".sql"):
+                (tmp_path / script.name).write_text(script.read_text(encoding="utf-8"), encoding="utf-8")
+    ids = [ex.id for ex in get_task(task).load(str(data))]
+    resp = tmp_path / f"{task}-responses.jsonl"
+    resp.write_text("".join(json.dumps({"id": i, "response": "hello"}) + "\n" for i in ids), encoding="utf-8")
+    return data, resp, ids
+
+
+def _latin1(path, row=2):
+    """Rewrite line `row` of a UTF-8 file with a Latin-1 byte in it (a careless export)."""
+    lines = path.read_bytes().split(b"\n")
+    lines[row - 1] = lines[row - 1].replace(b'"', b'"\xe9', 1)
+    path.write_bytes(b"\n".join(lines))
+
+
+# --- 11: non-UTF-8 files ---------------------------------------------------------------------------
+@pytest.mark.parametrize("task", TASKS)
+def test_non_utf8_data_names_file_line_and_fix(tmp_path, task):
+    data, resp, _ = _data(tmp_path, task)
+    _latin1(data)
+    for cmd in (("eval", task, "--data", data, "--responses", resp), ("blocks", "lint", task, "--data", data)):
+        result, out = _invoke(*cmd)
+        assert result.exit_code == 2, (cmd, out)
+        assert f"{data}, line 2: not UTF-8 text (byte 0xe9" in out and "iconv" in out, (cmd, out)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_non_utf8_responses_name_the_file(tmp_path, task):
+    data, resp, _ = _data(tmp_path, task)
+    _latin1(resp, row=1)
+    for cmd in (("eval", task, "--data", data, "--responses", resp),
+                ("blocks", "preview", task, "--data", data, "--responses", resp),
+                ("blocks", "lint", task, "--data", data, "--responses", resp)):
+        result, out = _invoke(*cmd)
+        assert result.exit_code == 2, (cmd, out)
+        assert f"{resp}, line 1: not UTF-8 text" in out and "Traceback" not in out, (cmd, out)
+        assert not isinstance(result.exception, UnicodeDecodeError)
+
+
+# --- 12: JSON strings may hold U+2028 and U+0085 raw ----------------------------------------------
+def test_instruct_data_with_raw_line_separators_loads(tmp_path):
+    data, _, ids = _data(tmp_path, "instruct", lambda line: line.replace(
+        '"base": "', '"base": "Two\u2028lines and a next-line\u0085mark. ', 1))
+    examples = get_task("instruct").load(str(data))
+    assert len(examples) == 3 and "\u2028" in examples[1].prompt and "\u0085" in examples[1].prompt
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_responses_with_raw_line_separators_are_read(tmp_path, task):
+    data, resp, ids = _data(tmp_path, task)
+    resp.write_text("".join(json.dumps({"id": i, "response": "a\u2028b\u0085c\rd"}, ensure_ascii=False) + "\n"
+                            for i in ids), encoding="utf-8")
+    result, out = _invoke("eval", task, "--data", data, "--responses", resp, "--json")
+    assert result.exit_code == 0, out
+
+
+# --- 13: duplicate ids --------------------------------------------------------------------------------
+def test_instruct_refuses_duplicate_ids_naming_both_rows(tmp_path):
+    first = json.loads(_sample_lines("instruct")[0])["id"]
+    data, _, _ = _data(tmp_path, "instruct")
+    rows = data.read_text(encoding="utf-8").split("\n")
+    row = json.loads(rows[1])
+    row["id"] = first
+    rows[1] = json.dumps(row)
+    data.write_text("\n".join(rows), encoding="utf-8")
+    result, out = _invoke("eval", "instruct", "--data", data, "--responses", tmp_path / "none.jsonl")
+    assert result.exit_code == 2
+    assert f"{data}:2: id {first!r} is already the id of {data}:1" in out, out
+
+
+# --- 14: errors name the file and what is wrong with it ------------------------------------------
+@pytest.mark.parametrize("task", TASKS)
+def test_empty_or_directory_responses_are_named(tmp_path, task):
+    data, resp, _ = _data(tmp_path, task)
+    resp.write_text("", encoding="utf-8")
+    for cmd in (("blocks", "preview", task, "--data", data, "--responses", resp),
+                ("blocks", "lint", task, "--data", data, "--responses", resp),
+                ("eval", task, "--data", data, "--responses", resp)):
+        result, out = _invoke(*cmd)
+        assert result.exit_code == 2 and f"{resp}: the file holds no responses" in out, (cmd, out)
+    for cmd in (("eval", task, "--data", data, "--responses", tmp_path),
+                ("blocks", "preview", task, "--data", data, "--responses", tmp_path)):
+        result, out = _invoke(*cmd)
+        assert result.exit_code == 2 and f"{tmp_path}: is a directory" in out, (cmd, out)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_empty_data_is_named(tmp_path, task):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("\n", encoding="utf-8")
+    resp = tmp_path / "r.jsonl"
+    resp.write_text('{"id": "x", "response": "y"}\n', encoding="utf-8")
+    for cmd in (("eval", task, "--data", data, "--responses", resp), ("blocks", "lint", task, "--data", data)):
+        result, out = _invoke(*cmd)
+        assert result.exit_code == 2 and f"{data}:" in out and "no" in out and "rows" in out, (cmd, out)
