@@ -4,7 +4,9 @@ No model can be downloaded on a laptop without network, so the project builds it
 byte-level BPE tokenizer trained on the bundled tasks' text with a ChatML template, a small
 Qwen2 (about 2.4M parameters), and a short supervised warm start on the bundled samples of the
 three tasks (`mrtpo.models.sft`: some targets carry injected errors so every reward has room
-to rise; some sequences carry the blocks in context so the replay's distances mean something).
+to rise; some prompts are the replay's own contexts, P_all teaching the reference and each
+P_without_k an error in reward k's aspect, so that removing block k moves the distribution
+where reward k is decided).
 
 The build goes into a cache directory (`$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`, else
 `~/.cache/mrtpo`) under `models/<name>-<fingerprint>`, where the fingerprint covers the
