@@ -237,7 +237,7 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def _decoder(model):
+def decoder_of(model):
     """The transformer body (hidden states after the final norm), LoRA layers included."""
     try:
         return model.get_decoder()
@@ -246,7 +246,7 @@ def _decoder(model):
                         "needs a transformers decoder-only causal LM (use shared_prefix=False)") from err
 
 
-def _head(model):
+def head_of(model):
     """hidden [M, H] -> logits [M, V], as the model's forward computes them from hidden states."""
     lm_head = model.get_output_embeddings()
     config = model.config
@@ -336,7 +336,7 @@ def _per_item(batch):
 
 def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens, side) -> None:
     device = q.device
-    decoder, head = _decoder(model), _head(model)
+    decoder, head = decoder_of(model), head_of(model)
     cache_arg = cache_kwarg(decoder)
     prefix_len, prefix_cache = len(group.prefix), None
     if prefix_len:
