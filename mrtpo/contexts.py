@@ -6,7 +6,10 @@ non-empty blocks go after P0's user text, separated by a blank line like the res
 prompt, response-independent blocks first so that all responses of a prompt share the
 longest possible token prefix; P_without_k drops block k. With "in_prompt" placement the
 information is already in P0 (an instruction constraint): P_all is P0 and P_without_k is P0
-with that sentence removed. An empty block gives P_without_k == P_all, hence q = 0.
+with that sentence removed. A reward of an "append" task can follow the in-prompt rule on its
+own (`Reward.in_prompt`, e.g. the tool schema that P0 lists): its block is not appended and
+P_without_k is P_all with the block's text (line by line) removed from the prompt. An empty
+block gives P_without_k == P_all, hence q = 0.
 
 Contexts are rendered through the tokenizer's chat template with `add_generation_prompt=True`
 and the response ids are carried exactly as sampled, never re-tokenised: decoding and
@@ -64,7 +67,8 @@ def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tup
     user = _last_user(p0, task, example)
     if task.placement == "append":
         late = [r.response_dependent for r in rewards]
-        order = [k for k in range(len(blocks)) if not late[k]] + [k for k in range(len(blocks)) if late[k]]
+        appended = [k for k in range(len(blocks)) if not rewards[k].in_prompt]
+        order = [k for k in appended if not late[k]] + [k for k in appended if late[k]]
 
         def render(skip: int | None) -> Messages:
             parts = [blocks[k].strip() for k in order if k != skip and blocks[k].strip()]
@@ -73,8 +77,15 @@ def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tup
                 text = "\n\n".join([text.rstrip()] + parts)
             return _with_user(p0, user, text)
 
+        def without(k: int) -> Messages:
+            if not rewards[k].in_prompt:
+                return render(k)
+            text = remove_block(p_all[user]["content"], blocks[k].strip(),
+                                where=f"{example.source or example.id}", reward=rewards[k].name)
+            return _with_user(p_all, user, text)
+
         p_all = render(None)
-        return p_all, [render(k) if blocks[k].strip() else p_all for k in range(len(blocks))]
+        return p_all, [without(k) if blocks[k].strip() else p_all for k in range(len(blocks))]
     if task.placement == "in_prompt":
         without = []
         for k, block in enumerate(blocks):
@@ -91,6 +102,16 @@ def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tup
                                                                     reward=rewards[k].name)))
         return p0, without
     raise ValueError(f"task {task.name!r} has placement {task.placement!r}; use 'append' or 'in_prompt'")
+
+
+def remove_block(text: str, block: str, where: str = "", reward: str = "") -> str:
+    """`text` without `block`: the block as a whole where it occurs verbatim, else each of its
+    lines in turn (a schema block lists the called tools, which the prompt may list apart)."""
+    if block in text or "\n" not in block:
+        return remove_sentence(text, block, where, reward)
+    for line in (x for x in block.splitlines() if x.strip()):
+        text = remove_sentence(text, line.strip(), where, reward)
+    return text
 
 
 def remove_sentence(text: str, sentence: str, where: str = "", reward: str = "") -> str:

@@ -113,13 +113,32 @@ def test_blocks_write_the_rule_the_used_schemas_and_the_reference(task, sample):
     ex = next(e for e in sample if e.data["category"] == "parallel_multiple" and len(e.data["functions"]) == 3)
     blocks = {r.name: r.block(ex, r.verify(ex, "nothing")) for r in task.rewards(ex)}
     assert blocks["format"] == task.format.rule
-    shown = re.search(r"<tools>\n(.*)\n</tools>", blocks["schema"], re.S).group(1).splitlines()
+    shown = blocks["schema"].splitlines()
     prompt_lines = re.search(r"<tools>\n(.*)\n</tools>", ex.prompt, re.S).group(1).splitlines()
     expected_names = [next(iter(c)) for c in ex.data["ground_truth"]]
     assert [json.loads(s)["function"]["name"] for s in shown] == expected_names
     assert all(s in prompt_lines for s in shown)  # the same JSON the prompt shows
     assert blocks["correct"].endswith(task.reference(ex))
     assert [r.name for r in task.rewards(ex)] == list(task.reward_names)
+
+
+def test_schema_follows_the_in_prompt_rule(task, sample):
+    """The tool schema is in P0 already: it is not appended again, and P_without_schema is
+    P_all with the called functions' lines taken out of the tool list (nothing else)."""
+    from mrtpo.contexts import block_texts, context_messages
+
+    ex = next(e for e in sample if e.data["category"] == "parallel_multiple" and len(e.data["functions"]) == 3)
+    blocks = block_texts(task, ex, task.score(ex, task.reference(ex)))
+    p_all, without = context_messages(task, ex, blocks)
+    names = [r.name for r in task.rewards(ex)]
+    all_text = p_all[-1]["content"]
+    assert all_text.count(blocks[names.index("schema")].splitlines()[0]) == 1  # listed once, in P0
+    no_schema = without[names.index("schema")][-1]["content"]
+    tools_left = re.search(r"<tools>\n(.*?)\n?</tools>", no_schema, re.S).group(1).splitlines()
+    called = {next(iter(c)) for c in ex.data["ground_truth"]}
+    assert tools_left and all(json.loads(s)["function"]["name"] not in called for s in tools_left)
+    assert no_schema.replace("\n", "") == "".join(
+        line for line in all_text.splitlines() if line not in blocks[names.index("schema")].splitlines())
 
 
 def test_bfcl_layout_directory_file_and_categories(task):

@@ -135,12 +135,13 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
     ev.blocks = built
 
     for r, v, b in zip(ev.rewards, ev.verdicts, ev.blocks):
-        kind = rules.infer_kind(b or "", reward=r, fmt=fmt, placement=task.placement)
+        placement = "in_prompt" if r.in_prompt else task.placement
+        kind = rules.infer_kind(b or "", reward=r, fmt=fmt, placement=placement)
         ev.kinds.append(kind)
         if b is None:
             continue
         add(rules.check_block(b, kind=kind, example=example, verdict=v, reward=r, fmt=fmt,
-                              placement=task.placement, p0_messages=ev.p0, reference=reference,
+                              placement=placement, p0_messages=ev.p0, reference=reference,
                               probe=probe_builders), r.name)
         if probe_builders and v is not None:
             add(_probe_dependence(r, example, v, b), r.name)

@@ -54,6 +54,11 @@ class Reward:
     weight: float = 1.0
     floor: float = 0.0  # lowest possible score (SAW's CV shift)
     response_dependent: bool = False
+    # the block is text P0 already shows (a task with "append" placement whose reward checks
+    # something the prompt states, such as the tool schema): it is not appended again, and
+    # P_without_k is P_all with that text removed from the prompt (the "in_prompt" rule for
+    # one reward). A block of several lines may have its lines anywhere in the prompt.
+    in_prompt: bool = False
     # what the block holds, for the writing-rules lint (mrtpo.blocks.rules): "format",
     # "feedback", "reference", "constraint", "schema", or "" (the lint then infers it)
     kind: str = ""

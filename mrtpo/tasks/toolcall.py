@@ -9,8 +9,16 @@ present tools), and the format instruction. Three rewards, each with its block:
 | `format`  | the response follows the format exactly             | the format rule                     |
 | `schema`  | every call names a provided function and its        | the JSON of the function(s) the     |
 |           | arguments validate against its JSON schema          | answer calls, as the prompt shows it|
+|           |                                                     | (in the prompt already: see below)  |
 | `correct` | BFCL v4's AST check passes                          | the reference call(s), rendered as  |
 |           |                                                     | the policy is asked to write them   |
+
+The schema block is information P0 already holds (the tool list), so it follows the in-prompt
+rule (`Reward.in_prompt`): it is not appended a second time, and P_without_schema is P_all
+with the called functions' lines removed from the tool list. Appending the tool list again
+would tell a model nothing new, so removing that copy would move no distribution for any
+model (and it made every replay row longer); removing the schema from the prompt takes away
+what the `schema` reward checks: the function's name, its parameters and their types.
 
 Calls are read from the format, or from BFCL's Python-call text when the format finds none,
 so `schema` and `correct` judge the calls whatever their wrapping (`format` judges that).
@@ -77,7 +85,7 @@ class ToolCallTask(Task):
     def rewards(self, example: Example) -> list[Reward]:
         return [
             Reward("format", self._verify_format, self._format_block, kind="format"),
-            Reward("schema", self._verify_schema, self._schema_block, kind="schema"),
+            Reward("schema", self._verify_schema, self._schema_block, kind="schema", in_prompt=True),
             Reward("correct", self._verify_correct, self._correct_block, kind="reference"),
         ]
 
@@ -116,10 +124,11 @@ class ToolCallTask(Task):
         return self.format.rule
 
     def _schema_block(self, example: Example, verdict: Verdict) -> str:
-        """The tool JSON of the function(s) the answer calls, exactly as the prompt shows it."""
+        """The tool JSON line(s) of the function(s) the answer calls, exactly as the prompt's
+        tool list shows them (in-prompt: P_without_schema removes these lines from P0)."""
         wanted = list(dict.fromkeys(next(iter(c)) for c in example.data["ground_truth"]))
         funcs = [f for name in wanted for f in example.data["functions"] if f["name"] == name]
-        return f"<tools>\n{render_tools(funcs)}\n</tools>"
+        return render_tools(funcs)
 
     def _correct_block(self, example: Example, verdict: Verdict) -> str:
         return self.reference(example)
