@@ -191,3 +191,35 @@ def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
     batch = _grouped_batch(0, group=3)
     assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                 batch.response_mask.shape[1]) is None
+
+
+def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny_qwen2_dir):
+    """Policy.merged() folds LoRA into fp32 weights for no-grad passes: the same logits to float
+    rounding, the base weights bit-for-bit afterwards, and no folding where it would round."""
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    ids = torch.tensor([[3, 5, 6, 7, 8, 9]])
+    policy.model.eval()
+    with torch.no_grad():
+        plain = policy.model(input_ids=ids).logits
+        with policy.merged() as model:
+            assert any(getattr(m, "merged", False) for m in model.modules())  # really folded
+            folded = model(input_ids=ids).logits
+        with policy.model.disable_adapter():
+            base = policy.model(input_ids=ids).logits
+    torch.testing.assert_close(folded, plain, atol=1e-5, rtol=1e-5)
+    assert (plain - base).abs().max() > 1e-2  # the adapter matters
+    for key, value in policy.model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert not any(getattr(m, "merged", False) for m in policy.model.modules())
+    with policy.merged() as model:  # with gradients on (the update) nothing is folded
+        assert not any(getattr(m, "merged", False) for m in model.modules())
+    half = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, dtype="bfloat16")
+    with torch.no_grad(), half.merged() as model:
+        assert not any(getattr(m, "merged", False) for m in model.modules())
