@@ -13,8 +13,10 @@ and each figure is the median over repeats of a run's seconds per 1,000 completi
     python benchmarks/peer.py [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
         [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--threads N] [--quick]
 
-Both sides run in float32 on CPU (TRL's GRPOConfig defaults to bf16; `--bf16 false` is
-passed on CPU so both do the same arithmetic) and bf16 on a GPU. Printed: per run the
+Both sides do the same arithmetic: float32 on CPU and bf16 on a GPU, no gradient
+checkpointing (TRL's GRPOConfig defaults to `bf16=True`, CPU autocast included, and to
+`gradient_checkpointing=True`, which recomputes the forward in backward; both are set
+explicitly here, as `mrtpo train`'s defaults). Printed: per run the
 median seconds per 1k tokens, tokens per step and step seconds; per phase of the harness
 (generate, verify, replay, update) seconds per 1k tokens; and as the last line the ratios:
 harness / TRL per token with and without MRTPO, and MRTPO's overhead (MRTPO / GDPO per
@@ -94,7 +96,7 @@ def trl_worker(args, mrtpo: bool, out_dir: Path) -> list[dict]:
             "--use_peft", "--lora_r", "16", "--lora_alpha", "32", "--lora_dropout", "0.05",
             "--lora_target_modules", "all-linear", "--multi_objective_aggregation", "normalize_then_sum",
             "--logging_steps", "1", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-            "--bf16", "true" if cuda else "false"]
+            "--gradient_checkpointing", "false", "--bf16", "true" if cuda else "false"]
     if not cuda:
         argv.append("--use_cpu")
     if not mrtpo:
