@@ -6,9 +6,11 @@ Four runs on the same policy, task, batch and LoRA settings: the compact harness
 with MRTPO on GDPO. Each run is a fresh process (`--worker`) that trains a few steps and
 reports each step's wall time and completion tokens; the first `--warmup` steps (lazy
 initialisation, allocator warm-up) are not counted. The four runs are alternated (the order
-reversed on every other repeat, so a drift in the machine's load hits them alike), repeated,
-and each figure is the median over repeats of a run's seconds per 1,000 completion tokens
-(completion lengths differ between runs, since each samples its own completions).
+reversed on every other repeat, so a drift in the machine's load hits them alike), repeated;
+the table gives the median over repeats of each run's seconds per 1,000 completion tokens
+(completion lengths differ between runs, since each samples its own completions), and each
+ratio is the median over repeats of that repeat's ratio (runs of one repeat are minutes
+apart, so on a shared machine they see about the same load).
 
     python benchmarks/peer.py [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
         [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--threads N] [--quick]
@@ -210,12 +212,17 @@ def main() -> None:
                 parts.append(f"{p} {statistics.median(vals):.2f}")
         print(f"harness phases, {'MRTPO' if mrtpo else 'GDPO'} (s per 1k tokens): " + ", ".join(parts))
     print(f"load average after the runs: {load()}")
+    # ratios within a repeat compare runs made minutes apart, under about the same load; the
+    # median over repeats of those is steadier than a ratio of medians on a shared machine
+    def ratio(a, b) -> float:
+        return statistics.median(per_1k(x, args.warmup) / per_1k(y, args.warmup) for x, y in zip(results[a], results[b]))
+
     ratios = []
     if ("trl", False) in med and ("harness", False) in med:
-        ratios.append(f"harness / TRL per token: {med['harness', False] / med['trl', False]:.2f}x GDPO, "
-                      f"{med['harness', True] / med['trl', True]:.2f}x MRTPO")
+        ratios.append(f"harness / TRL per token: {ratio(('harness', False), ('trl', False)):.2f}x GDPO, "
+                      f"{ratio(('harness', True), ('trl', True)):.2f}x MRTPO")
     for side in sides:
-        ratios.append(f"MRTPO overhead ({side}): {med[side, True] / med[side, False]:.2f}x")
+        ratios.append(f"MRTPO overhead ({side}): {ratio((side, True), (side, False)):.2f}x")
     print("; ".join(ratios))
 
 
