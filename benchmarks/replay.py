@@ -8,6 +8,7 @@ nothing is downloaded. Both methods replay the same `ReplayItem`s built by mrtpo
 the plain one pads every row on the left and keeps the last T + 1 logits, as trainers do.
 
     python benchmarks/replay.py [--quick] [--repeats N] [--groups B] [--threads N]
+        [--device cuda] [--dtype bfloat16]
 
 Last line: `replay speedup S.SSx over one-forward-per-context (ideal I.IIx from token counts),
 max |dq| D`, where ideal is the ratio of tokens fed through the model (padding excluded) and
@@ -139,6 +140,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: torch's default, or 1 when other processes keep the CPUs "
                          "busy: two OpenMP threads sharing busy cores wait on each other at every op)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--batch-tokens", type=int, default=4096,
                     help="padded tokens per forward, both methods (4096: the plain method's fastest "
                          "on a 2-core CPU among 1k-16k)")
@@ -152,18 +155,27 @@ def main() -> None:
     repeats = 2 if args.quick else args.repeats
     t0 = time.perf_counter()
     tokenizer, model, items = build_inputs(args.groups, args.group_size)
+    model = model.to(args.device, getattr(torch, args.dtype))
     setup = time.perf_counter() - t0
     ctx = [len(c) for it in items for c in it.context_ids]
     resp = [len(it.response_ids) for it in items]
     print(f"inputs: {len(items)} responses x {len(items[0].context_ids)} contexts, context tokens "
           f"{min(ctx)}-{max(ctx)}, response tokens {min(resp)}-{max(resp)}, vocabulary {len(tokenizer)}, "
           f"setup {setup:.1f} s")
-    print(f"machine: {torch.get_num_threads()} torch threads, load average "
+    print(f"machine: {args.device} ({args.dtype}), {torch.get_num_threads()} torch threads, load average "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     tok_plain, tok_shared = replay_tokens(items, shared_prefix=False), replay_tokens(items, shared_prefix=True)
     bt = args.batch_tokens
-    plain_fn = lambda: distances(model, items, shared_prefix=False, padding_side="left", batch_tokens=bt)  # noqa: E731
-    shared_fn = lambda: distances(model, items, shared_prefix=True, batch_tokens=bt)  # noqa: E731
+    def synced(**kw):
+        def run():
+            q = distances(model, items, batch_tokens=bt, **kw)
+            if q.is_cuda:
+                torch.cuda.synchronize()
+            return q
+        return run
+
+    plain_fn = synced(shared_prefix=False, padding_side="left")
+    shared_fn = synced(shared_prefix=True)
     shared_fn()  # warm-up (allocator, kernels), not timed
     (t_plain, med_plain, q_plain), (t_shared, med_shared, q_shared) = _time_pair(plain_fn, shared_fn, repeats)
     d = (q_plain - q_shared).abs().max().item()

@@ -13,7 +13,11 @@ Two methods give the same numbers:
 - shared prefix (default): all contexts of a prompt's responses begin with the same tokens
   (system prompt, P0, the response-independent blocks). Items are grouped by that prefix, the
   group's longest common token prefix is encoded once, and its KV cache is reused for every
-  (response, context) suffix in batched forwards of the decoder; the LM head is applied only
+  (response, context) suffix in batched forwards of the decoder. A context suffix that several
+  responses share (blocks that do not depend on the response: a format rule, a reference,
+  a tool schema) is itself encoded once on that cache, and those responses run on top of it,
+  so per prompt each block's tokens go through the model once, not once per response. The LM
+  head is applied only
   to the hidden states at response positions, a chunk of tokens at a time, and the JS distance
   is taken chunk by chunk in fp32. Contexts equal to P_all (an empty block) are not replayed:
   their q is exactly 0.
@@ -150,14 +154,24 @@ def replay_groups(items: Sequence[ReplayItem], shared_prefix: bool = True) -> li
     return out
 
 
-def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True) -> int:
+def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch_tokens: int = 8192) -> int:
     """Tokens the replay feeds through the model (padding excluded), for cost accounting.
 
-    Plain: every distinct context plus the response. Shared prefix: each group's prefix once,
-    plus every (context suffix + response).
+    Plain: every distinct context plus the response. Shared prefix: each group's prefix once;
+    each context suffix that several responses share once, plus those responses; every other
+    (context suffix + response) row whole (as `distances` with the same `batch_tokens` feeds them).
     """
-    return sum(len(g.prefix) + sum(len(ids) for _, _, ids in g.rows)
-               for g in replay_groups(items, shared_prefix))
+    groups = replay_groups(items, shared_prefix)
+    if not shared_prefix:
+        return sum(len(ids) for g in groups for _, _, ids in g.rows)
+    total = 0
+    for g in groups:
+        total += len(g.prefix)
+        for wave in _waves(g, items, 2 * batch_tokens):
+            singles, branches = _branches(wave, items)
+            total += sum(len(ids) for _, _, ids in singles)
+            total += sum(len(suffix) + sum(len(items[n].response_ids) for n, _ in rows) for suffix, rows in branches)
+    return total
 
 
 # --- planning ---------------------------------------------------------------------------------
@@ -237,7 +251,7 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def _decoder(model):
+def decoder_of(model):
     """The transformer body (hidden states after the final norm), LoRA layers included."""
     try:
         return model.get_decoder()
@@ -246,7 +260,7 @@ def _decoder(model):
                         "needs a transformers decoder-only causal LM (use shared_prefix=False)") from err
 
 
-def _head(model):
+def head_of(model):
     """hidden [M, H] -> logits [M, V], as the model's forward computes them from hidden states."""
     lm_head = model.get_output_embeddings()
     config = model.config
@@ -336,23 +350,29 @@ def _per_item(batch):
 
 def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens, side) -> None:
     device = q.device
-    decoder, head = _decoder(model), _head(model)
+    decoder, head = decoder_of(model), head_of(model)
     cache_arg = cache_kwarg(decoder)
     prefix_len, prefix_cache = len(group.prefix), None
     if prefix_len:
         prefix = torch.as_tensor(group.prefix, dtype=torch.long, device=device)[None]  # [1, L]
         out = decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
         prefix_cache = output_cache(out)
+
+    def on_prefix(rows: int, mask: torch.Tensor) -> tuple[dict, torch.Tensor]:
+        """Decoder kwargs that put `rows` copies of the prefix cache before `mask` [rows, S]."""
+        if prefix_cache is None:
+            return {}, mask
+        cache = copy.deepcopy(prefix_cache)
+        cache.batch_repeat_interleave(rows)
+        return {cache_arg: cache, "use_cache": True}, torch.cat([mask.new_ones(rows, prefix_len), mask], 1)
+
     for wave in _waves(group, items, 2 * batch_tokens):
         kept: dict[tuple[int, int], torch.Tensor] = {}  # (item, context) -> hidden [T, H]
-        for batch in _forwards(wave, batch_tokens):
+        singles, branches = _branches(wave, items)
+        # rows whose context suffix no other row shares: suffix + response, on the prefix cache
+        for batch in _forwards(singles, batch_tokens):
             ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
-            kwargs = {}
-            if prefix_cache is not None:
-                cache = copy.deepcopy(prefix_cache)
-                cache.batch_repeat_interleave(len(batch))
-                mask = torch.cat([mask.new_ones(len(batch), prefix_len), mask], 1)  # [R, L + S]
-                kwargs = {cache_arg: cache, "use_cache": True}
+            kwargs, mask = on_prefix(len(batch), mask)  # mask [R, L + S]
             hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
                              **kwargs).last_hidden_state  # [R, S, H]
             del kwargs
@@ -360,6 +380,35 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
                 t_len = len(items[n].response_ids)
                 kept[n, plans[n].slots.index(slot)] = hidden[r, start:start + t_len].clone()  # [T, H]
             del hidden
+        # context suffixes shared by several responses (blocks that do not depend on the
+        # response): each suffix encoded once on the prefix cache, its responses on top of it
+        for part in _forwards([(b, 0, suffix) for b, (suffix, _) in enumerate(branches)], batch_tokens):
+            suffixes = [branches[b][0] for b, _, _ in part]
+            ids, smask, pos, _ = _pack(suffixes, "left", device, start=prefix_len)  # [Bb, S]
+            kwargs, mask = on_prefix(len(part), smask)  # [Bb, L + S]
+            kwargs["use_cache"] = True
+            out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs)
+            last = out.last_hidden_state[:, -1]  # [Bb, H] (left padding): predicts each response's first token
+            branch_cache, branch_mask = output_cache(out), mask  # [Bb, L + S]
+            del kwargs, out
+            rows = [(n, slot, items[n].response_ids, j) for j, (b, _, _) in enumerate(part)
+                    for n, slot in branches[b][1]]
+            for batch in _forwards(rows, batch_tokens):
+                which = torch.tensor([r[3] for r in batch], device=device)  # [R] each row's suffix
+                rids, rmask, _, _ = _pack([r[2] for r in batch], "right", device)  # [R, T]
+                starts = prefix_len + torch.tensor([len(suffixes[r[3]]) for r in batch], device=device)  # [R]
+                rpos = starts[:, None] + torch.arange(rids.shape[1], device=device)  # [R, T]
+                cache = copy.deepcopy(branch_cache)
+                cache.batch_select_indices(which)
+                hidden = decoder(input_ids=rids, attention_mask=torch.cat([branch_mask[which], rmask], 1),
+                                 position_ids=rpos, use_cache=True,
+                                 **{cache_arg: cache}).last_hidden_state  # [R, T, H]
+                del cache
+                for r, (n, slot, resp, j) in enumerate(batch):
+                    kept[n, plans[n].slots.index(slot)] = torch.cat(
+                        [last[j:j + 1], hidden[r, :len(resp) - 1]])  # [T, H]
+                del hidden
+            del branch_cache
         for n in dict.fromkeys(r[0] for r in wave):
             n_ctx = len(plans[n].contexts)
             h = torch.stack([kept.pop((n, j)) for j in range(n_ctx)])  # [C, T, H]
@@ -368,6 +417,22 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
                 x = h[:, t0:t0 + step]  # [C, c, H]
                 logits = head(x.reshape(-1, x.shape[-1])).view(n_ctx, x.shape[1], -1)  # [C, c, V]
                 _fill(q, n, plans[n], logits, temperature, t0, rows=step)
+
+
+def _branches(rows, items) -> tuple[list, list[tuple[list[int], list[tuple[int, int]]]]]:
+    """Split rows (item, slot, suffix + response) into those whose context suffix is theirs
+    alone, and branches: (suffix, [(item, slot), ...]) for each suffix two or more rows share."""
+    by_suffix: dict[tuple[int, ...], list] = {}
+    for row in rows:
+        n, _, ids = row
+        by_suffix.setdefault(tuple(ids[:len(ids) - len(items[n].response_ids)]), []).append(row)
+    singles, branches = [], []
+    for suffix, members in by_suffix.items():
+        if len(members) > 1:
+            branches.append((list(suffix), [(n, slot) for n, slot, _ in members]))
+        else:
+            singles.extend(members)
+    return singles, branches
 
 
 def _waves(group: ReplayGroup, items, max_positions: int) -> list[list[tuple[int, int, list[int]]]]:

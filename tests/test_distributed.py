@@ -170,6 +170,57 @@ def test_row_seeded_sampling_draws_from_the_tempered_nucleus():
     assert picked == set(range(keep))
 
 
+def test_row_uniforms_drawn_in_blocks_equal_one_draw_per_step():
+    """Blocks of BLOCK uniforms per row are the numbers successive torch.rand(1) calls give."""
+    steps = RowSeededSampling.BLOCK * 2 + 5
+    sampler = RowSeededSampling(7, 3, 10)
+    got = torch.stack([sampler._uniforms(3, "cpu") for _ in range(steps)], 1)  # [3, steps]
+    for i in range(3):
+        g = torch.Generator().manual_seed(row_seed(7, 3, 10 + i))
+        one_by_one = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for _ in range(steps)])
+        assert torch.equal(got[i], one_by_one)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_sampling_fast_paths_give_the_plain_completions(tiny_qwen2_dir, lora):
+    """rollout.sample (each prompt encoded once for its G rows, LoRA folded into the weights,
+    greedy pick of the row-seeded token) samples what plain `generate` does: every row's
+    prompt encoded, the adapter applied as a side branch, transformers' multinomial draw."""
+    from transformers import GenerationConfig
+
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import prompt_token_ids, render_prompt, sample
+    from mrtpo.tasks import get_task
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=lora, lora_r=4, device="cpu")
+    with torch.no_grad():  # an adapter that changes the outputs
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    task = get_task("harness-words")
+    examples = task.load()[:3]
+    fast = sample(policy, task, examples, 4, temperature=0.9, top_p=0.95, max_new_tokens=12,
+                  logits_processor=[RowSeededSampling(0, 1, 0, 0.9, 0.95)]).response_ids
+    for key, value in policy.model.state_dict().items():  # the weights are exactly restored
+        assert torch.equal(value, before[key]), key
+
+    ids = [prompt_token_ids(policy.tokenizer, render_prompt(policy.tokenizer, task, ex)) for ex in examples]
+    p = max(map(len, ids))
+    input_ids = torch.tensor([[policy.pad_id] * (p - len(x)) + x for x in ids]).repeat_interleave(4, 0)
+    attn = (torch.arange(p)[None] >= torch.tensor([p - len(x) for x in ids])[:, None]).long().repeat_interleave(4, 0)
+    gen = GenerationConfig(max_new_tokens=12, do_sample=True, temperature=0.9, top_p=0.95, top_k=None,
+                           eos_token_id=policy.stop_ids, pad_token_id=policy.pad_id)
+    policy.model.eval()
+    with torch.no_grad():
+        out = policy.model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
+                                    logits_processor=[RowSeededSampling(0, 1, 0, 0.9, 0.95)])[:, p:].tolist()
+    stops = set(policy.stop_ids)
+    plain = [row[:next((j + 1 for j, t in enumerate(row) if t in stops), len(row))] for row in out]
+    assert fast == plain
+    assert len({tuple(r) for r in fast}) > 6  # rows really differ
+
+
 def test_row_seeds_are_distinct_and_pure():
     seeds = {row_seed(0, step, row) for step in range(1, 50) for row in range(64)}
     assert len(seeds) == 49 * 64

@@ -146,3 +146,98 @@ def test_grad_accum_gives_the_full_batch_gradient(tiny_qwen2_dir, loss_type):
     for name in g1:
         torch.testing.assert_close(g1[name], g3[name], atol=1e-6, rtol=1e-4)
     assert s1["loss"] == pytest.approx(s3["loss"], abs=1e-6)
+
+
+def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0):
+    """Left-padded prompts of different lengths, each with `group` responses of varied length."""
+    from mrtpo.harness.rollout import Rollout
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in prompt_lens]
+    n = len(prompts) * group
+    responses = [torch.randint(3, 300, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist()
+                 for _ in range(n)]
+    roll = Rollout(examples=[None] * n, prompts=[""] * n, prompt_ids=[prompts[i // group] for i in range(n)],
+                   response_ids=responses, responses=[""] * n, truncated=[False] * n, group_size=group)
+    return roll.batch(pad_id)
+
+
+@pytest.mark.parametrize("model_dir", ["tiny_qwen2_dir", "tiny_llama_dir"])
+def test_shared_prompt_pass_equals_the_full_forward(model_dir, request):
+    """Encoding each prompt once (its KV cache reused by its G rows) gives the full forward's
+    log-probs, entropies and LoRA gradients, rows of a group split across micro-batches too."""
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(request.getfixturevalue(model_dir)), lora=True, lora_r=4, lora_dropout=0.0)
+    model = policy.model
+    model.train()
+    with torch.no_grad():  # a LoRA away from its zero start, so its gradients are all non-trivial
+        for p in policy.trainable_parameters():
+            p.normal_(0, 0.1)
+    batch = _grouped_batch(policy.pad_id)
+    t = batch.response_mask.shape[1]
+    weights = torch.linspace(-1.0, 1.0, t)  # [T] a loss that weighs every position differently
+
+    def run(share: bool, rows: slice):
+        model.zero_grad(set_to_none=True)
+        b = batch.rows(rows)
+        logp, ent = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t, 0.7,
+                                with_entropy=True, share_prompts=share)
+        (logp * b.response_mask * weights).sum().backward()
+        m = b.response_mask.bool()
+        return logp.detach()[m], ent[m], [p.grad.clone() for p in policy.trainable_parameters()]
+
+    for rows in (slice(0, 9), slice(2, 7)):  # whole groups; groups cut by the micro-batch
+        plain, shared = run(False, rows), run(True, rows)
+        torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(shared[1], plain[1], atol=1e-5, rtol=1e-5)
+        for g_shared, g_plain in zip(shared[2], plain[2]):
+            torch.testing.assert_close(g_shared, g_plain, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    from mrtpo.harness.loss import shared_prompt_logits
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
+    batch = _grouped_batch(0, group=1)  # every prompt once
+    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                batch.response_mask.shape[1]) is None
+    model.activation_checkpointing_enable()
+    model.train()
+    batch = _grouped_batch(0, group=3)
+    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                batch.response_mask.shape[1]) is None
+
+
+def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny_qwen2_dir):
+    """Policy.merged() folds LoRA into fp32 weights for no-grad passes: the same logits to float
+    rounding, the base weights bit-for-bit afterwards, and no folding where it would round."""
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    ids = torch.tensor([[3, 5, 6, 7, 8, 9]])
+    policy.model.eval()
+    with torch.no_grad():
+        plain = policy.model(input_ids=ids).logits
+        with policy.merged() as model:
+            assert any(getattr(m, "merged", False) for m in model.modules())  # really folded
+            folded = model(input_ids=ids).logits
+        with policy.model.disable_adapter():
+            base = policy.model(input_ids=ids).logits
+    torch.testing.assert_close(folded, plain, atol=1e-5, rtol=1e-5)
+    assert (plain - base).abs().max() > 1e-2  # the adapter matters
+    for key, value in policy.model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert not any(getattr(m, "merged", False) for m in policy.model.modules())
+    with policy.merged() as model:  # with gradients on (the update) nothing is folded
+        assert not any(getattr(m, "merged", False) for m in model.modules())
+    half = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, dtype="bfloat16")
+    with torch.no_grad(), half.merged() as model:
+        assert not any(getattr(m, "merged", False) for m in model.modules())

@@ -208,6 +208,23 @@ def test_response_ids_in_every_context_are_the_sampled_ids(items):
                           for it in items)
 
 
+def test_context_suffixes_shared_by_responses_are_fed_once(items):
+    """Blocks that do not depend on the response give all responses of a prompt the same
+    context after the prefix (here P_without_execution); that suffix is encoded once."""
+    from mrtpo.replay import _branches
+
+    shared_rows = 0
+    for group in replay_groups(items):
+        singles, branches = _branches(group.rows, items)
+        assert len(singles) + sum(len(rows) for _, rows in branches) == len(group.rows)
+        for suffix, rows in branches:
+            assert len(rows) > 1 and all(items[n].context_ids[slot] == group.prefix + suffix for n, slot in rows)
+        shared_rows += sum(len(rows) for _, rows in branches)
+    assert shared_rows >= 4
+    one_level = sum(len(g.prefix) + sum(len(ids) for _, _, ids in g.rows) for g in replay_groups(items))
+    assert replay_tokens(items) < one_level
+
+
 def test_shape_padding_and_absent_rewards(models, items):
     one = items[0]
     short = ReplayItem(one.context_ids[:2], one.response_ids[:2], one.reward_names[:1], one.blocks[:1])

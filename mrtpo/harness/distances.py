@@ -28,7 +28,8 @@ def replay_distances(policy, task, rollout, scored, temperature: float) -> tuple
     was_training = policy.model.training
     policy.model.eval()
     try:
-        q_rows = distances(policy.model, items, temperature=temperature, length=t)  # [N, K_row_max, T]
+        with policy.merged() as model:  # LoRA folded into fp32 weights: one product per projection
+            q_rows = distances(model, items, temperature=temperature, length=t)  # [N, K_row_max, T]
     finally:
         policy.model.train(was_training)
     q = torch.zeros(len(items), len(scored.names), t)  # [N, K, T]

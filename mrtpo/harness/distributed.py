@@ -287,11 +287,17 @@ class RowSeededSampling:
 
     It applies the sampling temperature and top-p filter itself (the same warpers transformers
     uses), draws the token by inverting the row's CDF, and returns scores that are -inf
-    everywhere but that token; transformers' own warpers and multinomial draw then have a
-    single choice left, so they change nothing. Must be the last processor that changes the
-    distribution (transformers applies custom processors before its warpers, which is fine
-    for the reason just given).
+    everywhere but that token (`draws_tokens`: rollout.sample then decodes greedily, which
+    picks that token; transformers' own warpers and multinomial draw would have had a single
+    choice left as well). Must be the last processor that changes the distribution.
+
+    Each row's uniforms are drawn `BLOCK` decoding steps at a time (one `torch.rand(BLOCK)`
+    per row gives the same numbers as BLOCK successive `torch.rand(1)`, tested) and moved to
+    the device once per block, not once per token.
     """
+
+    draws_tokens = True
+    BLOCK = 64
 
     def __init__(self, seed: int, step: int, first_row: int, temperature: float = 1.0, top_p: float = 1.0):
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
@@ -303,19 +309,29 @@ class RowSeededSampling:
         if top_p < 1.0:
             self.warpers.append(TopPLogitsWarper(top_p=top_p))
         self.generators: list[torch.Generator] = []
+        self.calls = 0  # decoding steps so far
+        self._block: torch.Tensor | None = None  # [n, BLOCK] uniforms of the current block
 
-    def _uniforms(self, n: int) -> torch.Tensor:
+    def _uniforms(self, n: int, device) -> torch.Tensor:
+        """Row i's uniform for this decoding step -> [n] (float64)."""
         while len(self.generators) < n:
             g = torch.Generator().manual_seed(row_seed(self.seed, self.step, self.first_row + len(self.generators)))
             self.generators.append(g)
-        return torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators[:n]])  # [n]
+        col = self.calls % self.BLOCK
+        if col == 0 or self._block is None or self._block.shape[0] < n:
+            if self._block is not None and self._block.shape[0] < n:
+                raise ValueError("RowSeededSampling: the batch grew between decoding steps")
+            self._block = torch.stack([torch.rand(self.BLOCK, generator=g, dtype=torch.float64)
+                                       for g in self.generators[:n]]).to(device)  # [n, BLOCK]
+        self.calls += 1
+        return self._block[:n, col]  # [n]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         for warp in self.warpers:
             scores = warp(input_ids, scores)  # [n, V]
         probs = torch.softmax(scores.double(), dim=-1)  # [n, V]
         cdf = probs.cumsum(-1)  # [n, V]
-        u = self._uniforms(scores.shape[0]).to(scores.device)  # [n]
+        u = self._uniforms(scores.shape[0], scores.device)  # [n]
         token = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True)  # [n, 1]
         last = (probs > 0).cumsum(-1).argmax(-1, keepdim=True)  # [n, 1] the last token it may pick
         token = torch.minimum(token, last)  # u * total rounded up to the total: take the last one

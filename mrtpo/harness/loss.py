@@ -23,25 +23,86 @@ LossType = Literal["dapo", "grpo", "dr_grpo"]
 
 def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor, num_response: int, temperature: float = 1.0,
-                with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                with_entropy: bool = False, share_prompts: bool = False,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of the last `num_response` tokens under `model` -> ([N, T], entropy [N, T]).
 
     Logits are divided by the sampling temperature (the distribution the tokens were drawn
-    from) and taken only at the T positions that predict response tokens.
+    from) and taken only at the T positions that predict response tokens. The entropy (no
+    gradient) is computed a few rows at a time, so it adds no [N, T, V] temporaries.
+
+    `share_prompts`: rows whose prompt columns are identical (the G completions of a prompt)
+    run the prompt through the model once and reuse its KV cache for their responses
+    (`shared_prompt_logits`): the same log-probs and gradients as the full forward, to float
+    rounding (tested), for about 1/G of the prompt's compute.
     """
     t = num_response
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                logits_to_keep=t + 1, use_cache=False)
-    logits = out.logits[:, :-1].float() / temperature  # [N, T, V]
+    logits = shared_prompt_logits(model, input_ids, attention_mask, position_ids, t) if share_prompts else None
+    if logits is None:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    logits_to_keep=t + 1, use_cache=False)
+        logits = out.logits[:, :-1]  # [N, T, V]
+    logits = logits.float()  # [N, T, V]
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = input_ids[:, -t:]  # [N, T]
     logz = torch.logsumexp(logits, -1)  # [N, T]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [N, T]
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            lp = logits - logz.unsqueeze(-1)  # [N, T, V]
-            entropy = -(lp.exp() * lp).sum(-1)  # [N, T]
+            entropy = torch.empty_like(logz)  # [N, T]
+            rows = max(1, 2**24 // max(1, logits.shape[1] * logits.shape[2]))  # ~64 MB of fp32 at a time
+            for i in range(0, logits.shape[0], rows):
+                lp = logits[i:i + rows] - logz[i:i + rows].unsqueeze(-1)  # [r, T, V]
+                entropy[i:i + rows] = -(lp.exp() * lp).sum(-1)  # [r, T]
     return logp, entropy
+
+
+def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         position_ids: torch.Tensor, num_response: int) -> torch.Tensor | None:
+    """Logits [N, T, V] at the positions predicting the last T tokens, each distinct prompt
+    encoded once; None when no two rows share a prompt (or sharing is not possible).
+
+    The batch is left-padded prompts then responses (rollout.Batch). Its columns before the
+    last prompt column are the prefix: the G rows of one prompt hold the same prefix ids and
+    mask, hence (causal attention) the same keys and values there. The distinct prefixes go
+    through the decoder once, their KV cache is indexed out to every row (autograd flows back
+    through the indexing, summing the rows' gradients, which is what the full forward's G
+    copies add up to), and the rest (the last prompt token, which predicts the first response
+    token, and the response) runs on top. LoRA dropout, in training mode, then draws one mask
+    per prompt rather than one per row. Not used under gradient checkpointing, which turns the
+    KV cache off in training.
+    """
+    from mrtpo.replay import cache_kwarg, decoder_of, head_of, output_cache
+
+    n, t = input_ids.shape[0], num_response
+    cut = input_ids.shape[1] - t - 1  # prefix columns
+    if cut < 1 or n < 2 or (model.training and _checkpointing(model)):
+        return None
+    key = torch.cat([input_ids[:, :cut], attention_mask[:, :cut]], 1)  # [N, 2 * cut]
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2 * cut], [N]
+    u = uniq.shape[0]
+    if u == n:
+        return None
+    rows = torch.arange(n, device=input_ids.device)  # [N]
+    first = torch.full((u,), n, dtype=torch.long, device=input_ids.device).scatter_reduce(
+        0, inverse, rows, reduce="amin")  # [U] one row holding each distinct prefix
+    decoder, head = decoder_of(model), head_of(model)
+    prefix = decoder(input_ids=input_ids[first, :cut], attention_mask=attention_mask[first, :cut],
+                     position_ids=position_ids[first, :cut], use_cache=True)
+    cache = output_cache(prefix)
+    cache.batch_select_indices(inverse)  # [U, ...] -> [N, ...]
+    hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=attention_mask,
+                     position_ids=position_ids[:, cut:], use_cache=True,
+                     **{cache_kwarg(decoder): cache}).last_hidden_state  # [N, T + 1, H]
+    return head(hidden[:, :t])  # [N, T, V]
+
+
+def _checkpointing(model) -> bool:
+    """Whether the model recomputes activations in backward (transformers renamed the flag in v5)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(flag if flag is not None else getattr(model, "is_gradient_checkpointing", False))
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -71,6 +71,21 @@ class Rollout:
         return mask
 
 
+def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, repeats: int):
+    """KV cache of the B left-padded prompts [B, P] but their last token, each row repeated
+    `repeats` times ([B*G, P - 1]): `generate` then runs only the last prompt token before
+    decoding, instead of encoding every prompt G times. Positions as `generate` numbers them."""
+    from mrtpo.replay import output_cache
+
+    pos = attention_mask.long().cumsum(-1) - 1  # [B, P]
+    pos = pos.masked_fill(attention_mask == 0, 1)
+    out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                position_ids=pos[:, :-1], use_cache=True, logits_to_keep=1)
+    cache = output_cache(out)
+    cache.batch_repeat_interleave(repeats)
+    return cache
+
+
 def render_prompt(tokenizer, task: Task, example: Example) -> str:
     """P0 as the text the model sees: chat template + generation prompt."""
     return tokenizer.apply_chat_template(task.messages(example), tokenize=False,
@@ -103,19 +118,29 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     for i, x in enumerate(ids):
         input_ids[i, p - len(x):] = torch.tensor(x)
         attn[i, p - len(x):] = 1
-    input_ids = input_ids.repeat_interleave(g, 0).to(policy.device)  # [B*G, P]
-    attn = attn.repeat_interleave(g, 0).to(policy.device)  # [B*G, P]
+    input_ids, attn = input_ids.to(policy.device), attn.to(policy.device)  # [B, P]
     stops = policy.stop_ids
+    # a processor that draws each token itself (RowSeededSampling) leaves a single finite
+    # score: transformers' own sampling would pick that token too, so decode greedily
+    draws = any(getattr(proc, "draws_tokens", False) for proc in logits_processor or [])
+    sampled = not greedy and not draws
     gen = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=not greedy,
-        temperature=temperature if not greedy else None, top_p=top_p if not greedy else None,
+        max_new_tokens=max_new_tokens, do_sample=sampled,
+        temperature=temperature if sampled else None, top_p=top_p if sampled else None,
         top_k=None, eos_token_id=stops, pad_token_id=policy.pad_id,
     )
     was_training = policy.model.training
     policy.model.eval()
     try:
-        out = policy.model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
-                                     logits_processor=logits_processor)
+        with policy.merged() as model:
+            kwargs = {}
+            if g > 1 and p > 1:  # each prompt encoded once for its G completions
+                from mrtpo.replay import cache_kwarg, decoder_of
+
+                kwargs[cache_kwarg(decoder_of(model))] = prompt_cache(model, input_ids, attn, g)
+            out = model.generate(input_ids=input_ids.repeat_interleave(g, 0),
+                                 attention_mask=attn.repeat_interleave(g, 0),  # [B*G, P]
+                                 generation_config=gen, logits_processor=logits_processor, **kwargs)
     finally:
         policy.model.train(was_training)
     new = out[:, p:].tolist()  # [B*G, <= max_new_tokens]

@@ -5,6 +5,8 @@ normalised over the whole batch (loss.aggregate), so accumulation gives the grad
 full batch. The log-probs of the first pass are the "old" ones (the model has not moved yet,
 so the ratio starts at exactly 1); with `num_iterations > 1` later passes reuse them and the
 clip starts to bite. The KL reference log-probs are computed once, without gradients.
+Every pass encodes each distinct prompt of a micro-batch once (loss.shared_prompt_logits):
+the G completions of a prompt share its keys and values.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def reference_logps(policy, batch: Batch, temperature: float, parts: int) -> tor
         try:
             for mb in micro_batches(batch.input_ids.shape[0], parts):
                 b = batch.rows(mb)
-                out.append(token_logps(ref, b.input_ids, b.attention_mask, b.position_ids, t, temperature)[0])
+                out.append(token_logps(ref, b.input_ids, b.attention_mask, b.position_ids, t, temperature,
+                                       share_prompts=True)[0])
         finally:
             ref.train(was_training)
     return torch.cat(out)  # [N, T]
@@ -65,7 +68,7 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
         for mb in micro_batches(n, grad_accum):
             b = batch.rows(mb)
             logp, entropy = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
-                                        temperature, with_entropy=it == 0)  # [n, T]
+                                        temperature, with_entropy=it == 0, share_prompts=True)  # [n, T]
             if it == 0:
                 old[mb] = logp.detach()
                 sums["entropy"] += float((entropy * mask[mb]).sum())

@@ -478,8 +478,10 @@ def startup_line(trainer: MRTPOGRPOTrainer) -> str:
             f"reward weights {weights}")
 
 
-def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
+def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> MRTPOGRPOTrainer:
     """Train as the flags say, save the model to --output_dir; returns the trainer.
+
+    `callbacks`: extra transformers `TrainerCallback`s (benchmarks/peer.py times steps with one).
 
         accelerate launch --multi_gpu --num_processes 8 -m mrtpo.integrations.trl \\
             --model_name_or_path Qwen/Qwen2.5-1.5B-Instruct --task toolcall --output_dir runs/trl \\
@@ -505,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> MRTPOGRPOTrainer:
     trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=task, args=args, data=script.data, mrtpo=script.mrtpo,
                                mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
                                log_completions_every=script.log_completions_every,
-                               peft_config=get_peft_config(model_args))
+                               peft_config=get_peft_config(model_args), callbacks=list(callbacks or []) or None)
     trainer.accelerator.print(startup_line(trainer))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
