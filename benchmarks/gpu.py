@@ -113,7 +113,7 @@ def train_steps(model: str, mrtpo: bool, args, out_dir: Path) -> dict:
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape, B=2 G=2, 16 new tokens, on CPU")
     ap.add_argument("--device", default=None, help="default: cuda when available (cpu with --smoke)")
@@ -124,6 +124,11 @@ def main() -> None:
     ap.add_argument("--no-gdpo", action="store_true", help="skip the GDPO steps (no overhead figure)")
     ap.add_argument("--no-replay-bench", action="store_true", help="skip benchmarks/replay.py")
     ap.add_argument("--out", default=None, help="JSON summary path")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     import torch
 

@@ -145,7 +145,7 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mrtpo-tiny", help="policy for both sides (default: the built-in one)")
     ap.add_argument("--task", default="toolcall")
@@ -164,6 +164,11 @@ def main() -> None:
     ap.add_argument("--worker", choices=["harness", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--mrtpo", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     if args.worker:
         return run_worker(args)

@@ -131,7 +131,7 @@ def _time_pair(fn_a, fn_b, repeats: int):
     return (min(times_a), statistics.median(times_a), out_a), (min(times_b), statistics.median(times_b), out_b)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two timed runs per method (< 40 s on 2 cores)")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per method (fastest reported)")
@@ -145,6 +145,11 @@ def main() -> None:
     ap.add_argument("--batch-tokens", type=int, default=4096,
                     help="padded tokens per forward, both methods (4096: the plain method's fastest "
                          "on a 2-core CPU among 1k-16k)")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     busy = os.getloadavg()[0]
     if args.threads:

@@ -58,7 +58,7 @@ def _bash_commands(text: str) -> list[str]:
 
 def _inline_commands(text: str) -> list[str]:
     out = []
-    for span in re.findall(r"`((?:mrtpo|python benchmarks/\S+) [^`]+)`", text):
+    for span in re.findall(r"`(mrtpo [^`]+|python benchmarks/[^\s`]+(?: [^`]+)?)`", text):
         span = span.replace("\\|", "|")
         span = re.sub(r"\(([^()|]+)\|[^()]*\)", r"\1", span)  # (A | B) -> A
         span = span.replace("[", " ").replace("]", " ")
@@ -148,12 +148,14 @@ def parse(command: str) -> str:
         program = pytest.importorskip("tensorboard.program")
         program.TensorBoard().configure(argv=words)  # its own argparse; exits on a bad flag
         return "tensorboard"
-    if words[:2] == ["python", "benchmarks/learning.py"]:
+    if len(words) >= 2 and words[0] == "python" and re.fullmatch(r"benchmarks/\w+\.py", words[1]):
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("learning", README.parent / "benchmarks" / "learning.py")
+        path = README.parent / words[1]
+        spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        assert hasattr(module, "parser"), f"{words[1]} has no parser() for this test to check the README's command with"
         module.parser().parse_args(words[2:])
         return "benchmark"
     raise AssertionError(f"the README shows a command this test has no parser for: {line}")
