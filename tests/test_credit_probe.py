@@ -177,7 +177,7 @@ def test_probe_command_json_and_text(tiny_qwen2_dir):
     res = runner.invoke(app, ["probe", "toolcall", "--model", str(tiny_qwen2_dir), "--limit", "2", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout[res.stdout.index("{"):])
-    assert out["task"] == "toolcall" and {k["kind"] for k in out["kinds"]} == {"argument value", "function name", "tags"}
+    assert out["schema"] == "mrtpo.probe/1" and out["task"] == "toolcall" and {k["kind"] for k in out["kinds"]} == {"argument value", "function name", "tags"}
     assert out["control"] is not None and out["verdict"]
     res = runner.invoke(app, ["probe", "text2sql", "--model", str(tiny_qwen2_dir), "--limit", "2", "--no-control"])
     assert res.exit_code == 0, res.output

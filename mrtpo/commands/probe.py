@@ -10,7 +10,6 @@ a random-init model of the same architecture (the control). See mrtpo/credit/pro
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from typing import Annotated, Optional
@@ -70,7 +69,9 @@ def register(app: typer.Typer) -> None:
             _fail(f"task {task.name!r} made no probe edit that lowers its reward on these examples; "
                   "a custom task provides edits by overriding Task.probe_edits (see docs/custom-tasks.md)")
         if as_json:
-            typer.echo(json.dumps(_finite(report.to_dict()), indent=1))
+            from mrtpo.commands.jsonout import dumps
+
+            typer.echo(dumps({"schema": "mrtpo.probe/1", **report.to_dict()}, indent=1))
         else:
             typer.echo(render(report))
 
@@ -98,17 +99,6 @@ def render(report) -> str:
 
 def _f(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.2f}"
-
-
-def _finite(obj):
-    """JSON has no NaN: undefined figures become null."""
-    if isinstance(obj, float):
-        return None if math.isnan(obj) or math.isinf(obj) else obj
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _fail(msg: str) -> None:
