@@ -410,13 +410,21 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
                 del hidden
             del branch_cache
         for n in dict.fromkeys(r[0] for r in wave):
-            n_ctx = len(plans[n].contexts)
-            h = torch.stack([kept.pop((n, j)) for j in range(n_ctx)])  # [C, T, H]
-            step = max(1, chunk_tokens // n_ctx)
-            for t0 in range(0, h.shape[1], step):
-                x = h[:, t0:t0 + step]  # [C, c, H]
-                logits = head(x.reshape(-1, x.shape[-1])).view(n_ctx, x.shape[1], -1)  # [C, c, V]
-                _fill(q, n, plans[n], logits, temperature, t0, rows=step)
+            h = torch.stack([kept.pop((n, j)) for j in range(len(plans[n].contexts))])  # [C, T, H]
+            head_and_js(q, n, plans[n], h, head, temperature, chunk_tokens)
+
+
+def head_and_js(q: torch.Tensor, n: int, plan: _Plan, hidden: torch.Tensor, head, temperature: float,
+                chunk_tokens: int) -> None:
+    """q[n] from the hidden states [C, T, H] of item n's distinct contexts at its response
+    positions: the vocabulary head, `chunk_tokens` positions (of all contexts) at a time,
+    then the JS step. The plain method does the same work inside its forward."""
+    n_ctx = hidden.shape[0]
+    step = max(1, chunk_tokens // n_ctx)
+    for t0 in range(0, hidden.shape[1], step):
+        x = hidden[:, t0:t0 + step]  # [C, c, H]
+        logits = head(x.reshape(-1, x.shape[-1])).view(n_ctx, x.shape[1], -1)  # [C, c, V]
+        _fill(q, n, plan, logits, temperature, t0, rows=step)
 
 
 def _branches(rows, items) -> tuple[list, list[tuple[list[int], list[tuple[int, int]]]]]:

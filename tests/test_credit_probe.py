@@ -39,6 +39,11 @@ def test_edit_figures_share_and_lift():
     assert math.isnan(shares[2]) and math.isnan(lifts[2])
 
 
+def test_first_token_mask_keeps_the_spans_first_token():
+    assert probe.first_token_mask([False, True, True, False]) == [False, True, False, False]
+    assert probe.first_token_mask([False, False]) == [False, False]
+
+
 def _edit(kind, reward, lifts):
     return probe.EditResult("e", kind, reward, "r", "s", 1, 4, {k: v / 4 for k, v in lifts.items()}, lifts,
                             {k: 0.0 for k in lifts})
@@ -153,6 +158,12 @@ def test_probe_on_a_custom_task_matches_the_replays_distances(tiny_qwen2_dir):
     expected = (q[0] * mask).sum() / q[0].sum() / (mask.sum() / len(ids))
     assert e.lift["color"] == pytest.approx(float(expected), rel=1e-5)
     assert e.span_text == "blue" and e.span_tokens == int(mask.sum())
+    first = torch.zeros_like(mask)
+    first[int(mask.nonzero()[0])] = True  # the decision token: the span's first
+    expected = (q[0] * first).sum() / q[0].sum() * len(ids)
+    assert e.decision_lift["color"] == pytest.approx(float(expected), rel=1e-5)
+    assert report.kinds[0].decision_lift["color"] == pytest.approx(
+        sum(x.decision_lift["color"] for x in report.edits if x.kind == "color word") / 3)
     d = report.to_dict()
     assert d["verdict"] == report.verdict() and len(d["edits"]) == 6
 

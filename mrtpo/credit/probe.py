@@ -12,7 +12,11 @@ replayed under the task's contexts exactly as the trainer does (`task.score`,
 
 An edit's specificity is the lift of the reward it is about divided by the largest lift
 among the other rewards: above 1 the reward's own distance goes to the edit more than any
-other reward's does. Per edit kind the figures are means over the examples (specificity of
+other reward's does. The same figures are also given for the edit's first token alone (the
+decision token): q at a position compares the contexts' predictions *of* that token, from
+the prefix before it, so it is where the policy decides the edited aspect; the span's later
+tokens follow an edited prefix the policy never produced, where every context's prediction
+is off its training distribution and every reward's q tends to rise. Per edit kind the figures are means over the examples (specificity of
 the means). A random-init model of the same architecture and tokenizer is the control: its
 lifts are about 1, which says the probe itself does not invent specificity.
 
@@ -43,6 +47,7 @@ class EditResult:
     mass_share: dict[str, float]  # reward -> share of its q mass on the edited tokens
     lift: dict[str, float]  # reward -> mass share / token share (NaN: empty block)
     scores: dict[str, float]  # reward -> score of the edited response
+    decision_lift: dict[str, float] = field(default_factory=dict)  # the same on the first edited token
 
     @property
     def token_share(self) -> float:
@@ -59,6 +64,7 @@ class KindSummary:
     lift: dict[str, float]  # reward -> mean lift (NaN where no edit gave one)
     mass_share: dict[str, float]
     token_share: float
+    decision_lift: dict[str, float] = field(default_factory=dict)  # mean lift on the first edited token
 
     @property
     def own_lift(self) -> float:
@@ -66,15 +72,28 @@ class KindSummary:
 
     @property
     def best_other(self) -> tuple[str, float]:
-        others = [(r, v) for r, v in self.lift.items() if r != self.reward and not math.isnan(v)]
-        return max(others, key=lambda x: x[1]) if others else ("", math.nan)
+        return _best_other(self.lift, self.reward)
 
     @property
     def specificity(self) -> float:
-        other = self.best_other[1]
-        if math.isnan(self.own_lift) or math.isnan(other) or other <= 0:
-            return math.nan
-        return self.own_lift / other
+        return _specificity(self.lift, self.reward)
+
+    @property
+    def decision_specificity(self) -> float:
+        """The specificity on the first edited token alone (the decision token)."""
+        return _specificity(self.decision_lift, self.reward)
+
+
+def _best_other(lift: dict[str, float], reward: str) -> tuple[str, float]:
+    others = [(r, v) for r, v in lift.items() if r != reward and not math.isnan(v)]
+    return max(others, key=lambda x: x[1]) if others else ("", math.nan)
+
+
+def _specificity(lift: dict[str, float], reward: str) -> float:
+    own, other = lift.get(reward, math.nan), _best_other(lift, reward)[1]
+    if math.isnan(own) or math.isnan(other) or other <= 0:
+        return math.nan
+    return own / other
 
 
 @dataclass
@@ -112,7 +131,8 @@ class ProbeReport:
     def to_dict(self) -> dict[str, Any]:
         def kind(k: KindSummary) -> dict[str, Any]:
             return {**asdict(k), "own_lift": k.own_lift, "best_other": k.best_other[0],
-                    "best_other_lift": k.best_other[1], "specificity": k.specificity}
+                    "best_other_lift": k.best_other[1], "specificity": k.specificity,
+                    "decision_specificity": k.decision_specificity}
 
         return {"task": self.task, "model": self.model, "examples": self.examples,
                 "verdict": self.verdict(), "kinds": [kind(k) for k in self.kinds],
@@ -126,6 +146,12 @@ def span_token_mask(offsets: Sequence[tuple[int, int]], span: tuple[int, int]) -
     """Which tokens (character offsets per token) overlap the character range `span`."""
     s, e = span
     return [a < e and b > s for a, b in offsets]
+
+
+def first_token_mask(in_span: Sequence[bool]) -> list[bool]:
+    """Only the first token of a span mask (the decision token)."""
+    first = list(in_span).index(True) if any(in_span) else -1
+    return [i == first for i in range(len(in_span))]
 
 
 def edit_figures(q, in_span) -> tuple[list[float], list[float]]:
@@ -166,16 +192,21 @@ def summarize(edits: Sequence[EditResult]) -> list[KindSummary]:
 
         # instruct constraints are named per example: compare the edit's own reward with
         # the others by role ("own" vs each other), so the own reward's name is per edit
-        if any(e.reward != own for e in group):
-            lift = {"(own)": mean(e.lift[e.reward] for e in group),
-                    "(best other)": mean(max((v for r, v in e.lift.items() if r != e.reward and not math.isnan(v)),
-                                             default=math.nan) for e in group)}
-            share = {"(own)": mean(e.mass_share[e.reward] for e in group)}
+        by_role = any(e.reward != own for e in group)
+
+        def means(figure: str) -> dict[str, float]:
+            per_edit = [getattr(e, figure) for e in group]
+            if by_role:
+                return {"(own)": mean(f.get(e.reward, math.nan) for e, f in zip(group, per_edit)),
+                        "(best other)": mean(_best_other(f, e.reward)[1] for e, f in zip(group, per_edit))}
+            return {r: mean(f.get(r, math.nan) for f in per_edit) for r in rewards}
+
+        share = means("mass_share")
+        if by_role:
+            share.pop("(best other)")
             own = "(own)"
-        else:
-            lift = {r: mean(e.lift.get(r, math.nan) for e in group) for r in rewards}
-            share = {r: mean(e.mass_share.get(r, math.nan) for e in group) for r in rewards}
-        out.append(KindSummary(kind, own, len(group), lift, share, mean(e.token_share for e in group)))
+        out.append(KindSummary(kind, own, len(group), means("lift"), share, mean(e.token_share for e in group),
+                               means("decision_lift")))
     return out
 
 
@@ -225,10 +256,12 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
     for n, (ex, edit, ids, _, scores, mask) in enumerate(rows):
         names = items[n].reward_names
         shares, lifts = edit_figures(q[n, : len(names), : len(ids)], mask)
+        _, first = edit_figures(q[n, : len(names), : len(ids)], first_token_mask(mask))
         out.append(EditResult(
             example_id=ex.id, kind=edit.kind, reward=edit.reward, response=edit.response,
             span_text=edit.response[edit.span[0]: edit.span[1]], span_tokens=sum(mask), num_tokens=len(ids),
-            mass_share=dict(zip(names, shares)), lift=dict(zip(names, lifts)), scores=scores))
+            mass_share=dict(zip(names, shares)), lift=dict(zip(names, lifts)), scores=scores,
+            decision_lift=dict(zip(names, first))))
     return out, skipped
 
 
