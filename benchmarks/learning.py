@@ -32,6 +32,10 @@ METHODS = {  # name -> TrainConfig fields
     "gdpo+saw": {"advantage": "gdpo", "saw": "advantage", "mrtpo": False},
     "mrtpo": {"advantage": "gdpo", "saw": "off", "mrtpo": True},
 }
+# further methods --methods can name (not run by default)
+EXTRA_METHODS = {
+    "mrtpo-lambda0.5": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": 0.5},
+}
 
 
 def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> list[dict]:
@@ -56,7 +60,7 @@ def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> lis
                 if p.name != LOCK_NAME:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
         cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
-                          **METHODS[method], **settings)
+                          **{**METHODS, **EXTRA_METHODS}[method], **settings)
         t0 = time.perf_counter()
         result = train(cfg)
         print(f"  ran {task} {method} seed {seed}: {len(result.history)} steps in "
@@ -191,7 +195,8 @@ def parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="toolcall,text2sql,instruct")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help=f"comma-separated; also: {', '.join(EXTRA_METHODS)} (MRTPO blended half with uniform weights)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--steps", type=int, default=None)
@@ -224,6 +229,9 @@ def main() -> None:
                                        "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
                      if v is not None})
     methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS and m not in EXTRA_METHODS]
+    if unknown:
+        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join([*METHODS, *EXTRA_METHODS])}")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.quick:
         methods, seeds, settings["steps"] = methods[-2:], seeds[:2], 6

@@ -142,3 +142,28 @@ def test_export_refuses_a_used_directory_and_an_unknown_step(trained_run, tmp_pa
     r = _invoke("export", run, tmp_path / "new", "--step", 9)
     assert r.exit_code == 2 and "no checkpoint of step 9" in r.output
     assert not (tmp_path / "new").exists()
+
+
+def test_saving_an_adapter_of_a_builtin_base_looks_nothing_up(tiny_qwen2_dir, tmp_path):
+    """An adapter whose base is named by the built-in policy's portable name (not a local
+    directory, not a hub repository) saves without peft trying to fetch that base's config
+    (which warns "Could not find a config file" on every checkpoint), and loads back."""
+    import warnings
+
+    import torch
+
+    from mrtpo.harness import checkpoints
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, device="cpu", base_name="mrtpo-tiny")
+    opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=1e-3)
+    run = tmp_path / "run"
+    run.mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        final = checkpoints.save(run, 1, policy, opt)
+    assert not [w for w in caught if "config file" in str(w.message) or "remote file" in str(w.message)], \
+        [str(w.message) for w in caught]
+    saved = json.loads((final / "adapter" / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == "mrtpo-tiny"
+    assert (final / "adapter" / "adapter_model.safetensors").is_file()

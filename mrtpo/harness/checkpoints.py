@@ -107,7 +107,10 @@ def save(run_dir: Path, step: int, policy, optimizer: torch.optim.Optimizer,
         with warnings.catch_warnings():  # peft reads a property transformers deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             if policy.lora:  # with the tokenizer, so the adapter directory loads on its own
-                policy.model.save_pretrained(tmp / "adapter")
+                # the trainer never resizes the embeddings, so there are none to save; peft's
+                # "auto" would look the base's config up on the hub at every save (for the
+                # built-in policy's portable name, a lookup that fails with a warning)
+                policy.model.save_pretrained(tmp / "adapter", save_embedding_layers=False)
                 policy.tokenizer.save_pretrained(tmp / "adapter")
             else:
                 policy.model.save_pretrained(tmp / "model")
