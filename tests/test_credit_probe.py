@@ -60,6 +60,11 @@ def test_summary_specificity_is_own_lift_over_the_best_other():
     assert kinds["tags"].specificity == pytest.approx(1.2)
     report = probe.ProbeReport("t", "m", 2, list(kinds.values()))
     assert report.verdict().startswith("partly reward-specific: specificity >= 2 on 1 of 2")
+    kinds["value"].lift["correct"] = 2.0  # 2.0 / 1.5: some, not >= 2; tags 1.2: neither
+    assert probe.ProbeReport("t", "m", 2, list(kinds.values())).verdict().startswith(
+        "barely reward-specific: no edit kind reaches specificity 2, 1 of 2 reach 1.25")
+    kinds["value"].lift["correct"] = 1.0
+    assert probe.ProbeReport("t", "m", 2, list(kinds.values())).verdict().startswith("not reward-specific")
 
 
 def test_per_example_reward_names_are_compared_by_role():

@@ -121,11 +121,17 @@ class ProbeReport:
             c = [k.specificity for k in self.control if not math.isnan(k.specificity)]
             if c:
                 ctrl = f"; random-init control: specificity {min(c):.2f}-{max(c):.2f}"
-        head = (f"reward-specific: specificity >= {SPECIFIC:g} on all {len(specs)} edit kinds" if ok == len(specs)
-                else f"partly reward-specific: specificity >= {SPECIFIC:g} on {ok} of {len(specs)} edit kinds, "
-                     f">= {SOME:g} on {some}" if some else
-                f"not reward-specific: every edit kind below {SOME:g} (the distances follow uncertainty, "
-                "not the reward an edit is about)")
+        if ok == len(specs):
+            head = f"reward-specific: specificity >= {SPECIFIC:g} on all {len(specs)} edit kinds"
+        elif ok:
+            head = (f"partly reward-specific: specificity >= {SPECIFIC:g} on {ok} of {len(specs)} edit kinds, "
+                    f">= {SOME:g} on {some}")
+        elif some:
+            head = (f"barely reward-specific: no edit kind reaches specificity {SPECIFIC:g}, "
+                    f"{some} of {len(specs)} reach {SOME:g}")
+        else:
+            head = (f"not reward-specific: every edit kind below {SOME:g} (the distances follow uncertainty, "
+                    "not the reward an edit is about)")
         return f"{head} (lowest {min(specs):.2f}, median {sorted(specs)[len(specs) // 2]:.2f}){ctrl}"
 
     def to_dict(self) -> dict[str, Any]:
