@@ -16,9 +16,10 @@ other reward's does. The same figures are also given for the edit's first token 
 decision token): q at a position compares the contexts' predictions *of* that token, from
 the prefix before it, so it is where the policy decides the edited aspect; the span's later
 tokens follow an edited prefix the policy never produced, where every context's prediction
-is off its training distribution and every reward's q tends to rise. Per edit kind the figures are means over the examples (specificity of
-the means). A random-init model of the same architecture and tokenizer is the control: its
-lifts are about 1, which says the probe itself does not invent specificity.
+is off its training distribution and every reward's q tends to rise. Per edit kind the
+figures are means over the examples (specificity of the means). A random-init model of the
+same architecture and tokenizer is the control: its lifts are about 1, which says the probe
+itself does not invent specificity.
 
 A reward whose block is empty for the edited response (nothing to tell, q = 0) has no lift
 for that edit and is left out of the comparison.
