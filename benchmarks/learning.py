@@ -36,6 +36,7 @@ METHODS = {  # name -> TrainConfig fields
 EXTRA_METHODS = {
     "mrtpo-lambda0.5": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": 0.5},
 }
+ALL_METHODS = {**METHODS, **EXTRA_METHODS}
 
 
 def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> list[dict]:
@@ -60,7 +61,7 @@ def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> lis
                 if p.name != LOCK_NAME:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
         cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
-                          **{**METHODS, **EXTRA_METHODS}[method], **settings)
+                          **ALL_METHODS[method], **settings)
         t0 = time.perf_counter()
         result = train(cfg)
         print(f"  ran {task} {method} seed {seed}: {len(result.history)} steps in "
@@ -229,9 +230,9 @@ def main() -> None:
                                        "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
                      if v is not None})
     methods = args.methods.split(",")
-    unknown = [m for m in methods if m not in METHODS and m not in EXTRA_METHODS]
+    unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
-        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join([*METHODS, *EXTRA_METHODS])}")
+        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(ALL_METHODS)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.quick:
         methods, seeds, settings["steps"] = methods[-2:], seeds[:2], 6

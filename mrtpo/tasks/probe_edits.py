@@ -157,20 +157,21 @@ def _add_comma(text: str, kw: dict, rng) -> str | None:
     return text[: m.end()] + "," + text[m.end():] if m else None
 
 
-def _capitalise_word(text: str, kw: dict, rng) -> str | None:
-    words = [m for m in re.finditer(r"\b[a-z]{4,}\b", text)]
+def _recase_word(text: str, pattern: str, recase: Callable[[str], str], rng) -> str | None:
+    """One word matching `pattern` (chosen by `rng`) rewritten by `recase`."""
+    words = list(re.finditer(pattern, text))
     if not words:
         return None
     m = rng.choice(words)
-    return text[: m.start()] + m.group().upper() + text[m.end():]
+    return text[: m.start()] + recase(m.group()) + text[m.end():]
+
+
+def _capitalise_word(text: str, kw: dict, rng) -> str | None:
+    return _recase_word(text, r"\b[a-z]{4,}\b", str.upper, rng)
 
 
 def _lowercase_word(text: str, kw: dict, rng) -> str | None:
-    words = [m for m in re.finditer(r"\b[A-Z]{4,}\b", text)]
-    if not words:
-        return None
-    m = rng.choice(words)
-    return text[: m.start()] + m.group().lower() + text[m.end():]
+    return _recase_word(text, r"\b[A-Z]{4,}\b", str.lower, rng)
 
 
 def _title_marks(text: str, kw: dict, rng) -> str | None:
