@@ -22,7 +22,11 @@ explicitly here, as `mrtpo train`'s defaults). Printed: per run the
 median seconds per 1k tokens, tokens per step and step seconds; per phase of the harness
 (generate, verify, replay, update) seconds per 1k tokens; and as the last line the ratios:
 harness / TRL per token with and without MRTPO, and MRTPO's overhead (MRTPO / GDPO per
-token) in each. TRL is optional: `pip install -e ".[trl]"`.
+token) in each. Since the MRTPO and GDPO runs sample different completions after their first
+step, the harness's overhead is also given on the MRTPO run's own steps: step time over step
+time less the replay (the only phase GDPO lacks; the other phases run the same code). The
+update's cost grows with the padded batch (completions x the longest one), so the phase line
+also gives the update per 1k padded tokens. TRL is optional: `pip install -e ".[trl]"`.
 """
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ def harness_worker(args, mrtpo: bool, out_dir: Path) -> list[dict]:
         phases = {p: v for k, v in record.items() for p in PHASES if k.endswith(f"/{p}")}
         step_s = next(v for k, v in record.items() if k.endswith("/step"))
         n = args.batch_prompts * args.num_generations
-        steps.append({"seconds": step_s, "tokens": record["completions/mean_length"] * n, "phases": phases})
+        steps.append({"seconds": step_s, "tokens": record["completions/mean_length"] * n, "phases": phases,
+                      "padded": record["completions/max_length"] * n})
 
     train(cfg, on_step=on_step)
     return steps
@@ -215,6 +220,10 @@ def main() -> None:
             vals = [per_1k(s, args.warmup, key=lambda st, p=p: st["phases"].get(p, 0.0)) for s in results["harness", mrtpo]]
             if any(vals):
                 parts.append(f"{p} {statistics.median(vals):.2f}")
+        padded = [1000 * sum(st["phases"].get("update", 0.0) for st in s[args.warmup:])
+                  / max(sum(st.get("padded", 0.0) for st in s[args.warmup:]), 1.0) for s in results["harness", mrtpo]]
+        if any(padded):
+            parts.append(f"update per 1k padded tokens {statistics.median(padded):.2f}")
         print(f"harness phases, {'MRTPO' if mrtpo else 'GDPO'} (s per 1k tokens): " + ", ".join(parts))
     print(f"load average after the runs: {load()}")
     # ratios within a repeat compare runs made minutes apart, under about the same load; the
@@ -228,6 +237,10 @@ def main() -> None:
                       f"{ratio(('harness', True), ('trl', True)):.2f}x MRTPO")
     for side in sides:
         ratios.append(f"MRTPO overhead ({side}): {ratio((side, True), (side, False)):.2f}x")
+        if side == "harness":  # on its own steps: step / (step - replay)
+            own = [s["seconds"] / max(s["seconds"] - s["phases"].get("replay", 0.0), 1e-9)
+                   for r in results["harness", True] for s in r[args.warmup:]]
+            ratios[-1] += f" per token, {statistics.median(own):.2f}x on its own steps"
     print("; ".join(ratios))
 
 

@@ -169,6 +169,18 @@ def build_item(task: Task, tokenizer, example: Example, response_ids: Sequence[i
     )
 
 
+def only_rewards(item: ReplayItem, keep: Sequence[bool]) -> ReplayItem:
+    """`item` with P_without_k set to P_all for every reward k not in `keep`, so the replay
+    skips those contexts and their q is 0 (as for an empty block). The trainer drops the
+    rewards whose credit on this response is exactly 0 (a group that scored a reward alike):
+    weight times zero credit is zero, so the token advantages do not change."""
+    if len(keep) != item.num_rewards:
+        raise ValueError(f"keep has {len(keep)} entries for {item.num_rewards} rewards")
+    contexts = [item.context_ids[0]] + [ctx if k else item.context_ids[0]
+                                        for ctx, k in zip(item.context_ids[1:], keep)]
+    return ReplayItem(contexts, item.response_ids, item.reward_names, item.blocks)
+
+
 def render_ids(tokenizer, messages: Messages) -> list[int]:
     """Chat-template token ids of a prompt, ending with the assistant turn's opening."""
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)

@@ -85,6 +85,30 @@ def test_one_step_changes_only_lora_parameters(tiny_qwen2_dir, tmp_path, advanta
     assert (tmp_path / "run" / "checkpoints" / "step-000001" / "adapter" / "adapter_model.safetensors").is_file()
 
 
+def test_skipping_zero_credit_rewards_changes_no_advantage(tiny_qwen2_dir, tmp_path):
+    """The replay skips (completion, reward) pairs whose credit is exactly 0 (the default):
+    the same token advantages, metrics and weights as replaying every reward
+    (`replay_zero_credit`); the skipped pairs log q = 0. The random policy's groups score
+    `word` and `format` alike, so there are pairs to skip."""
+    kw = dict(steps=2, mrtpo=True)
+    skip = train(_cfg(tiny_qwen2_dir, tmp_path / "skip", **kw))
+    full = train(_cfg(tiny_qwen2_dir, tmp_path / "full", replay_zero_credit=True, **kw))
+    skipped = 0
+    for a, b in zip(_read(tmp_path / "skip" / "completions.jsonl"), _read(tmp_path / "full" / "completions.jsonl")):
+        assert a["response_ids"] == b["response_ids"] and a["credit"] == b["credit"]
+        assert a["token_advantages"] == pytest.approx(b["token_advantages"], rel=1e-4, abs=1e-5)
+        for c, da, db in zip(a["credit"], a["distances"], b["distances"]):
+            if c == 0:
+                assert all(x == 0 for x in da)
+                skipped += any(x > 0 for x in db)
+            else:
+                assert da == pytest.approx(db, rel=1e-4, abs=1e-5)
+    assert skipped > 0
+    for ra, rb in zip(skip.history, full.history):
+        for key in ("loss", "grad_norm", "reward"):
+            assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-6)
+
+
 def test_resume_continues_exactly(tiny_qwen2_dir, tmp_path):
     """4 steps straight == 2 steps, then --resume to 4: every non-timing metric, every logged
     completion and the adapter weights. Dropout, KL, two optimizer passes and micro-batches

@@ -194,6 +194,28 @@ def test_identical_contexts_give_zero(models, items):
     assert torch.all(js_distance(logits, logits.clone()) == 0)
 
 
+def test_skipped_rewards_are_not_replayed_and_the_others_keep_their_distances(models, items, reference):
+    """`only_rewards` (the trainer drops rewards with zero credit): a dropped reward's q is 0
+    and its context is not fed; every kept reward's q is the full replay's."""
+    from mrtpo.contexts import only_rewards
+
+    keep = [[(n + k) % 2 == 0 for k in range(it.num_rewards)] for n, it in enumerate(items)]
+    fewer = [only_rewards(it, kp) for it, kp in zip(items, keep)]
+    q = distances(models["qwen2"], fewer)
+    ref = reference("qwen2")
+    for n, (it, kp) in enumerate(zip(items, keep)):
+        t = len(it.response_ids)
+        for k, kept in enumerate(kp):
+            if kept:
+                torch.testing.assert_close(q[n, k, :t].double(), ref[n, k, :t], atol=1e-4, rtol=0)
+            else:
+                assert torch.all(q[n, k] == 0) and fewer[n].blocks[k] == it.blocks[k]
+    assert replay_tokens(fewer) < replay_tokens(items)
+    assert any(not kept and it.blocks[k] for it, kp in zip(items, keep) for k, kept in enumerate(kp))
+    with pytest.raises(ValueError, match="keep has 1 entries"):
+        only_rewards(items[0], [True])
+
+
 def test_response_ids_in_every_context_are_the_sampled_ids(items):
     for shared in (True, False):
         fed = 0

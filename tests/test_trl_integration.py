@@ -282,3 +282,22 @@ def test_two_processes_with_accelerate(tiny_qwen2_dir, tmp_path):
         assert r["credit"] == pytest.approx(r["trl"], abs=2e-5)  # our credit on the gathered batch, our rows
     assert r0["lora_b"] == pytest.approx(r1["lora_b"], abs=1e-7)  # DDP kept the adapters in step
     assert max(abs(x) for x in r0["lora_b"]) > 0
+
+
+def test_zero_credit_rewards_are_not_replayed_and_advantages_stay(tiny_qwen2_dir, tmp_path):
+    """As in `mrtpo train`: pairs with zero credit skip the replay (q 0 there) and the token
+    advantages equal those of replaying every reward (`replay_zero_credit=True`)."""
+    batches = {}
+    for full in (False, True):
+        trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", peft_config=_lora(),
+                                   log_completions_every=0, replay_zero_credit=full,
+                                   args=_args(tmp_path / str(full), multi_objective_aggregation="normalize_then_sum"))
+        trainer.train()
+        batches[full] = trainer.last_batch
+    skip, every = batches[False], batches[True]
+    torch.testing.assert_close(skip.scores, every.scores, equal_nan=True)  # NaN: a reward an example lacks
+    torch.testing.assert_close(skip.advantages, every.advantages, atol=1e-5, rtol=1e-4)
+    zero = skip.credit.per_reward[skip.rows] == 0  # [B, K]
+    assert torch.all(skip.distances[zero] == 0)
+    assert every.distances[zero].amax() > 0  # there was something to skip
+    torch.testing.assert_close(skip.distances[~zero], every.distances[~zero], atol=1e-5, rtol=1e-4)

@@ -4,12 +4,17 @@ Each completion is replayed (teacher-forced, its sampled ids exactly) under P_al
 P_without_k by `mrtpo.replay.distances`; the result, in each row's own reward order, is laid
 out on the batch's reward columns (`Scored.names`) so that `advantages.place` can weight
 each reward's credit. A column a row does not have stays 0 (its credit is 0 there anyway).
+
+With `credit`, a (completion, reward) pair whose credit is exactly 0 is not replayed (its q
+stays 0): the estimators give exactly 0 to a reward that a group scored alike (and SAW
+weights a saturated reward 0), and a weight times zero credit adds nothing to the token
+advantage, so `advantages.place` gives the same result and the replay runs fewer contexts.
 """
 from __future__ import annotations
 
 import torch
 
-from mrtpo.contexts import block_texts, build_item
+from mrtpo.contexts import block_texts, build_item, only_rewards
 
 
 def blocks_for(task, rollout, scored) -> list[list[str]]:
@@ -18,12 +23,17 @@ def blocks_for(task, rollout, scored) -> list[list[str]]:
 
 
 @torch.no_grad()
-def replay_distances(policy, task, rollout, scored, temperature: float) -> tuple[torch.Tensor, list[list[str]]]:
-    """(q [N, K, T] on the batch's reward columns, blocks per completion)."""
+def replay_distances(policy, task, rollout, scored, temperature: float,
+                     credit=None) -> tuple[torch.Tensor, list[list[str]]]:
+    """(q [N, K, T] on the batch's reward columns, blocks per completion). `credit`
+    (advantages.Credit on the same rows and columns): skip the pairs whose credit is 0."""
     from mrtpo.replay import distances
 
     items = [build_item(task, policy.tokenizer, ex, ids, v)
              for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts)]
+    if credit is not None:
+        items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0) for name in names])
+                 for i, (item, names) in enumerate(zip(items, scored.row_names))]
     t = max(1, rollout.max_length)
     was_training = policy.model.training
     policy.model.eval()

@@ -117,16 +117,16 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
                 scored, batch_scored = dist.gather_scores(
                     scorer.score(rollout.examples, rollout.responses))  # scores [n, K], [N, K]
             mask = rollout.response_mask()  # [N, T]
-            with timer("replay"):
-                q, blocks = (replay_distances(policy, task, rollout, scored, cfg.temperature)
-                             if cfg.mrtpo else (None, None))  # q [N, K, T]
-
-            # credit per reward, then on tokens: the mean over a response's tokens stays the
-            # estimator's advantage; only where it lands changes
-            # (computed on the whole batch's scores, so GDPO's and SAW's batch statistics are the
-            # ones a single process would see; each process keeps its own rows)
+            # credit per reward (computed on the whole batch's scores, so GDPO's and SAW's batch
+            # statistics are the ones a single process would see; each process keeps its own rows)
             credit = local_credit(estimate(batch_scored.scores, G, cfg.advantage, weights=batch_scored.weights,
                                            saw=cfg.saw, floors=batch_scored.floors, scale=cfg.scale_rewards), rows)
+            with timer("replay"):  # a reward with zero credit on a completion is not replayed
+                q, blocks = (replay_distances(policy, task, rollout, scored, cfg.temperature,
+                                              credit=None if cfg.replay_zero_credit else credit)
+                             if cfg.mrtpo else (None, None))  # q [N, K, T]
+            # then on tokens: the mean over a response's tokens stays the estimator's advantage;
+            # only where it lands changes
             advantages = place(credit, q, mask, lam=cfg.mrtpo_lambda)  # [N, T]
 
             lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr

@@ -46,7 +46,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from mrtpo.advantages import Credit, estimate, place
-from mrtpo.contexts import build_item
+from mrtpo.contexts import build_item, only_rewards
 from mrtpo.harness.distributed import local_credit
 from mrtpo.harness.scoring import RewardError, check_verdict, reward_names
 from mrtpo.tasks import TaskLoadError, TaskNotFound, get_task
@@ -212,13 +212,16 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
     log_completions_every: every completion of step 1 and of every Nth step goes to
     `<output_dir>/completions.jsonl` in `mrtpo train`'s format (`mrtpo credit OUTPUT_DIR`); 0 = never.
+    replay_zero_credit: also replay the rewards whose credit on a completion is 0 (default:
+    skipped; the advantages are the same, their logged distances 0).
     Other keyword arguments go to GRPOTrainer (peft_config, callbacks, eval_dataset...).
     """
 
     def __init__(self, model, task: str | Task, args: GRPOConfig | None = None, *,
                  task_args: dict[str, Any] | None = None, data: str | None = None,
                  examples: Sequence[Example] | None = None, mrtpo: bool = True, mrtpo_lambda: float = 1.0,
-                 saw: str = "off", log_completions_every: int = 10, train_dataset=None, **kwargs):
+                 saw: str = "off", log_completions_every: int = 10, replay_zero_credit: bool = False,
+                 train_dataset=None, **kwargs):
         if "reward_funcs" in kwargs:
             raise TypeError("MRTPOGRPOTrainer takes its rewards from the task; drop reward_funcs (or use "
                             "trl.GRPOTrainer directly)")
@@ -264,6 +267,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                                                                                "_name_or_path", None)
         self.mrtpo_enabled, self.mrtpo_lambda, self.mrtpo_saw = mrtpo, mrtpo_lambda, saw
         self.mrtpo_estimator = estimator
+        self.mrtpo_replay_zero_credit = replay_zero_credit
         if log_completions_every < 0:
             raise ValueError(f"log_completions_every must be >= 0, got {log_completions_every}")
         self.mrtpo_log_completions_every = log_completions_every
@@ -289,8 +293,10 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         rows = slice(self.accelerator.process_index * b, (self.accelerator.process_index + 1) * b)
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         mask = mask.detach().float().cpu()  # [B, T]
-        q = self._replay(inputs, out) if self.mrtpo_enabled else None  # [B, K, T]
-        advantages = place(local_credit(credit, rows), q, mask, lam=self.mrtpo_lambda)  # [B, T]
+        mine = local_credit(credit, rows)
+        q = (self._replay(inputs, out, None if self.mrtpo_replay_zero_credit else mine.per_reward)
+             if self.mrtpo_enabled else None)  # [B, K, T]
+        advantages = place(mine, q, mask, lam=self.mrtpo_lambda)  # [B, T]
         if advantages.shape != mask.shape:
             raise AssertionError(f"token advantages {tuple(advantages.shape)} != completions {tuple(mask.shape)}")
         trl_advantages = out["advantages"]  # [B]
@@ -329,8 +335,9 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         return credit
 
     @torch.no_grad()
-    def _replay(self, inputs: list[dict], out: dict) -> torch.Tensor:
-        """JS distances of this process's completions on the reward columns -> [B, K, T]."""
+    def _replay(self, inputs: list[dict], out: dict, credit: torch.Tensor | None = None) -> torch.Tensor:
+        """JS distances of this process's completions on the reward columns -> [B, K, T].
+        `credit` [B, K]: the (completion, reward) pairs with credit 0 are not replayed (q 0)."""
         from mrtpo.replay import distances
 
         ids = out["completion_ids"].cpu()  # [B, T]
@@ -345,7 +352,10 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             example = self.mrtpo_examples[row[INDEX_COLUMN]]
             row_names = reward_names(self.mrtpo_task.rewards(example))
             verdicts = [self._mrtpo_state.verdicts[name][i] for name in row_names]
-            items.append(build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts))
+            item = build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts)
+            if credit is not None:
+                item = only_rewards(item, [bool(credit[i, names.index(name)] != 0) for name in row_names])
+            items.append(item)
             rows.append((i, row_names))
         if not items:
             return q
@@ -444,6 +454,8 @@ class MRTPOScriptArguments:
     log_completions_every: int = field(default=10, metadata={
         "help": "Write every completion of step 1 and of every Nth step to <output_dir>/completions.jsonl, "
                 "in `mrtpo train`'s format (`mrtpo credit OUTPUT_DIR` reads it); 0 = never."})
+    replay_zero_credit: bool = field(default=False, metadata={
+        "help": "Also replay the rewards whose credit on a completion is 0 (same advantages; every distance logged)."})
 
 
 def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -507,6 +519,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=task, args=args, data=script.data, mrtpo=script.mrtpo,
                                mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
                                log_completions_every=script.log_completions_every,
+                               replay_zero_credit=script.replay_zero_credit,
                                peft_config=get_peft_config(model_args), callbacks=list(callbacks or []) or None)
     trainer.accelerator.print(startup_line(trainer))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
