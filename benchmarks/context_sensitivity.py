@@ -25,8 +25,8 @@ import argparse
 import json
 import statistics
 
-UNRELATED = ("The city library opens at nine in the morning and closes at six in the evening on most "
-             "weekdays of the year.")
+from mrtpo.credit.probe import TEXT_CONTROL as UNRELATED  # the probe's own text control sentence
+
 PARAPHRASE = ('Write every function call as a single JSON object that has the keys "name" and "arguments", '
               "put each inside its own <tool_call></tool_call> tags, and write nothing else.")
 CONTEXTS = ("without the format rule", "rule -> an unrelated sentence", "rule -> a paraphrase",

@@ -169,8 +169,27 @@ def test_probe_on_a_custom_task_matches_the_replays_distances(tiny_qwen2_dir):
     assert e.decision_lift["color"] == pytest.approx(float(expected), rel=1e-5)
     assert report.kinds[0].decision_lift["color"] == pytest.approx(
         sum(x.decision_lift["color"] for x in report.edits if x.kind == "color word") / 3)
+    # the text control: P_all with as many tokens of unrelated text as the block, after it
+    from mrtpo.contexts import ReplayItem, context_messages, render_ids
+
+    t0 = int(mask.nonzero()[0])
+    assert e.decision_distance["color"] == pytest.approx(float(q[0, t0]), rel=1e-5)
+    block = item.blocks[0].strip()
+    extra = probe.filler(tok, len(tok(block, add_special_tokens=False)["input_ids"]))
+    assert extra and probe.TEXT_CONTROL.startswith(extra[:20])
+    p_all = context_messages(task, ex, item.blocks)[0]
+    content = p_all[-1]["content"].replace(block, block + "\n\n" + extra)
+    text = ReplayItem([item.context_ids[0], render_ids(tok, [*p_all[:-1], {**p_all[-1], "content": content}])],
+                      ids, ["text"], ["x"])
+    expected = distances(model, [text])[0, 0, t0]
+    assert e.text_control["color"] == pytest.approx(float(expected), rel=1e-5) and expected > 0
+    color = report.kinds[0]
+    assert color.text_control["color"] == pytest.approx(
+        sum(x.text_control["color"] for x in report.edits if x.kind == "color word") / 3)
+    assert color.own_over_text == pytest.approx(color.decision_distance["color"] / color.text_control["color"])
     d = report.to_dict()
     assert d["verdict"] == report.verdict() and len(d["edits"]) == 6
+    assert d["kinds"][0]["own_over_text"] == pytest.approx(color.own_over_text)
 
 
 def test_probe_refuses_an_edit_naming_an_unknown_reward(tiny_qwen2_dir):

@@ -39,7 +39,10 @@ def register(app: typer.Typer) -> None:
         lift of the reward the edit is about over the largest other lift), also on the
         edit's first token alone (where the policy decides the edited aspect; the later
         tokens follow a prefix it never produced), for the model and for a random-init
-        control; then a one-line verdict (on the whole span).
+        control. "own/text" sets the own reward's distance on the first edited token beside
+        that of P_all with an unrelated sentence appended (about 1: the policy reacts to any
+        change of its context as much as to the block's content). Then a one-line verdict
+        (on the whole span).
         """
         from mrtpo.credit import probe
         from mrtpo.harness.policy import PolicyLoadError, load_policy
@@ -86,12 +89,12 @@ def render(report) -> str:
         if kinds is None:
             continue
         lines += ["", f"{title}:", f"  {'edit':<34} {'about':<22} {'n':>3} {'span':>5}  {'own lift':>8}  "
-                  f"{'best other':<26} {'specificity':>11} {'at 1st token':>12}"]
+                  f"{'best other':<26} {'specificity':>11} {'at 1st token':>12} {'own/text':>8}"]
         for k in kinds:
             other, other_lift = k.best_other
             lines.append(f"  {k.kind[:34]:<34} {k.reward[:22]:<22} {k.edits:>3} {k.token_share:>5.2f}  "
                          f"{_f(k.own_lift):>8}  {(other[:16] + ' ' + _f(other_lift)):<26} {_f(k.specificity):>11} "
-                         f"{_f(k.decision_specificity):>12}")
+                         f"{_f(k.decision_specificity):>12} {_f(k.own_over_text):>8}")
         rest = sorted({r for k in kinds for r in k.lift if r not in ("(own)", "(best other)")})
         if rest:
             lines.append("  lifts per reward: " + "; ".join(

@@ -21,6 +21,15 @@ figures are means over the examples (specificity of the means). A random-init mo
 same architecture and tokenizer is the control: its lifts are about 1, which says the probe
 itself does not invent specificity.
 
+A second control asks whether a distance reflects what a block says or only that the context
+changed: each edited response is also replayed, for each reward k, under P_all with as many
+tokens of unrelated text (`TEXT_CONTROL` repeated) as block k has, inserted right after
+block k: a change of the prompt of the same size and place as removing the block, without
+its information. The own reward's distance at the edit's first token over that control's
+("own / text") is about 1 when removing the block moves the policy's prediction of the
+edited aspect no more than text about nothing does; a policy that reads its blocks for their
+content gives well above 1.
+
 A reward whose block is empty for the edited response (nothing to tell, q = 0) has no lift
 for that edit and is left out of the comparison.
 """
@@ -32,6 +41,9 @@ from typing import Any, Sequence
 
 SPECIFIC = 2.0  # specificity at which an edit kind counts as reward-specific
 SOME = 1.25  # ... and at which it counts as showing some specificity
+# the text control: a sentence about nothing any task checks (repeated to a block's length, see `filler`)
+TEXT_CONTROL = ("The city library opens at nine in the morning and closes at six in the evening on most "
+                "weekdays of the year.")
 
 
 @dataclass
@@ -49,6 +61,10 @@ class EditResult:
     lift: dict[str, float]  # reward -> mass share / token share (NaN: empty block)
     scores: dict[str, float]  # reward -> score of the edited response
     decision_lift: dict[str, float] = field(default_factory=dict)  # the same on the first edited token
+    decision_distance: dict[str, float] = field(default_factory=dict)  # reward -> q on the first edited token
+    # reward -> on the first edited token, JS(P_all, P_all with as much unrelated text inserted
+    # after the reward's block as the block has: the change of removing it, without its information)
+    text_control: dict[str, float] = field(default_factory=dict)
 
     @property
     def token_share(self) -> float:
@@ -66,6 +82,17 @@ class KindSummary:
     mass_share: dict[str, float]
     token_share: float
     decision_lift: dict[str, float] = field(default_factory=dict)  # mean lift on the first edited token
+    decision_distance: dict[str, float] = field(default_factory=dict)  # mean q on the first edited token
+    text_control: dict[str, float] = field(default_factory=dict)  # mean text control on the first edited token
+
+    @property
+    def own_over_text(self) -> float:
+        """The own reward's mean distance on the first edited token over its text control's."""
+        own = self.decision_distance.get(self.reward, math.nan)
+        text = self.text_control.get(self.reward, math.nan)
+        if math.isnan(own) or math.isnan(text) or text <= 0:
+            return math.nan
+        return own / text
 
     @property
     def own_lift(self) -> float:
@@ -139,7 +166,7 @@ class ProbeReport:
         def kind(k: KindSummary) -> dict[str, Any]:
             return {**asdict(k), "own_lift": k.own_lift, "best_other": k.best_other[0],
                     "best_other_lift": k.best_other[1], "specificity": k.specificity,
-                    "decision_specificity": k.decision_specificity}
+                    "decision_specificity": k.decision_specificity, "own_over_text": k.own_over_text}
 
         return {"task": self.task, "model": self.model, "examples": self.examples,
                 "verdict": self.verdict(), "kinds": [kind(k) for k in self.kinds],
@@ -209,11 +236,13 @@ def summarize(edits: Sequence[EditResult]) -> list[KindSummary]:
             return {r: mean(f.get(r, math.nan) for f in per_edit) for r in rewards}
 
         share = means("mass_share")
+        distance, text = means("decision_distance"), means("text_control")
         if by_role:
-            share.pop("(best other)")
+            for figures in (share, distance, text):
+                figures.pop("(best other)")
             own = "(own)"
         out.append(KindSummary(kind, own, len(group), means("lift"), share, mean(e.token_share for e in group),
-                               means("decision_lift")))
+                               means("decision_lift"), distance, text))
     return out
 
 
@@ -257,19 +286,72 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
             rows.append((ex, edit, ids, verdicts, scores, span_token_mask(offsets, edit.span)))
     if not rows:
         return [], skipped
-    items = [build_item(task, tokenizer, ex, ids, v) for ex, _, ids, v, _, _ in rows]
-    q = distances(model, items, temperature=temperature).float().cpu()  # [N, K_max, T]
+    items = [with_text_control(task, tokenizer, ex, build_item(task, tokenizer, ex, ids, v), v)
+             for ex, _, ids, v, _, _ in rows]
+    q = distances(model, items, temperature=temperature).float().cpu()  # [N, K_max + 1, T]
     out = []
     for n, (ex, edit, ids, _, scores, mask) in enumerate(rows):
-        names = items[n].reward_names
-        shares, lifts = edit_figures(q[n, : len(names), : len(ids)], mask)
-        _, first = edit_figures(q[n, : len(names), : len(ids)], first_token_mask(mask))
+        k = items[n].num_rewards // 2  # then as many text controls
+        names = items[n].reward_names[:k]
+        shares, lifts = edit_figures(q[n, :k, : len(ids)], mask)
+        first_mask = first_token_mask(mask)
+        _, first = edit_figures(q[n, :k, : len(ids)], first_mask)
+        t0 = first_mask.index(True) if any(first_mask) else None
         out.append(EditResult(
             example_id=ex.id, kind=edit.kind, reward=edit.reward, response=edit.response,
             span_text=edit.response[edit.span[0]: edit.span[1]], span_tokens=sum(mask), num_tokens=len(ids),
             mass_share=dict(zip(names, shares)), lift=dict(zip(names, lifts)), scores=scores,
-            decision_lift=dict(zip(names, first))))
+            decision_lift=dict(zip(names, first)),
+            decision_distance={r: float(q[n, j, t0]) if t0 is not None and items[n].context_ids[1 + j]
+                               != items[n].context_ids[0] else math.nan for j, r in enumerate(names)},
+            text_control={r: float(q[n, k + j, t0]) if t0 is not None and items[n].context_ids[1 + j]
+                          != items[n].context_ids[0] else math.nan for j, r in enumerate(names)}))
     return out, skipped
+
+
+def filler(tokenizer, n_tokens: int) -> str:
+    """About `n_tokens` tokens of `TEXT_CONTROL` repeated (text about nothing any task checks)."""
+    ids = tokenizer(TEXT_CONTROL, add_special_tokens=False)["input_ids"]
+    reps = -(-max(1, n_tokens) // max(1, len(ids)))
+    ids = tokenizer((" ".join([TEXT_CONTROL] * reps)), add_special_tokens=False)["input_ids"][:max(1, n_tokens)]
+    return tokenizer.decode(ids).strip()
+
+
+def text_control_messages(task, tokenizer, example, verdicts) -> list:
+    """Per reward k, P_all with as many tokens of unrelated text (`filler`) as block k has,
+    inserted right after block k's text (None for an empty block): the same size of change
+    to the prompt at the same place as removing block k, without its information."""
+    from mrtpo.contexts import block_texts, context_messages
+
+    blocks = block_texts(task, example, verdicts)
+    p_all = context_messages(task, example, blocks)[0]
+    last = max(i for i, m in enumerate(p_all) if m["role"] == "user")
+    text = p_all[last]["content"]
+    out = []
+    for block in blocks:
+        block = block.strip()
+        if not block:
+            out.append(None)
+            continue
+        extra = filler(tokenizer, len(tokenizer(block, add_special_tokens=False)["input_ids"]))
+        at = text.rfind(block)
+        cut = at + len(block) if at >= 0 else len(text.rstrip())  # not verbatim there: at the end
+        msgs = [dict(m) for m in p_all]
+        msgs[last]["content"] = text[:cut] + "\n\n" + extra + text[cut:]
+        out.append(msgs)
+    return out
+
+
+def with_text_control(task, tokenizer, example, item, verdicts):
+    """`item` with K more contexts after its P_without_k, `text_control_messages` (pseudo
+    rewards named "(text control) <reward>"; an empty block's is P_all, q 0)."""
+    from mrtpo.contexts import ReplayItem, render_ids
+
+    controls = [item.context_ids[0] if m is None else render_ids(tokenizer, m)
+                for m in text_control_messages(task, tokenizer, example, verdicts)]
+    return ReplayItem(item.context_ids + controls, item.response_ids,
+                      item.reward_names + [f"(text control) {r}" for r in item.reward_names],
+                      item.blocks + ["(text control)"] * len(controls))
 
 
 def random_control(model, seed: int = 0):
