@@ -7,8 +7,8 @@ under P_all and four other contexts, and the JS distance to P_all is read at the
 token (the position where the policy predicts the value from the unedited prefix):
 
 - P_all without the format rule (the `format` reward's P_without_k, what MRTPO uses);
-- P_all with the rule replaced by an unrelated sentence of about the same length (no
-  information about the call at all);
+- P_all with the rule replaced by an unrelated sentence (`mrtpo.credit.probe.TEXT_CONTROL`,
+  108 characters against the rule's 164; no information about the call at all);
 - P_all with the rule paraphrased (the same information, other words);
 - P_all without the reference (the `correct` reward's P_without_k: the block that does
   inform the value).
@@ -68,7 +68,10 @@ def measure(model_name: str) -> dict:
                 continue
             enc = tok(edit.response, add_special_tokens=False, return_offsets_mapping=True)
             first = first_token_mask(span_token_mask([tuple(o) for o in enc["offset_mapping"]], edit.span))
-            firsts.append(first.index(True))  # the prefix before the edit is the reference's
+            at = first.index(True)
+            if enc["input_ids"][:at] != ids[:at]:  # read on the reference: the prefixes must agree
+                continue
+            firsts.append(at)
             items.append(ReplayItem([render_ids(tok, m) for m in contexts], ids, list(CONTEXTS), ["x"] * 4))
     q = distances(policy.model, items).float()  # [N, 4, T]
     out = {"model": model_name if str(path) == model_name else f"{model_name} ({path})", "value_edits": len(items), "contexts": {}}

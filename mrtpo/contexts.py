@@ -173,7 +173,8 @@ def only_rewards(item: ReplayItem, keep: Sequence[bool]) -> ReplayItem:
     """`item` with P_without_k set to P_all for every reward k not in `keep`, so the replay
     skips those contexts and their q is 0 (as for an empty block). The trainer drops the
     rewards whose credit on this response is exactly 0 (a group that scored a reward alike):
-    weight times zero credit is zero, so the token advantages do not change."""
+    weight times zero credit is zero, so the token advantages do not change (up to the float
+    rounding of the replay's other batching)."""
     if len(keep) != item.num_rewards:
         raise ValueError(f"keep has {len(keep)} entries for {item.num_rewards} rewards")
     contexts = [item.context_ids[0]] + [ctx if k else item.context_ids[0]

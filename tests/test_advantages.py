@@ -275,6 +275,29 @@ def test_place_moves_credit_to_relevant_tokens():
     assert torch.allclose(a, torch.tensor([[-3.0 + 0.5, 0.5, 0.5]]))
 
 
+@pytest.mark.parametrize("estimator, saw, scale", [
+    ("grpo", "off", "group"), ("grpo", "off", "batch"), ("grpo", "off", "none"), ("grpo", "reward", "group"),
+    ("gdpo", "off", "group"), ("gdpo", "advantage", "group"),
+])
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_zero_credit_pairs_need_no_distances(estimator, saw, scale, lam):
+    """What lets the trainer skip the replay of (completion, reward) pairs with zero credit:
+    whatever their distances are (here: replaced by 0, as the skipped replay leaves them), the
+    token advantages are exactly the same. The scores have groups that score a reward alike,
+    absent rewards (NaN) and a reward that is constant over the batch (SAW weight 0)."""
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.tensor([[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.0, 0.5], [1.0, 0.0, float("nan"), 0.5],
+                           [1.0, 1.0, 1.0, 0.5], [0.0, 1.0, 1.0, 0.5], [1.0, 1.0, 1.0, 0.5],
+                           [0.5, 1.0, 0.0, 0.5], [0.0, 1.0, 1.0, 0.5]])  # [8, 4], groups of 4
+    credit = estimate(scores, 4, estimator, saw=saw, scale=scale)
+    zero = credit.per_reward == 0  # [8, 4]
+    assert zero.any() and not zero.all()
+    q = torch.rand(8, 4, 6, generator=gen)  # [N, K, T]
+    mask = torch.ones(8, 6, dtype=torch.bool)
+    skipped = torch.where(zero.unsqueeze(-1), torch.zeros_like(q), q)  # [N, K, T]
+    assert torch.equal(place(credit, skipped, mask, lam), place(credit, q, mask, lam))
+
+
 # ---------- JS distance -------------------------------------------------------------------------
 
 def ref_js(la, lb):

@@ -71,8 +71,12 @@ def test_per_example_reward_names_are_compared_by_role():
     """instruct names a reward per constraint: the summary compares own against best other."""
     edits = [_edit("startend:end_checker", "a", {"a": 3.0, "b": 1.0}),
              _edit("startend:end_checker", "b", {"a": 0.5, "b": 2.0})]
+    edits[0].decision_distance, edits[0].text_control = {"a": 0.3, "b": 0.1}, {"a": 0.1, "b": 0.2}
+    edits[1].decision_distance, edits[1].text_control = {"a": 0.2, "b": 0.5}, {"a": 0.4, "b": 0.3}
     (k,) = probe.summarize(edits)
     assert k.lift == {"(own)": 2.5, "(best other)": 0.75} and k.specificity == pytest.approx(2.5 / 0.75)
+    assert k.decision_distance == {"(own)": pytest.approx(0.4)} and k.text_control == {"(own)": pytest.approx(0.2)}
+    assert k.own_over_text == pytest.approx(2.0)
 
 
 # --- built-in edits ----------------------------------------------------------------------

@@ -85,28 +85,58 @@ def test_one_step_changes_only_lora_parameters(tiny_qwen2_dir, tmp_path, advanta
     assert (tmp_path / "run" / "checkpoints" / "step-000001" / "adapter" / "adapter_model.safetensors").is_file()
 
 
-def test_skipping_zero_credit_rewards_changes_no_advantage(tiny_qwen2_dir, tmp_path):
-    """The replay skips (completion, reward) pairs whose credit is exactly 0 (the default):
-    the same token advantages, metrics and weights as replaying every reward
-    (`replay_zero_credit`); the skipped pairs log q = 0. The random policy's groups score
-    `word` and `format` alike, so there are pairs to skip."""
-    kw = dict(steps=2, mrtpo=True)
-    skip = train(_cfg(tiny_qwen2_dir, tmp_path / "skip", **kw))
-    full = train(_cfg(tiny_qwen2_dir, tmp_path / "full", replay_zero_credit=True, **kw))
-    skipped = 0
-    for a, b in zip(_read(tmp_path / "skip" / "completions.jsonl"), _read(tmp_path / "full" / "completions.jsonl")):
-        assert a["response_ids"] == b["response_ids"] and a["credit"] == b["credit"]
-        assert a["token_advantages"] == pytest.approx(b["token_advantages"], rel=1e-4, abs=1e-5)
-        for c, da, db in zip(a["credit"], a["distances"], b["distances"]):
-            if c == 0:
-                assert all(x == 0 for x in da)
-                skipped += any(x > 0 for x in db)
-            else:
-                assert da == pytest.approx(db, rel=1e-4, abs=1e-5)
-    assert skipped > 0
-    for ra, rb in zip(skip.history, full.history):
-        for key in ("loss", "grad_norm", "reward"):
-            assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-6)
+def test_zero_credit_pairs_are_not_replayed_and_the_advantages_stay(tiny_qwen2_dir):
+    """`replay_distances(..., credit=)` skips the (completion, reward) pairs whose credit is
+    exactly 0: their q is 0, every other q and the token advantages are those of replaying
+    every reward. The random policy's groups score `word` and `format` alike, so there are
+    pairs to skip."""
+    from mrtpo.advantages import estimate, place
+    from mrtpo.harness.distances import replay_distances
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.harness.scoring import Scorer
+    from mrtpo.tasks import get_task
+
+    torch.manual_seed(0)
+    task = get_task("harness-words")
+    examples = task.load()[:3]
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4)
+    rollout = sample(policy, task, examples, 4, max_new_tokens=8)
+    with Scorer(task, 0) as scorer:
+        scored = scorer.score(rollout.examples, rollout.responses)
+    credit = estimate(scored.scores, 4, "gdpo")
+    mask = rollout.response_mask()  # [N, T]
+    q_all, _ = replay_distances(policy, task, rollout, scored, 1.0)  # [N, K, T]
+    q_some, _ = replay_distances(policy, task, rollout, scored, 1.0, credit=credit)  # [N, K, T]
+    zero = credit.per_reward == 0  # [N, K]
+    assert torch.all(q_some[zero] == 0) and q_all[zero].amax() > 0  # something was skipped
+    torch.testing.assert_close(q_some[~zero], q_all[~zero], atol=1e-5, rtol=1e-4)
+    for lam in (1.0, 0.5):
+        torch.testing.assert_close(place(credit, q_some, mask, lam), place(credit, q_all, mask, lam),
+                                   atol=1e-5, rtol=1e-4)
+
+
+def test_skipping_zero_credit_rewards_trains_the_same(tiny_qwen2_dir, tmp_path):
+    """End to end, with and without `replay_zero_credit`: the same losses, rewards and
+    adapter; steps that log their completions replay every reward (the logs show every
+    distance), so the logs are the same too."""
+    kw = dict(steps=3, mrtpo=True, log_completions_every=2)
+    train(_cfg(tiny_qwen2_dir, tmp_path / "skip", **kw))
+    train(_cfg(tiny_qwen2_dir, tmp_path / "full", replay_zero_credit=True, **kw))
+    a, b = _read(tmp_path / "skip" / "metrics.jsonl"), _read(tmp_path / "full" / "metrics.jsonl")
+    for ra, rb in zip(a, b):
+        for key in ("loss", "grad_norm", "reward") + tuple(k for k in ra if k.startswith("mrtpo/")):
+            assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-6), key
+    rows_a, rows_b = (_read(tmp_path / name / "completions.jsonl") for name in ("skip", "full"))
+    assert [r["step"] for r in rows_a] == [1] * 4 + [2] * 4
+    for ra, rb in zip(rows_a, rows_b):
+        assert ra["response_ids"] == rb["response_ids"] and ra["credit"] == rb["credit"]
+        for da, db in zip(ra["distances"], rb["distances"]):
+            assert da == pytest.approx(db, rel=1e-4, abs=1e-5)
+    wa = load_file(tmp_path / "skip" / "checkpoints" / "step-000003" / "adapter" / "adapter_model.safetensors")
+    wb = load_file(tmp_path / "full" / "checkpoints" / "step-000003" / "adapter" / "adapter_model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
 
 
 def test_resume_continues_exactly(tiny_qwen2_dir, tmp_path):

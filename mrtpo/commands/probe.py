@@ -39,10 +39,10 @@ def register(app: typer.Typer) -> None:
         lift of the reward the edit is about over the largest other lift), also on the
         edit's first token alone (where the policy decides the edited aspect; the later
         tokens follow a prefix it never produced), for the model and for a random-init
-        control. "own/text" sets the own reward's distance on the first edited token beside
-        that of P_all with an unrelated sentence appended (about 1: the policy reacts to any
-        change of its context as much as to the block's content). Then a one-line verdict
-        (on the whole span).
+        control. "own/text": the own reward's distance on the first edited token over that
+        of P_all with as many tokens of unrelated text as its block inserted right after it
+        (the same size of change, without the information; read it beside the control's,
+        which is not exactly 1). Then a one-line verdict (on the whole span).
         """
         from mrtpo.credit import probe
         from mrtpo.harness.policy import PolicyLoadError, load_policy

@@ -288,7 +288,7 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
         return [], skipped
     items = [with_text_control(task, tokenizer, ex, build_item(task, tokenizer, ex, ids, v), v)
              for ex, _, ids, v, _, _ in rows]
-    q = distances(model, items, temperature=temperature).float().cpu()  # [N, K_max + 1, T]
+    q = distances(model, items, temperature=temperature).float().cpu()  # [N, 2 K_max, T]: rewards, text controls
     out = []
     for n, (ex, edit, ids, _, scores, mask) in enumerate(rows):
         k = items[n].num_rewards // 2  # then as many text controls
@@ -334,7 +334,7 @@ def text_control_messages(task, tokenizer, example, verdicts) -> list:
             out.append(None)
             continue
         extra = filler(tokenizer, len(tokenizer(block, add_special_tokens=False)["input_ids"]))
-        at = text.rfind(block)
+        at = text.find(block)  # where removing it cuts (remove_block/remove_sentence: the first)
         cut = at + len(block) if at >= 0 else len(text.rstrip())  # not verbatim there: at the end
         msgs = [dict(m) for m in p_all]
         msgs[last]["content"] = text[:cut] + "\n\n" + extra + text[cut:]

@@ -65,7 +65,7 @@ class TrainConfig:
     scale_rewards: Literal["group", "batch", "none"] = opt("group", "grpo only: divide by the group's std, the batch's, or nothing (TRL's scale_rewards).")
     mrtpo: bool = opt(True, "Place each reward's credit on its relevant tokens (replay + JS distance); --no-mrtpo gives every token the response's advantage.")
     mrtpo_lambda: float = opt(1.0, "Blend of MRTPO weights with uniform ones: 1 = pure MRTPO, 0 = plain estimator.")
-    replay_zero_credit: bool = opt(False, "Also replay the rewards whose credit on a completion is 0 (a group that scored the reward alike): the same advantages, but every distance in the logs; off by default, which skips those contexts.")
+    replay_zero_credit: bool = opt(False, "Also replay the rewards whose credit on a completion is 0 (a group that scored the reward alike) on every step, not only on steps that log completions: the same advantages up to float rounding of the replay's batching; off by default, which skips those contexts.")
 
     # --- loss and optimiser ------------------------------------------------------------------
     loss_type: Literal["dapo", "grpo", "dr_grpo"] = opt("dapo", "Token aggregation, as TRL defines it: dapo (sum / batch tokens), grpo (mean of per-sequence means), dr_grpo (sum / (N * max_new_tokens)).")

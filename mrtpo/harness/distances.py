@@ -8,7 +8,8 @@ each reward's credit. A column a row does not have stays 0 (its credit is 0 ther
 With `credit`, a (completion, reward) pair whose credit is exactly 0 is not replayed (its q
 stays 0): the estimators give exactly 0 to a reward that a group scored alike (and SAW
 weights a saturated reward 0), and a weight times zero credit adds nothing to the token
-advantage, so `advantages.place` gives the same result and the replay runs fewer contexts.
+advantage, so `advantages.place` gives the same result (up to float rounding: the replay
+batches other rows) and the replay runs fewer contexts. Nothing left to replay: no forward.
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def replay_distances(policy, task, rollout, scored, temperature: float,
         items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0) for name in names])
                  for i, (item, names) in enumerate(zip(items, scored.row_names))]
     t = max(1, rollout.max_length)
+    q = torch.zeros(len(items), len(scored.names), t)  # [N, K, T]
+    if all(ctx == item.context_ids[0] for item in items for ctx in item.context_ids[1:]):
+        return q, [item.blocks for item in items]  # every pair has zero credit
     was_training = policy.model.training
     policy.model.eval()
     try:
@@ -42,7 +46,6 @@ def replay_distances(policy, task, rollout, scored, temperature: float,
             q_rows = distances(model, items, temperature=temperature, length=t)  # [N, K_row_max, T]
     finally:
         policy.model.train(was_training)
-    q = torch.zeros(len(items), len(scored.names), t)  # [N, K, T]
     for i, names in enumerate(scored.row_names):
         for k, name in enumerate(names):
             q[i, scored.column(name)] = q_rows[i, k, :t].float().cpu()

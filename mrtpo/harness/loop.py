@@ -121,9 +121,12 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
             # statistics are the ones a single process would see; each process keeps its own rows)
             credit = local_credit(estimate(batch_scored.scores, G, cfg.advantage, weights=batch_scored.weights,
                                            saw=cfg.saw, floors=batch_scored.floors, scale=cfg.scale_rewards), rows)
-            with timer("replay"):  # a reward with zero credit on a completion is not replayed
+            logs_completions = bool(cfg.log_completions_every) and (step == 1 or step % cfg.log_completions_every == 0)
+            with timer("replay"):  # a reward with zero credit on a completion is not replayed,
+                # except on steps whose completions are logged (the logs show every distance)
+                skip = not (cfg.replay_zero_credit or logs_completions)
                 q, blocks = (replay_distances(policy, task, rollout, scored, cfg.temperature,
-                                              credit=None if cfg.replay_zero_credit else credit)
+                                              credit=credit if skip else None)
                              if cfg.mrtpo else (None, None))  # q [N, K, T]
             # then on tokens: the mean over a response's tokens stays the estimator's advantage;
             # only where it lands changes
@@ -152,9 +155,10 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
             record.update(stats)
             record["learning_rate"] = lr
             if q is not None:
-                record.update(mrtpo_metrics(dist.gather_rows(q), dist.gather_rows(mask), scored.names))
+                record.update(mrtpo_metrics(dist.gather_rows(q), dist.gather_rows(mask), scored.names,
+                                            dist.gather_rows(credit.per_reward)))
 
-            if cfg.log_completions_every and (step == 1 or step % cfg.log_completions_every == 0):
+            if logs_completions:
                 used_w = scored.weights * (saw_weights(batch_scored.scores, batch_scored.floors)
                                            if cfg.saw != "off" else 1.0)  # [K]
                 records = dist.gather_objects(completion_records(

@@ -12,8 +12,10 @@ Names (one `metrics.jsonl` line per step):
 - `num_tokens`: prompt + completion tokens of every step so far (TRL's `num_input_tokens_seen`:
   unpadded prompts and completions of the whole batch, carried across --resume).
 - `mrtpo/<name>/top80_token_share`: per response, the smallest share of its tokens that holds
-  80% of the reward's total JS distance, averaged over responses where the distance is not
-  all zero; 1.0 would be uniform spread, small values mean the reward points at few tokens.
+  80% of the reward's total JS distance, averaged over the responses whose credit for the
+  reward is not 0 (the others are not replayed, see `--replay-zero-credit`) and whose
+  distance is not all zero; 1.0 would be uniform spread, small values mean the reward points
+  at few tokens.
 - `time/generate|verify|replay|update|eval|step` in seconds; `loss`, `grad_norm`, `kl`,
   `entropy`, `clip_ratio/*`, `learning_rate` come from the update. `clip_ratio/low_mean`,
   `high_mean`, `region_mean` are shares of the batch's tokens; `clip_ratio/low_min` is the
@@ -83,8 +85,11 @@ def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = 
     }
 
 
-def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str]) -> dict[str, float]:
+def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str],
+                  credit: torch.Tensor | None = None) -> dict[str, float]:
     shares = top_share(distances, mask)  # [N, K]
+    if credit is not None:  # only the pairs the replay always computes, whatever the flag
+        shares = torch.where(credit.to(shares.device) != 0, shares, torch.full_like(shares, float("nan")))
     out = {}
     for k, name in enumerate(names):
         col = shares[:, k]

@@ -294,18 +294,21 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         mask = mask.detach().float().cpu()  # [B, T]
         mine = local_credit(credit, rows)
-        q = (self._replay(inputs, out, None if self.mrtpo_replay_zero_credit else mine.per_reward)
+        step = self.state.global_step + 1  # the optimizer step this generation batch feeds
+        every = self.mrtpo_log_completions_every
+        logs = bool(every) and (step == 1 or step % every == 0) and step != getattr(self, "_completions_logged", None)
+        # zero-credit pairs are not replayed, except when the completions are logged
+        skip = not (self.mrtpo_replay_zero_credit or logs)
+        q = (self._replay(inputs, out, mine.per_reward if skip else None)
              if self.mrtpo_enabled else None)  # [B, K, T]
         advantages = place(mine, q, mask, lam=self.mrtpo_lambda)  # [B, T]
         if advantages.shape != mask.shape:
             raise AssertionError(f"token advantages {tuple(advantages.shape)} != completions {tuple(mask.shape)}")
         trl_advantages = out["advantages"]  # [B]
         out["advantages"] = advantages.to(trl_advantages.device)
-        self._log_mrtpo(credit, q, mask)
+        self._log_mrtpo(credit, q, mask, mine.per_reward)
         self.last_batch = MRTPOBatch(scores, credit, rows, trl_advantages.detach().cpu(), advantages, mask, q)
-        step = self.state.global_step + 1  # the optimizer step this generation batch feeds
-        every = self.mrtpo_log_completions_every
-        if every and (step == 1 or step % every == 0) and step != getattr(self, "_completions_logged", None):
+        if logs:
             self._completions_logged = step
             self._log_completions(step, inputs, out, scores[rows], local_credit(credit, rows), rows, advantages, q, mask)
         return out
@@ -418,8 +421,10 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                 for line in lines:
                     f.write(json.dumps(line, allow_nan=False) + "\n")
 
-    def _log_mrtpo(self, credit: Credit, q: torch.Tensor | None, mask: torch.Tensor) -> None:
-        """TRL's completions table shows MRTPO's response advantages; distances give concentration."""
+    def _log_mrtpo(self, credit: Credit, q: torch.Tensor | None, mask: torch.Tensor,
+                   mine: torch.Tensor | None = None) -> None:
+        """TRL's completions table shows MRTPO's response advantages; distances give concentration
+        (over the pairs whose credit `mine` [B, K] is not 0, as in `mrtpo train`)."""
         logged = self._logs["advantages"]
         for _ in range(min(credit.offset.shape[0], len(logged))):
             logged.pop()
@@ -428,7 +433,10 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             return
         from mrtpo.credit.statistics import top_share
 
-        shares = self.accelerator.gather(top_share(q, mask).float().to(self.accelerator.device)).cpu()  # [N, K]
+        shares = top_share(q, mask).float()  # [B, K]
+        if mine is not None:
+            shares = torch.where(mine != 0, shares, torch.full_like(shares, float("nan")))
+        shares = self.accelerator.gather(shares.to(self.accelerator.device)).cpu()  # [N, K]
         for k, name in enumerate(self.reward_func_names):
             col = shares[:, k][~torch.isnan(shares[:, k])]
             if col.numel():
