@@ -212,8 +212,9 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
     log_completions_every: every completion of step 1 and of every Nth step goes to
     `<output_dir>/completions.jsonl` in `mrtpo train`'s format (`mrtpo credit OUTPUT_DIR`); 0 = never.
-    replay_zero_credit: also replay the rewards whose credit on a completion is 0 (default:
-    skipped; the advantages are the same, their logged distances 0).
+    replay_zero_credit: also replay the rewards whose credit on a completion is 0 on every step
+    (default: skipped, except on steps that log completions; the advantages are the same up
+    to float rounding of the replay's batching).
     Other keyword arguments go to GRPOTrainer (peft_config, callbacks, eval_dataset...).
     """
 
@@ -463,7 +464,8 @@ class MRTPOScriptArguments:
         "help": "Write every completion of step 1 and of every Nth step to <output_dir>/completions.jsonl, "
                 "in `mrtpo train`'s format (`mrtpo credit OUTPUT_DIR` reads it); 0 = never."})
     replay_zero_credit: bool = field(default=False, metadata={
-        "help": "Also replay the rewards whose credit on a completion is 0 (same advantages; every distance logged)."})
+        "help": "Also replay the rewards whose credit on a completion is 0 on every step (default: only on steps "
+                "that log completions; the same advantages up to float rounding)."})
 
 
 def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
