@@ -16,8 +16,10 @@ Two methods give the same numbers:
   (response, context) suffix in batched forwards of the decoder. A context suffix that several
   responses share (blocks that do not depend on the response: a format rule, a reference,
   a tool schema) is itself encoded once on that cache, and those responses run on top of it,
-  so per prompt each block's tokens go through the model once, not once per response. The LM
-  head is applied only
+  so per prompt each block's tokens go through the model once, not once per response; such
+  suffixes that begin alike (toolcall: P_without_schema edits P0's tool list, so the prefix
+  of all four contexts is short, but the other three keep all of P0) share that beginning,
+  encoded once as well. The LM head is applied only
   to the hidden states at response positions, a chunk of tokens at a time, and the JS distance
   is taken chunk by chunk in fp32. Contexts equal to P_all (an empty block) are not replayed:
   their q is exactly 0.
@@ -170,7 +172,9 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
         for wave in _waves(g, items, 2 * batch_tokens):
             singles, branches = _branches(wave, items)
             total += sum(len(ids) for _, _, ids in singles)
-            total += sum(len(suffix) + sum(len(items[n].response_ids) for n, _ in rows) for suffix, rows in branches)
+            for shared, members in _clusters(branches):
+                total += len(shared) + sum(len(branches[b][0]) - len(shared) + sum(
+                    len(items[n].response_ids) for n, _ in branches[b][1]) for b in members)
     return total
 
 
@@ -358,45 +362,33 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
         out = decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
         prefix_cache = output_cache(out)
 
-    def on_prefix(rows: int, mask: torch.Tensor) -> tuple[dict, torch.Tensor]:
-        """Decoder kwargs that put `rows` copies of the prefix cache before `mask` [rows, S]."""
-        if prefix_cache is None:
+    def on_cache(base, base_len: int, rows: int, mask: torch.Tensor) -> tuple[dict, torch.Tensor]:
+        """Decoder kwargs that put `rows` copies of the cache `base` (`base_len` positions)
+        before `mask` [rows, S], and the mask over both."""
+        if base is None:
             return {}, mask
-        cache = copy.deepcopy(prefix_cache)
+        cache = copy.deepcopy(base)
         cache.batch_repeat_interleave(rows)
-        return {cache_arg: cache, "use_cache": True}, torch.cat([mask.new_ones(rows, prefix_len), mask], 1)
+        return {cache_arg: cache, "use_cache": True}, torch.cat([mask.new_ones(rows, base_len), mask], 1)
 
-    for wave in _waves(group, items, 2 * batch_tokens):
-        kept: dict[tuple[int, int], torch.Tensor] = {}  # (item, context) -> hidden [T, H]
-        singles, branches = _branches(wave, items)
-        # rows whose context suffix no other row shares: suffix + response, on the prefix cache
-        for batch in _forwards(singles, batch_tokens):
-            ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
-            kwargs, mask = on_prefix(len(batch), mask)  # mask [R, L + S]
-            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
-                             **kwargs).last_hidden_state  # [R, S, H]
-            del kwargs
-            for r, ((n, slot, _), start) in enumerate(zip(batch, _response_starts(batch, offsets, items))):
-                t_len = len(items[n].response_ids)
-                kept[n, plans[n].slots.index(slot)] = hidden[r, start:start + t_len].clone()  # [T, H]
-            del hidden
-        # context suffixes shared by several responses (blocks that do not depend on the
-        # response): each suffix encoded once on the prefix cache, its responses on top of it
+    def run_branches(branches, kept, base, base_len: int) -> None:
+        """Branches (suffix after `base_len` positions, [(item, slot), ...]): each suffix
+        encoded once on the cache `base`, its responses on top of it -> hidden states in `kept`."""
         for part in _forwards([(b, 0, suffix) for b, (suffix, _) in enumerate(branches)], batch_tokens):
             suffixes = [branches[b][0] for b, _, _ in part]
-            ids, smask, pos, _ = _pack(suffixes, "left", device, start=prefix_len)  # [Bb, S]
-            kwargs, mask = on_prefix(len(part), smask)  # [Bb, L + S]
+            ids, smask, pos, _ = _pack(suffixes, "left", device, start=base_len)  # [Bb, S]
+            kwargs, mask = on_cache(base, base_len, len(part), smask)  # [Bb, base + S]
             kwargs["use_cache"] = True
             out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs)
             last = out.last_hidden_state[:, -1]  # [Bb, H] (left padding): predicts each response's first token
-            branch_cache, branch_mask = output_cache(out), mask  # [Bb, L + S]
+            branch_cache, branch_mask = output_cache(out), mask  # [Bb, base + S]
             del kwargs, out
             rows = [(n, slot, items[n].response_ids, j) for j, (b, _, _) in enumerate(part)
                     for n, slot in branches[b][1]]
             for batch in _forwards(rows, batch_tokens):
                 which = torch.tensor([r[3] for r in batch], device=device)  # [R] each row's suffix
                 rids, rmask, _, _ = _pack([r[2] for r in batch], "right", device)  # [R, T]
-                starts = prefix_len + torch.tensor([len(suffixes[r[3]]) for r in batch], device=device)  # [R]
+                starts = base_len + torch.tensor([len(suffixes[r[3]]) for r in batch], device=device)  # [R]
                 rpos = starts[:, None] + torch.arange(rids.shape[1], device=device)  # [R, T]
                 cache = copy.deepcopy(branch_cache)
                 cache.batch_select_indices(which)
@@ -409,6 +401,38 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
                         [last[j:j + 1], hidden[r, :len(resp) - 1]])  # [T, H]
                 del hidden
             del branch_cache
+
+    for wave in _waves(group, items, 2 * batch_tokens):
+        kept: dict[tuple[int, int], torch.Tensor] = {}  # (item, context) -> hidden [T, H]
+        singles, branches = _branches(wave, items)
+        # rows whose context suffix no other row shares: suffix + response, on the prefix cache
+        for batch in _forwards(singles, batch_tokens):
+            ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
+            kwargs, mask = on_cache(prefix_cache, prefix_len, len(batch), mask)  # mask [R, L + S]
+            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                             **kwargs).last_hidden_state  # [R, S, H]
+            del kwargs
+            for r, ((n, slot, _), start) in enumerate(zip(batch, _response_starts(batch, offsets, items))):
+                t_len = len(items[n].response_ids)
+                kept[n, plans[n].slots.index(slot)] = hidden[r, start:start + t_len].clone()  # [T, H]
+            del hidden
+        # context suffixes shared by several responses (blocks that do not depend on the
+        # response): each suffix encoded once on the prefix cache, its responses on top of it;
+        # suffixes that begin alike (contexts that keep all of P0 when another one edits it)
+        # share that beginning too, encoded once
+        for shared, members in _clusters(branches):
+            sub = [branches[b] for b in members]
+            if not shared:
+                run_branches(sub, kept, prefix_cache, prefix_len)
+                continue
+            ids = torch.as_tensor(shared, dtype=torch.long, device=device)[None]  # [1, S0]
+            pos = torch.arange(prefix_len, prefix_len + len(shared), device=device)[None]  # [1, S0]
+            kwargs, mask = on_cache(prefix_cache, prefix_len, 1, torch.ones_like(ids))  # [1, L + S0]
+            kwargs["use_cache"] = True
+            base = output_cache(decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs))
+            del kwargs
+            run_branches([(suffix[len(shared):], rows) for suffix, rows in sub], kept, base, prefix_len + len(shared))
+            del base
         for n in dict.fromkeys(r[0] for r in wave):
             h = torch.stack([kept.pop((n, j)) for j in range(len(plans[n].contexts))])  # [C, T, H]
             head_and_js(q, n, plans[n], h, head, temperature, chunk_tokens)
@@ -441,6 +465,26 @@ def _branches(rows, items) -> tuple[list, list[tuple[list[int], list[tuple[int, 
         else:
             singles.extend(members)
     return singles, branches
+
+
+def _clusters(branches, min_shared: int = 16) -> list[tuple[list[int], list[int]]]:
+    """Branches whose suffixes begin with the same `min_shared` or more tokens, grouped ->
+    [(their common beginning, branch indices)]; a branch alone gets an empty beginning. The
+    beginning stops at least one token short of each suffix (whose last position predicts the
+    first response token). Suffixes are sorted, so those that begin alike are neighbours."""
+    order = sorted(range(len(branches)), key=lambda b: branches[b][0])
+    runs: list[list[int]] = []
+    for b in order:
+        if runs and _common_prefix([branches[runs[-1][-1]][0], branches[b][0]]) >= min_shared:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    out = []
+    for run in runs:
+        suffixes = [branches[b][0] for b in run]
+        n = min(_common_prefix(suffixes), min(len(x) for x in suffixes) - 1) if len(run) > 1 else 0
+        out.append((list(suffixes[0][:n]) if n >= min_shared else [], run))
+    return out
 
 
 def _waves(group: ReplayGroup, items, max_positions: int) -> list[list[tuple[int, int, list[int]]]]:

@@ -322,3 +322,36 @@ def test_text2sql_task_items(models, tiny_tokenizer):
     assert torch.all(shared[0, 1] == 0) and shared[1, 1].max() > 0
     (group,) = replay_groups(items)  # one prompt -> one group sharing the schema prompt
     assert len(group.prefix) > 0.8 * min(len(c) for it in items for c in it.context_ids)
+
+
+def test_toolcall_contexts_that_keep_p0_share_it(models, tiny_tokenizer):
+    """toolcall's P_without_schema edits P0's tool list, so the prefix all contexts share is
+    short; the three contexts that keep all of P0 share it after that prefix, and that part is
+    encoded once (`_clusters`): the same distances as one forward per context, fewer tokens."""
+    from mrtpo.replay import _branches, _clusters
+    from mrtpo.tasks import get_task
+
+    task = get_task("toolcall")
+    model = models["qwen2"]
+    items = []
+    for ex in task.load()[:2]:
+        ref = task.reference(ex)
+        for text in (ref, ref.replace('"name": "', '"name": "x_'), "no call at all"):
+            ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+            items.append(build_item(task, tiny_tokenizer, ex, ids, task.score(ex, text)))
+    shared = distances(model, items)
+    assert (shared - distances(model, items, shared_prefix=False)).abs().max() <= TOL
+    assert shared.amax() > 0
+    groups = replay_groups(items)
+    found, saved, unclustered = 0, 0, 0
+    for g in groups:
+        singles, branches = _branches(g.rows, items)
+        unclustered += len(g.prefix) + sum(len(ids) for _, _, ids in singles) + sum(
+            len(suffix) + sum(len(items[n].response_ids) for n, _ in rows) for suffix, rows in branches)
+        for beginning, members in _clusters(branches):
+            if beginning:
+                found += 1
+                assert len(members) >= 2 and all(branches[b][0][:len(beginning)] == beginning for b in members)
+                saved += (len(members) - 1) * len(beginning)
+    assert found >= 1 and saved > 0
+    assert replay_tokens(items) == unclustered - saved
