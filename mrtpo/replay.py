@@ -420,11 +420,14 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
         # response): each suffix encoded once on the prefix cache, its responses on top of it;
         # suffixes that begin alike (contexts that keep all of P0 when another one edits it)
         # share that beginning too, encoded once
-        for shared, members in _clusters(branches):
-            sub = [branches[b] for b in members]
+        clusters = _clusters(branches)
+        alone = [branches[b] for shared, members in clusters if not shared for b in members]
+        if alone:  # batched together, on the prefix cache
+            run_branches(alone, kept, prefix_cache, prefix_len)
+        for shared, members in clusters:
             if not shared:
-                run_branches(sub, kept, prefix_cache, prefix_len)
                 continue
+            sub = [branches[b] for b in members]
             ids = torch.as_tensor(shared, dtype=torch.long, device=device)[None]  # [1, S0]
             pos = torch.arange(prefix_len, prefix_len + len(shared), device=device)[None]  # [1, S0]
             kwargs, mask = on_cache(prefix_cache, prefix_len, 1, torch.ones_like(ids))  # [1, L + S0]

@@ -286,7 +286,7 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
             rows.append((ex, edit, ids, verdicts, scores, span_token_mask(offsets, edit.span)))
     if not rows:
         return [], skipped
-    items = [with_text_control(task, tokenizer, ex, build_item(task, tokenizer, ex, ids, v), v)
+    items = [with_text_control(task, tokenizer, ex, build_item(task, tokenizer, ex, ids, v))
              for ex, _, ids, v, _, _ in rows]
     q = distances(model, items, temperature=temperature).float().cpu()  # [N, 2 K_max, T]: rewards, text controls
     out = []
@@ -297,15 +297,15 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
         first_mask = first_token_mask(mask)
         _, first = edit_figures(q[n, :k, : len(ids)], first_mask)
         t0 = first_mask.index(True) if any(first_mask) else None
+        # rewards with a block (P_without_k != P_all) and a first token to read them on
+        read = [t0 is not None and items[n].context_ids[1 + j] != items[n].context_ids[0] for j in range(k)]
         out.append(EditResult(
             example_id=ex.id, kind=edit.kind, reward=edit.reward, response=edit.response,
             span_text=edit.response[edit.span[0]: edit.span[1]], span_tokens=sum(mask), num_tokens=len(ids),
             mass_share=dict(zip(names, shares)), lift=dict(zip(names, lifts)), scores=scores,
             decision_lift=dict(zip(names, first)),
-            decision_distance={r: float(q[n, j, t0]) if t0 is not None and items[n].context_ids[1 + j]
-                               != items[n].context_ids[0] else math.nan for j, r in enumerate(names)},
-            text_control={r: float(q[n, k + j, t0]) if t0 is not None and items[n].context_ids[1 + j]
-                          != items[n].context_ids[0] else math.nan for j, r in enumerate(names)}))
+            decision_distance={r: float(q[n, j, t0]) if read[j] else math.nan for j, r in enumerate(names)},
+            text_control={r: float(q[n, k + j, t0]) if read[j] else math.nan for j, r in enumerate(names)}))
     return out, skipped
 
 
@@ -317,13 +317,13 @@ def filler(tokenizer, n_tokens: int) -> str:
     return tokenizer.decode(ids).strip()
 
 
-def text_control_messages(task, tokenizer, example, verdicts) -> list:
+def text_control_messages(task, tokenizer, example, blocks: Sequence[str]) -> list:
     """Per reward k, P_all with as many tokens of unrelated text (`filler`) as block k has,
     inserted right after block k's text (None for an empty block): the same size of change
-    to the prompt at the same place as removing block k, without its information."""
-    from mrtpo.contexts import block_texts, context_messages
+    to the prompt at the same place as removing block k, without its information. `blocks`:
+    the response's block texts (`ReplayItem.blocks`)."""
+    from mrtpo.contexts import context_messages
 
-    blocks = block_texts(task, example, verdicts)
     p_all = context_messages(task, example, blocks)[0]
     last = max(i for i, m in enumerate(p_all) if m["role"] == "user")
     text = p_all[last]["content"]
@@ -342,13 +342,13 @@ def text_control_messages(task, tokenizer, example, verdicts) -> list:
     return out
 
 
-def with_text_control(task, tokenizer, example, item, verdicts):
+def with_text_control(task, tokenizer, example, item):
     """`item` with K more contexts after its P_without_k, `text_control_messages` (pseudo
     rewards named "(text control) <reward>"; an empty block's is P_all, q 0)."""
     from mrtpo.contexts import ReplayItem, render_ids
 
     controls = [item.context_ids[0] if m is None else render_ids(tokenizer, m)
-                for m in text_control_messages(task, tokenizer, example, verdicts)]
+                for m in text_control_messages(task, tokenizer, example, item.blocks)]
     return ReplayItem(item.context_ids + controls, item.response_ids,
                       item.reward_names + [f"(text control) {r}" for r in item.reward_names],
                       item.blocks + ["(text control)"] * len(controls))

@@ -311,7 +311,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self.last_batch = MRTPOBatch(scores, credit, rows, trl_advantages.detach().cpu(), advantages, mask, q)
         if logs:
             self._completions_logged = step
-            self._log_completions(step, inputs, out, scores[rows], local_credit(credit, rows), rows, advantages, q, mask)
+            self._log_completions(step, inputs, out, scores[rows], mine, rows, advantages, q, mask)
         return out
 
     def _compute_loss(self, model, inputs):
