@@ -81,6 +81,9 @@ def measure(model_name: str, task_name: str, seed: int = 0) -> dict:
                 p = model(input_ids=torch.tensor([ids])).logits[0, -1].float().softmax(-1)  # [V]
             row[name] = {"wrong": float(p[wid[at]]), "reference": float(p[rid[at]])}
         rows.append(row)
+    if not rows:
+        raise SystemExit(f"task {task_name!r}: no example has a reference block (a block whose text is the "
+                         "reference answer) with a wrong answer to put in it; run it on toolcall or text2sql")
     summary = {name: {"wrong": statistics.mean(r[name]["wrong"] for r in rows),
                       "reference": statistics.mean(r[name]["reference"] for r in rows)} for name in CONTEXTS}
     gain = summary["counterfactual"]["wrong"] - summary["P_all"]["wrong"]

@@ -43,3 +43,8 @@ def test_block_reading_runs_on_a_tiny_model(block_reading, tiny_qwen2_dir, task)
     # a random-init model reads nothing: the wrong token gains next to nothing from the block
     assert abs(out["copy_gain"]) < 0.05
     assert out["copy_gain"] == pytest.approx(out["mean"]["counterfactual"]["wrong"] - out["mean"]["P_all"]["wrong"])
+
+
+def test_a_task_without_a_reference_block_is_refused_clearly(block_reading, tiny_qwen2_dir):
+    with pytest.raises(SystemExit, match="no example has a reference block"):
+        block_reading.measure(str(tiny_qwen2_dir), "instruct")
