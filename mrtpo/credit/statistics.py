@@ -55,6 +55,15 @@ def top_share(distances: torch.Tensor, mask: torch.Tensor, share: float = SHARE)
     return torch.where(total > 0, frac, torch.full_like(frac, float("nan")))
 
 
+def credited_top_share(distances: torch.Tensor, mask: torch.Tensor, credit: torch.Tensor | None = None) -> torch.Tensor:
+    """`top_share`, NaN also where `credit` [N, K] is 0: the pairs the replay skips unless asked
+    (`--replay-zero-credit`), left out whatever the flag so the metric means the same either way."""
+    shares = top_share(distances, mask)  # [N, K]
+    if credit is None:
+        return shares
+    return torch.where(credit.to(shares.device) != 0, shares, torch.full_like(shares, float("nan")))
+
+
 def response_top_share(q: Sequence[float], share: float = SHARE) -> float | None:
     """The top-`share` token share of one response's distances for one reward (None: all zero)."""
     if len(q) == 0:

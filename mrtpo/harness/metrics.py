@@ -34,7 +34,7 @@ from typing import Any, Iterable
 import torch
 
 # the concentration metric has one implementation, shared with `mrtpo credit`
-from mrtpo.credit.statistics import top_share
+from mrtpo.credit.statistics import credited_top_share, top_share  # noqa: F401 (top_share: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,7 @@ def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = 
 
 def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str],
                   credit: torch.Tensor | None = None) -> dict[str, float]:
-    shares = top_share(distances, mask)  # [N, K]
-    if credit is not None:  # only the pairs the replay always computes, whatever the flag
-        shares = torch.where(credit.to(shares.device) != 0, shares, torch.full_like(shares, float("nan")))
+    shares = credited_top_share(distances, mask, credit)  # [N, K]
     out = {}
     for k, name in enumerate(names):
         col = shares[:, k]

@@ -432,11 +432,9 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         logged.extend(credit.total.tolist())
         if q is None:
             return
-        from mrtpo.credit.statistics import top_share
+        from mrtpo.credit.statistics import credited_top_share
 
-        shares = top_share(q, mask).float()  # [B, K]
-        if mine is not None:
-            shares = torch.where(mine != 0, shares, torch.full_like(shares, float("nan")))
+        shares = credited_top_share(q, mask, mine).float()  # [B, K]
         shares = self.accelerator.gather(shares.to(self.accelerator.device)).cpu()  # [N, K]
         for k, name in enumerate(self.reward_func_names):
             col = shares[:, k][~torch.isnan(shares[:, k])]
