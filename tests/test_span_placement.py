@@ -75,3 +75,15 @@ def test_span_distances_mark_the_tokens_of_each_span(spans_mod, tiny_tokenizer):
     assert q[0, :, -1].tolist() == [1.0, 0.0, 0.0]  # the end of turn is the format's
     assert q[0].sum(0)[:-1].min() >= 1  # every token is some reward's
     assert q[1, :, 5:].abs().sum() == 0  # padding stays 0
+
+
+def test_paired_changes_subtract_the_baseline_seed_by_seed(spans_mod):
+    # 10 steps: a tenth is one step, so a change is last minus first
+    curves = {"gdpo": {"reward": [[0.0] * 10], "rewards/mean": [[0.2] + [0.0] * 8 + [0.5], [0.1] * 10],
+                       "rewards/correct/mean": [[0.0] * 9 + [0.3], [0.0] * 10]},
+              "spans": {"reward": [[0.0] * 10], "rewards/mean": [[0.2] + [0.0] * 8 + [0.9], [0.1] * 9 + [0.0]],
+                        "rewards/correct/mean": [[0.0] * 9 + [0.4], [0.0] * 9 + [0.2]]}}
+    out = spans_mod.paired_changes(curves, "gdpo", 10)
+    assert list(out) == ["spans"]
+    assert out["spans"]["mean over rewards"] == pytest.approx([0.4, -0.1])
+    assert out["spans"]["correct"] == pytest.approx([0.1, 0.2])
