@@ -17,10 +17,12 @@ as `benchmarks/learning.py`), so its curves sit beside the stored GRPO / GDPO / 
 that script's output directory. A response with nothing in a reward's spans (no call could be
 found) gets that reward's credit uniformly, as MRTPO does for an all-zero distance.
 
-This is a diagnostic, not a method: the spans are hand-written for toolcall's JSON calls.
+This is a diagnostic, not a method: the spans are hand-written for toolcall's JSON calls. During
+the span runs the trainer's replay step (`mrtpo.harness.loop.replay_distances`) is swapped for
+`span_distances`, which has its signature; everything else is `mrtpo train` unchanged.
 
     python benchmarks/span_placement.py [--seeds 0,1,2] [--lambdas 1] [--threads 1]
-        [--out benchmarks/out/learning] [--compare grpo,gdpo,mrtpo] [--steps N]
+        [--out benchmarks/out/learning] [--compare gdpo,mrtpo] [--steps N] [--json PATH]
 
 Runs go to <out>/runs/toolcall/mrtpo-spans[-lambda<L>]/seed<k>/ (resumable, locked, as in
 learning.py); the summary compares them with the `--compare` methods' runs found there (or
