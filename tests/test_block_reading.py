@@ -6,20 +6,14 @@ is right (the block swapped is the reference block, the first differing token is
 probabilities are the model's)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def block_reading():
-    spec = importlib.util.spec_from_file_location("block_reading", ROOT / "benchmarks" / "block_reading.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module.load("block_reading")
 
 
 @pytest.mark.parametrize("task", ["toolcall", "text2sql"])

@@ -6,22 +6,16 @@ argument names and values) and the stand-in for the replay (q is 1 exactly on th
 of each reward's spans, the end of turn is the format's)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
+import benchmark_module
 
 @pytest.fixture(scope="module")
 def spans_mod():
-    spec = importlib.util.spec_from_file_location("span_placement", ROOT / "benchmarks" / "span_placement.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module.load("span_placement")
 
 
 def test_spans_cut_every_reference_into_its_parts(spans_mod):
