@@ -94,18 +94,20 @@ def span_distances(policy, task, rollout, scored, temperature: float, credit=Non
     q [N, K, T] = 1 on the tokens of each reward's spans, 0 elsewhere; no forward pass."""
     import torch
 
+    from mrtpo.credit.probe import span_token_mask
     from mrtpo.harness.distances import blocks_for
 
     t = max(1, rollout.max_length)
     q = torch.zeros(len(rollout.response_ids), len(scored.names), t)  # [N, K, T]
     for i, (ids, text) in enumerate(zip(rollout.response_ids, rollout.responses)):
-        spans = toolcall_spans(text)
-        for j, (a, b) in enumerate(token_offsets(policy.tokenizer, ids)):
-            for name, ranges in spans.items():
-                # a token that decodes to nothing (the end of turn) is the format's
-                hit = name == "format" if a == b else any(a < e and b > s for s, e in ranges)
-                if hit and name in scored.names:
-                    q[i, scored.column(name), j] = 1.0
+        offsets = token_offsets(policy.tokenizer, ids)
+        empty = [a == b for a, b in offsets]  # decodes to nothing (the end of turn): the format's
+        for name, ranges in toolcall_spans(text).items():
+            if name not in scored.names:
+                continue
+            masks = [span_token_mask(offsets, span) for span in ranges]
+            hit = [name == "format" if e else any(m[j] for m in masks) for j, e in enumerate(empty)]
+            q[i, scored.column(name), :len(hit)] = torch.tensor(hit, dtype=torch.float32)  # [T_i]
     return q, blocks_for(task, rollout, scored)
 
 
