@@ -196,8 +196,9 @@ def main() -> None:
           f"setup {setup:.1f} s")
     print(f"machine: {args.device} ({args.dtype}), {torch.get_num_threads()} torch threads, load average "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    tok_plain, tok_shared = replay_tokens(items, shared_prefix=False), replay_tokens(items, shared_prefix=True)
     bt = args.batch_tokens
+    tok_plain = replay_tokens(items, shared_prefix=False)
+    tok_shared = replay_tokens(items, shared_prefix=True, batch_tokens=bt, model=model)  # as distances feeds it
     def synced(**kw):
         def run():
             q = distances(model, items, batch_tokens=bt, **kw)

@@ -19,18 +19,28 @@ Two methods give the same numbers:
   so per prompt each block's tokens go through the model once, not once per response; such
   suffixes that begin alike (toolcall: P_without_schema edits P0's tool list, so the prefix
   of all four contexts is short, but the other three keep all of P0) share that beginning,
-  encoded once as well. The LM head is applied only
-  to the hidden states at response positions, a chunk of tokens at a time, and the JS distance
-  is taken chunk by chunk in fp32. Contexts equal to P_all (an empty block) are not replayed:
-  their q is exactly 0.
+  encoded once as well. The responses that follow one such suffix are fed as token tries
+  (sampled responses of a prompt begin alike: the same format, often the same first words),
+  each shared beginning once, with a tree attention mask (each token sees the cache and its
+  own ancestors; its position is its depth); so are the rows whose context suffix is theirs
+  alone (a response-dependent block: text2sql's SQLite error), which share what comes before
+  that block and its common wording. A row's last token is not fed (its output predicts
+  nothing). A trie's attention is dense over its nodes, so a sequence joins one only where
+  the tokens it saves outweigh the attention it adds (`_trees`). The LM head is applied only to the hidden states at response
+  positions, a chunk of tokens at a time, and the JS distance is taken chunk by chunk in
+  fp32; positions where an item with the same contexts and the same beginning already has
+  its distances are copied from it. Contexts equal to P_all (an empty block) are not
+  replayed: their q is exactly 0.
 
 Works with any transformers decoder-only model exposing `get_decoder()` and
 `get_output_embeddings()` with a `DynamicCache` (Qwen2, Llama, ...), peft-wrapped or not.
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -71,7 +81,8 @@ class ReplayGroup:
 
 def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_max: int | None = None,
               length: int | None = None, shared_prefix: bool = True, chunk_tokens: int = 256,
-              batch_tokens: int = 8192, padding_side: PaddingSide = "right") -> torch.Tensor:
+              batch_tokens: int = 8192, padding_side: PaddingSide = "right",
+              tree_tokens: int = 1024) -> torch.Tensor:
     """Per-token JS distances `q [N, K, T]` (float32, on the model's device) of replayed responses.
 
     K = `k_max` or the largest number of rewards among `items`; T = `length` or the longest
@@ -82,7 +93,11 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
 
     `batch_tokens` bounds the padded tokens of one forward (rows are sorted by length and cut
     into forwards so that padding stays small); `chunk_tokens` bounds the logit rows alive at
-    once; `padding_side` is how the rows of one forward are padded (both give the same q).
+    once; `padding_side` is how the plain method pads the rows of one forward (both give the
+    same q; the shared method pads its tries on the right).
+    `tree_tokens` bounds the nodes of one response trie (W below; a response longer than that
+    is a trie alone); 0 feeds each response as its own row, as does a model that does not
+    take a tree mask (`takes_tree_mask`: flash attention, sliding-window layers).
 
     Peak extra memory of the shared-prefix method, beyond the weights (b = bytes per element
     of the model dtype, V = vocabulary, H = hidden size, KV = 2 * layers * kv_heads * head_dim,
@@ -94,6 +109,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
                                              and the cache with the suffix keys/values
       + activations of one R x S forward     as a plain forward of R * S tokens (attention
                                              scores R * heads * S * (L + S) on the math path)
+      + R * W * (L + S + W)                  the boolean tree masks of one forward of tries
       + 2 * batch_tokens * H * b             hidden states at response positions, kept for the
                                              JS step (whole items, <= 2 * batch_tokens positions)
       + chunk_tokens * V * (b + 8)           logits of one chunk and their fp32 log-softmax
@@ -110,6 +126,8 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     if chunk_tokens < 1 or batch_tokens < 1:
         raise ValueError("chunk_tokens and batch_tokens must be >= 1")
+    if tree_tokens < 0:
+        raise ValueError(f"tree_tokens must be >= 0, got {tree_tokens}")
     k_needed = max((it.num_rewards for it in items), default=0)
     t_needed = max((len(it.response_ids) for it in items), default=0)
     K = k_needed if k_max is None else k_max
@@ -130,7 +148,8 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
         with torch.no_grad():
             for group in groups:
                 if shared_prefix:
-                    _replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
+                    _replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens,
+                                   tree_tokens)
                 else:
                     _replay_plain(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:
@@ -156,25 +175,36 @@ def replay_groups(items: Sequence[ReplayItem], shared_prefix: bool = True) -> li
     return out
 
 
-def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch_tokens: int = 8192) -> int:
+def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch_tokens: int = 8192,
+                  tree_tokens: int = 1024, model=None) -> int:
     """Tokens the replay feeds through the model (padding excluded), for cost accounting.
 
     Plain: every distinct context plus the response. Shared prefix: each group's prefix once;
-    each context suffix that several responses share once, plus those responses; every other
-    (context suffix + response) row whole (as `distances` with the same `batch_tokens` feeds them).
+    each context suffix that several responses share once, plus the nodes of its responses'
+    tries; the nodes of the tries of every other (context suffix + response) row; a beginning
+    shared in a trie once, a row's last token not at all. As `distances` with the same
+    `batch_tokens` and `tree_tokens` feeds them to `model` (which tries pay depends on its
+    shape; None: every sequence that shares a beginning joins its trie).
     """
     groups = replay_groups(items, shared_prefix)
     if not shared_prefix:
         return sum(len(ids) for g in groups for _, _, ids in g.rows)
+    keys, tree_nodes = math.inf, tree_tokens
+    if model is not None:
+        keys = _keys_per_token(model.config)
+        tree_nodes = tree_tokens if takes_tree_mask(model.config) else 0
+    def fed(seqs) -> int:
+        return sum(len(tree.tokens) for tree in _trees(seqs, tree_nodes, keys))
+
     total = 0
     for g in groups:
         total += len(g.prefix)
         for wave in _waves(g, items, 2 * batch_tokens):
             singles, branches = _branches(wave, items)
-            total += sum(len(ids) for _, _, ids in singles)
+            total += fed([(None, ids[:-1]) for _, _, ids in singles])
             for shared, members in _clusters(branches):
-                total += len(shared) + sum(len(branches[b][0]) - len(shared) + sum(
-                    len(items[n].response_ids) for n, _ in branches[b][1]) for b in members)
+                total += len(shared) + sum(len(branches[b][0]) - len(shared) + fed(
+                    [(None, items[n].response_ids[:-1]) for n, _ in branches[b][1]]) for b in members)
     return total
 
 
@@ -352,9 +382,13 @@ def _per_item(batch):
 
 # --- shared prefix ----------------------------------------------------------------------------
 
-def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens, side) -> None:
+def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chunk_tokens, batch_tokens,
+                   tree_tokens: int) -> None:
     device = q.device
     decoder, head = decoder_of(model), head_of(model)
+    eager = (getattr(model.config, "_attn_implementation", None) or "eager") == "eager"
+    tree_nodes = tree_tokens if takes_tree_mask(model.config) else 0  # else a row per sequence
+    keys_per_token = _keys_per_token(model.config)
     cache_arg = cache_kwarg(decoder)
     prefix_len, prefix_cache = len(group.prefix), None
     if prefix_len:
@@ -371,9 +405,58 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
         cache.batch_repeat_interleave(rows)
         return {cache_arg: cache, "use_cache": True}, torch.cat([mask.new_ones(rows, base_len), mask], 1)
 
+    def run_tries(tries, cache, cache_mask: torch.Tensor, starts: Sequence[int], spend_cache: bool):
+        """Feed tries [(cache row j, _Tree)] on the rows of `cache` (None: no cache; `cache_mask`
+        [rows, C] its positions, `starts[j]` the position of depth 0 on row j), in forwards of
+        about `batch_tokens` -> (j, tree, hidden [W, H] of its nodes) for each trie with nodes.
+        `spend_cache`: the cache is not needed after, so the last forward may extend it in place."""
+        batches = _forwards([(j, tree, tree.tokens) for j, tree in tries if tree.tokens], batch_tokens)
+        for i, batch in enumerate(batches):
+            which = torch.tensor([j for j, _, _ in batch], device=device)  # [R] each trie's cache row
+            width = max(len(tree.tokens) for _, tree, _ in batch)
+            ids = torch.zeros(len(batch), width, dtype=torch.long)  # [R, W]
+            pos = torch.zeros(len(batch), width, dtype=torch.long)  # [R, W]
+            tmask = torch.zeros(len(batch), width, width, dtype=torch.bool)  # [R, W, W]
+            for r, (j, tree, _) in enumerate(batch):
+                ids[r, :len(tree.tokens)] = torch.as_tensor(tree.tokens)
+                pos[r, :len(tree.tokens)] = starts[j] + torch.as_tensor(tree.depth)
+                tmask[r] = _tree_mask(tree.depth, width)
+            ids, pos, tmask = ids.to(device), pos.to(device), tmask.to(device)
+            kwargs, cmask = {}, cache_mask[which]  # [R, C]
+            if cache is not None:  # each trie on a copy of its row (the forward appends to the cache)
+                rows = cache if spend_cache and i == len(batches) - 1 else copy.deepcopy(cache)
+                rows.batch_select_indices(which)
+                kwargs = {cache_arg: rows, "use_cache": True}
+            if all(len(tree.members) == 1 for _, tree, _ in batch):  # chains: a 2D mask, causal
+                mask = torch.cat([cmask, torch.ones_like(ids, dtype=torch.bool)], 1).long()  # [R, C + W]
+            else:  # each node sees the cache and its own ancestors
+                mask = torch.cat([cmask[:, None].expand(-1, width, -1), tmask], 2)[:, None]  # [R, 1, W, C + W]
+                if eager:  # eager attention adds the mask to the scores
+                    dtype = next(model.parameters()).dtype
+                    mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                             **kwargs).last_hidden_state  # [R, W, H]
+            del kwargs
+            for r, (j, tree, _) in enumerate(batch):
+                yield j, tree, hidden[r]
+            del hidden
+
+    def run_singles(singles, kept) -> None:
+        """Rows whose context suffix no other row shares (a block that depends on the response
+        comes first): suffix + response on the prefix cache, as tries (rows that begin alike,
+        a response's P_all and P_without_k before the block that differs, share nodes)."""
+        fed = [((n, slot), list(ids[:-1])) for n, slot, ids in singles]
+        tries = [(0, tree) for tree in _trees(fed, tree_nodes, keys_per_token)]
+        cache_mask = torch.ones(1, prefix_len, dtype=torch.bool, device=device)  # [1, L]
+        for _, tree, hidden in run_tries(tries, prefix_cache, cache_mask, [prefix_len], spend_cache=False):
+            for (n, slot), path in zip(tree.members, tree.paths):
+                t_len = len(items[n].response_ids)  # the last t_len fed positions predict the response
+                kept[n, plans[n].slots.index(slot)] = hidden[path[len(path) - t_len:]]  # [T, H]
+
     def run_branches(branches, kept, base, base_len: int) -> None:
         """Branches (suffix after `base_len` positions, [(item, slot), ...]): each suffix
-        encoded once on the cache `base`, its responses on top of it -> hidden states in `kept`."""
+        encoded once on the cache `base`, its responses on top of it as tries (a beginning
+        several responses share fed once) -> hidden states in `kept`."""
         for part in _forwards([(b, 0, suffix) for b, (suffix, _) in enumerate(branches)], batch_tokens):
             suffixes = [branches[b][0] for b, _, _ in part]
             ids, smask, pos, _ = _pack(suffixes, "left", device, start=base_len)  # [Bb, S]
@@ -381,41 +464,26 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
             kwargs["use_cache"] = True
             out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs)
             last = out.last_hidden_state[:, -1]  # [Bb, H] (left padding): predicts each response's first token
-            branch_cache, branch_mask = output_cache(out), mask  # [Bb, base + S]
+            branch_cache = output_cache(out)
             del kwargs, out
-            rows = [(n, slot, items[n].response_ids, j) for j, (b, _, _) in enumerate(part)
-                    for n, slot in branches[b][1]]
-            for batch in _forwards(rows, batch_tokens):
-                which = torch.tensor([r[3] for r in batch], device=device)  # [R] each row's suffix
-                rids, rmask, _, _ = _pack([r[2] for r in batch], "right", device)  # [R, T]
-                starts = base_len + torch.tensor([len(suffixes[r[3]]) for r in batch], device=device)  # [R]
-                rpos = starts[:, None] + torch.arange(rids.shape[1], device=device)  # [R, T]
-                cache = copy.deepcopy(branch_cache)
-                cache.batch_select_indices(which)
-                hidden = decoder(input_ids=rids, attention_mask=torch.cat([branch_mask[which], rmask], 1),
-                                 position_ids=rpos, use_cache=True,
-                                 **{cache_arg: cache}).last_hidden_state  # [R, T, H]
-                del cache
-                for r, (n, slot, resp, j) in enumerate(batch):
-                    kept[n, plans[n].slots.index(slot)] = torch.cat(
-                        [last[j:j + 1], hidden[r, :len(resp) - 1]])  # [T, H]
-                del hidden
+            tries = [(j, tree) for j, (b, _, _) in enumerate(part) for tree in _trees(
+                [(m, list(items[m[0]].response_ids[:-1])) for m in branches[b][1]], tree_nodes, keys_per_token)]
+            for j, tree in tries:  # the first response token: predicted by the suffix's last position
+                for n, slot in tree.members:
+                    kept[n, plans[n].slots.index(slot)] = last[j:j + 1]  # [1, H]
+            starts = [base_len + len(suffix) for suffix in suffixes]
+            for j, tree, hidden in run_tries(tries, branch_cache, mask.bool(), starts, spend_cache=True):
+                for (n, slot), path in zip(tree.members, tree.paths):
+                    c = plans[n].slots.index(slot)
+                    kept[n, c] = torch.cat([kept[n, c], hidden[path]])  # [T, H]
             del branch_cache
 
+    computed = _Computed()
     for wave in _waves(group, items, 2 * batch_tokens):
         kept: dict[tuple[int, int], torch.Tensor] = {}  # (item, context) -> hidden [T, H]
         singles, branches = _branches(wave, items)
-        # rows whose context suffix no other row shares: suffix + response, on the prefix cache
-        for batch in _forwards(singles, batch_tokens):
-            ids, mask, pos, offsets = _pack([r[2] for r in batch], side, device, start=prefix_len)  # [R, S]
-            kwargs, mask = on_cache(prefix_cache, prefix_len, len(batch), mask)  # mask [R, L + S]
-            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
-                             **kwargs).last_hidden_state  # [R, S, H]
-            del kwargs
-            for r, ((n, slot, _), start) in enumerate(zip(batch, _response_starts(batch, offsets, items))):
-                t_len = len(items[n].response_ids)
-                kept[n, plans[n].slots.index(slot)] = hidden[r, start:start + t_len].clone()  # [T, H]
-            del hidden
+        if singles:
+            run_singles(singles, kept)
         # context suffixes shared by several responses (blocks that do not depend on the
         # response): each suffix encoded once on the prefix cache, its responses on top of it;
         # suffixes that begin alike (contexts that keep all of P0 when another one edits it)
@@ -438,20 +506,48 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
             del base
         for n in dict.fromkeys(r[0] for r in wave):
             h = torch.stack([kept.pop((n, j)) for j in range(len(plans[n].contexts))])  # [C, T, H]
-            head_and_js(q, n, plans[n], h, head, temperature, chunk_tokens)
+            start = computed.copy_shared(q, n, plans[n], items[n].response_ids)
+            if start < h.shape[1]:
+                head_and_js(q, n, plans[n], h[:, start:], head, temperature, chunk_tokens, t0=start)
 
 
 def head_and_js(q: torch.Tensor, n: int, plan: _Plan, hidden: torch.Tensor, head, temperature: float,
-                chunk_tokens: int) -> None:
-    """q[n] from the hidden states [C, T, H] of item n's distinct contexts at its response
-    positions: the vocabulary head, `chunk_tokens` positions (of all contexts) at a time,
-    then the JS step. The plain method does the same work inside its forward."""
+                chunk_tokens: int, t0: int = 0) -> None:
+    """q[n, :, t0:t0 + T] from the hidden states [C, T, H] of item n's distinct contexts at its
+    response positions t0.. : the vocabulary head, `chunk_tokens` positions (of all contexts)
+    at a time, then the JS step. The plain method does the same work inside its forward."""
     n_ctx = hidden.shape[0]
     step = max(1, chunk_tokens // n_ctx)
-    for t0 in range(0, hidden.shape[1], step):
-        x = hidden[:, t0:t0 + step]  # [C, c, H]
+    for t in range(0, hidden.shape[1], step):
+        x = hidden[:, t:t + step]  # [C, c, H]
         logits = head(x.reshape(-1, x.shape[-1])).view(n_ctx, x.shape[1], -1)  # [C, c, V]
-        _fill(q, n, plan, logits, temperature, t0, rows=step)
+        _fill(q, n, plan, logits, temperature, t0 + t, rows=step)
+
+
+class _Computed:
+    """Items whose q is filled, by their distinct contexts. Another item with the same contexts
+    whose response begins like one of theirs has the same next-token distributions, hence the
+    same q, up to one token past that beginning (the distribution for token t depends on the
+    context and tokens < t only): that part is copied, and only the rest goes through the head
+    and the JS step. Sampled groups repeat beginnings often (a format, a function name)."""
+
+    def __init__(self) -> None:
+        self.by_contexts: dict[tuple, list[tuple[tuple[int, ...], int]]] = {}  # sorted (response, item)
+
+    def copy_shared(self, q: torch.Tensor, n: int, plan: _Plan, response: Sequence[int]) -> int:
+        """Copy q[n, :, :c] from the filled item sharing the longest beginning; record n -> c."""
+        done = self.by_contexts.setdefault((tuple(map(tuple, plan.contexts)), tuple(plan.which)), [])
+        resp = tuple(response)
+        i = bisect.bisect_left(done, (resp, -1))
+        c, source = 0, None
+        for other, m in done[max(0, i - 1):i + 1]:  # in sorted order the longest beginning is a neighbour's
+            shared = min(_common_prefix([other, resp]) + 1, len(other), len(resp))
+            if shared > c:
+                c, source = shared, m
+        if source is not None:
+            q[n, :, :c] = q[source, :, :c]
+        bisect.insort(done, (resp, n))
+        return c
 
 
 def _branches(rows, items) -> tuple[list, list[tuple[list[int], list[tuple[int, int]]]]]:
@@ -488,6 +584,94 @@ def _clusters(branches, min_shared: int = 16) -> list[tuple[list[int], list[int]
         n = min(_common_prefix(suffixes), min(len(x) for x in suffixes) - 1) if len(run) > 1 else 0
         out.append((list(suffixes[0][:n]) if n >= min_shared else [], run))
     return out
+
+
+@dataclass
+class _Tree:
+    """Responses fed after one context suffix as a token trie: node i is token `tokens[i]` at
+    response position `depth[i]`, in preorder (each node after its parent, a subtree's nodes
+    contiguous); `paths[m]` lists the nodes of `members[m]`'s response tokens but the last
+    (whose output predicts nothing), so a beginning several responses share is fed once."""
+
+    members: list[tuple[int, int]]  # (item, slot)
+    tokens: list[int]
+    depth: list[int]
+    paths: list[list[int]]
+
+
+def _trees(seqs, max_nodes: int, keys_per_token: float = math.inf) -> list[_Tree]:
+    """Sequences [(member, fed tokens)] as tries of at most `max_nodes` nodes (a longer one
+    alone; 0: every sequence alone, a chain). Sorted, sequences that begin alike are
+    neighbours, and each one's new nodes are those past its common beginning with the one
+    before (which keeps the nodes in preorder).
+
+    A trie's attention is dense: each node attends over all W nodes, masked. A sequence joins
+    the current trie only if the tokens it saves cost more than that: s shared tokens save
+    s token passes, its u new nodes add about 2 * u * W attention keys, and one token through
+    a layer's projections costs as much as `keys_per_token` keys (`_keys_per_token`).
+    """
+    trees: list[_Tree] = []
+    prev: list[int] = []  # the previous sequence of the current trie
+    for member, seq in sorted(((m, list(seq)) for m, seq in seqs), key=lambda x: x[1]):
+        tree = trees[-1] if trees else None
+        shared = _common_prefix([prev, seq]) if tree else 0
+        new = len(seq) - shared
+        if tree is None or not max_nodes or (tree.tokens and (
+                len(tree.tokens) + new > max_nodes or shared * keys_per_token < 2 * new * len(tree.tokens))):
+            tree, shared = _Tree([], [], [], []), 0
+            trees.append(tree)
+        path = tree.paths[-1][:shared] if shared else []
+        path += range(len(tree.tokens), len(tree.tokens) + len(seq) - shared)
+        tree.tokens += seq[shared:]
+        tree.depth += range(shared, len(seq))
+        tree.members.append(member)
+        tree.paths.append(path)
+        prev = seq
+    return trees
+
+
+def takes_tree_mask(config) -> bool:
+    """Whether the model's forward takes a 4D mask as the whole of its attention pattern, as the
+    response tries need: sdpa or eager attention (flash attention takes no 4D mask), and no
+    sliding-window layer (transformers hands a 4D mask to every layer as given, so a window
+    would be dropped). Otherwise the replay feeds a row per response."""
+    if (getattr(config, "_attn_implementation", None) or "eager") not in ("sdpa", "eager"):
+        return False
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return all(t == "full_attention" for t in types)
+    return not getattr(config, "sliding_window", None) or getattr(config, "use_sliding_window", True) is False
+
+
+def _keys_per_token(config) -> float:
+    """How many attention keys cost as much as one token through a decoder layer's projections
+    (multiply-adds: q, k, v, o and a gated MLP, against q.k and the weighted sum of v over all
+    heads), from the model's config; a cost model for `_trees`. 1,152 for the built-in policy,
+    about 8,300 for a Qwen2.5-0.5B shape."""
+    hidden = getattr(config, "hidden_size", 0) or 0
+    heads = getattr(config, "num_attention_heads", 0) or 0
+    if not hidden or not heads:
+        return math.inf
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    q_dim = heads * head_dim
+    kv_dim = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
+    inner = getattr(config, "intermediate_size", None) or 4 * hidden
+    return (2 * hidden * q_dim + 2 * hidden * kv_dim + 3 * hidden * inner) / (2 * q_dim)
+
+
+def _tree_mask(depth: Sequence[int], width: int) -> torch.Tensor:
+    """[width, width] bool: node i sees node j iff j is i or an ancestor of i (preorder: j <= i
+    and i lies in j's subtree, which ends at the next node no deeper than j). Padding past the
+    nodes sees itself only, so that no attention row is empty."""
+    end = [len(depth)] * len(depth)  # one past the last node of each subtree
+    stack: list[int] = []
+    for i, d in enumerate(depth):
+        while stack and depth[stack[-1]] >= d:
+            end[stack.pop()] = i
+        stack.append(i)
+    idx = torch.arange(width)
+    ends = torch.cat([torch.tensor(end, dtype=torch.long), idx[len(depth):] + 1])  # [W]
+    return (idx[None, :] <= idx[:, None]) & (idx[:, None] < ends[None, :])  # [W, W]
 
 
 def _waves(group: ReplayGroup, items, max_positions: int) -> list[list[tuple[int, int, list[int]]]]:

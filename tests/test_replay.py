@@ -346,12 +346,118 @@ def test_toolcall_contexts_that_keep_p0_share_it(models, tiny_tokenizer):
     found, saved, unclustered = 0, 0, 0
     for g in groups:
         singles, branches = _branches(g.rows, items)
-        unclustered += len(g.prefix) + sum(len(ids) for _, _, ids in singles) + sum(
-            len(suffix) + sum(len(items[n].response_ids) for n, _ in rows) for suffix, rows in branches)
+        unclustered += len(g.prefix) + sum(len(ids) for _, _, ids in singles) + sum(  # a row per response,
+            len(suffix) + sum(len(items[n].response_ids) - 1 for n, _ in rows) for suffix, rows in branches)  # but its last token
         for beginning, members in _clusters(branches):
             if beginning:
                 found += 1
                 assert len(members) >= 2 and all(branches[b][0][:len(beginning)] == beginning for b in members)
                 saved += (len(members) - 1) * len(beginning)
     assert found >= 1 and saved > 0
-    assert replay_tokens(items) == unclustered - saved
+    assert replay_tokens(items, tree_tokens=0) == unclustered - saved
+    assert replay_tokens(items) < unclustered - saved  # the reference and its edit begin alike
+    assert (distances(model, items, tree_tokens=0) - shared).abs().max() <= TOL
+
+
+BEGIN_ALIKE = ["```sql\nSELECT name FROM singer\n```", "```sql\nSELECT name FROM singer ORDER BY age\n```",
+               "```sql\nSELECT name FROM singer\n```", "```sql\nSELECT nme FROM singer\n```",
+               "```sql\nSELECT age FROM singer WHERE age > 30\n```", "SELECT 1", "x"]
+
+
+def _begin_alike_items(tokenizer) -> list[ReplayItem]:
+    """Hand-written responses that begin alike (one repeated, one that errors, one token long),
+    as a sampled group does: the same code fence, the same first words."""
+    task = SQLishTask()
+    return [build_item(task, tokenizer, ex, tokenizer(t, add_special_tokens=False)["input_ids"], task.score(ex, t))
+            for ex in (EX, EX2) for t in BEGIN_ALIKE]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_responses_that_begin_alike_are_fed_once_as_a_trie(models, tiny_tokenizer, arch):
+    """After a context suffix several responses share, their responses go through the model as
+    one token trie (a shared beginning once, tree attention), and positions whose distances an
+    item with the same contexts already has are copied: the same q as the naive reference,
+    as one row per response, as small tries, and as one forward per context."""
+    items = _begin_alike_items(tiny_tokenizer)
+    model = models[arch]
+    ref = naive_distances(model, items)
+    trie = distances(model, items)
+    assert (trie.double() - ref).abs().max() <= TOL and ref.max() > 0.1
+    for kw in ({"tree_tokens": 0}, {"tree_tokens": 12, "batch_tokens": 40, "chunk_tokens": 5},
+               {"shared_prefix": False}):
+        assert (distances(model, items, **kw) - trie).abs().max() <= TOL, kw
+    from mrtpo.replay import _branches
+
+    def saved(seqs) -> int:  # fed tokens less their distinct beginnings
+        return sum(map(len, seqs)) - len({tuple(s[:d + 1]) for s in seqs for d in range(len(s))})
+
+    in_branches = in_singles = 0
+    for g in replay_groups(items):
+        singles, branches = _branches(g.rows, items)
+        in_singles += saved([ids[:-1] for _, _, ids in singles])  # a response's own contexts, before its block
+        in_branches += sum(saved([items[n].response_ids[:-1] for n, _ in rows]) for _, rows in branches)
+    assert in_branches > 40 and in_singles > 10
+    saved = in_branches + in_singles
+    assert replay_tokens(items) == replay_tokens(items, tree_tokens=0) - saved
+
+
+def test_tree_attention_with_eager_attention(tiny_qwen2_dir, tiny_tokenizer):
+    """eager attention adds the mask to the scores: the tree mask is handed over as 0 / -inf."""
+    items = _begin_alike_items(tiny_tokenizer)
+    model = _load(tiny_qwen2_dir)
+    sdpa = distances(model, items)
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    assert (distances(model, items) - sdpa).abs().max() <= TOL
+
+
+def test_tries_hold_each_sequence_once_per_beginning():
+    from mrtpo.replay import _tree_mask, _trees
+
+    seqs = [[5, 1, 2], [5, 1, 2, 4], [5, 1], [], [5, 1, 2], [8], [5, 1, 2, 4, 9]]  # fed tokens
+    members = list(enumerate(seqs))
+    (tree,) = _trees(members, 1024)
+    fed = {tuple(s[:d + 1]) for s in seqs for d in range(len(s))}
+    assert len(tree.tokens) == len(fed) == 6
+    assert sorted(tree.members) == list(range(len(seqs)))
+    ancestors = {}
+    for m, path in zip(tree.members, tree.paths):
+        assert [tree.tokens[i] for i in path] == seqs[m]
+        assert [tree.depth[i] for i in path] == list(range(len(seqs[m])))
+        assert path == sorted(path)  # preorder: each node after its parent
+        for d, i in enumerate(path):
+            ancestors.setdefault(i, set(path[:d + 1]))
+    width = len(tree.tokens) + 3
+    mask = _tree_mask(tree.depth, width)
+    for i in range(width):
+        for j in range(width):
+            assert bool(mask[i, j]) == (j in ancestors[i] if i < len(tree.tokens) else i == j), (i, j)
+    small = _trees(members, 4)
+    assert all(len(t.tokens) <= 4 or len(t.members) == 1 for t in small) and len(small) > 1
+    chains = _trees(members, 0)
+    assert [len(t.members) for t in chains] == [1] * len(seqs)
+    assert sum(len(t.tokens) for t in chains) == sum(map(len, seqs))
+    # the cost rule: with attention as dear as a token pass, only a sequence that adds no node joins
+    dear = _trees(members, 1024, keys_per_token=0)
+    assert all(len(t.tokens) == max(len(seqs[m]) for m in t.members) for t in dear)
+    assert len(dear) == len(seqs) - 2  # [5, 1, 2] twice, and [] with [5, 1]
+    for trees in (small, chains, dear):  # every member's path spells its sequence, in whichever trie
+        assert sorted(m for t in trees for m in t.members) == list(range(len(seqs)))
+        for t in trees:
+            for m, path in zip(t.members, t.paths):
+                assert [t.tokens[i] for i in path] == seqs[m] and [t.depth[i] for i in path] == list(range(len(seqs[m])))
+
+
+def test_which_models_take_a_tree_mask():
+    from transformers import Qwen2Config
+
+    from mrtpo.replay import takes_tree_mask
+
+    def config(attn="sdpa", **kw):
+        c = Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, **kw)
+        c._attn_implementation = attn
+        return c
+
+    assert takes_tree_mask(config()) and takes_tree_mask(config("eager"))
+    assert not takes_tree_mask(config("flash_attention_2"))
+    assert not takes_tree_mask(config(use_sliding_window=True, sliding_window=16, max_window_layers=0))

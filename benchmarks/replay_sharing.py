@@ -1,0 +1,115 @@
+"""What each kind of sharing buys the replay on completions the policy really samples.
+
+The shared-prefix replay (`mrtpo.replay`) feeds each prompt's common prefix once, and then
+three further kinds of sharing, each exact:
+
+- suffixes: context suffixes that begin alike (toolcall: P_without_schema edits P0's tool
+  list, the other three contexts keep all of P0) share that beginning (`replay._clusters`);
+- tries: the responses that follow one context suffix are fed as one token trie with a tree
+  attention mask, a beginning they share once (`replay._trees`);
+- copies: positions whose distances an item with the same contexts and the same beginning
+  already has are copied, not sent through the head and the JS step (`replay._Computed`).
+
+This samples `--prompts` prompts x `--group-size` completions of the built-in policy (or
+`--model`) on `--task`, then times `replay.distances` on them with the sharing switched on
+one kind at a time, alternated in one process, and prints the tokens fed, the median times,
+each setting's time against the first one's, and the largest difference in q against the
+plain method (one forward per context). The last line is the whole change: all sharing
+against none of the three.
+
+    python benchmarks/replay_sharing.py [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
+        [--group-size 8] [--repeats 6] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import contextmanager
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="toolcall")
+    ap.add_argument("--model", default="mrtpo-tiny", help="policy (default: the built-in one)")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--repeats", type=int, default=6, help="timed runs of each setting, alternated")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    return ap
+
+
+SETTINGS = {  # name -> (suffixes, tries, copies)
+    "none of the three": (False, False, False),
+    "suffixes": (True, False, False),
+    "suffixes + tries": (True, True, False),
+    "suffixes + tries + copies": (True, True, True),
+}
+
+
+@contextmanager
+def sharing(suffixes: bool, tries: bool, copies: bool):
+    """Switch the three kinds off by replacing the planning step with its 'alone' version."""
+    import mrtpo.replay as replay
+
+    saved = replay._clusters, replay._trees, replay._Computed.copy_shared
+    if not suffixes:
+        replay._clusters = lambda branches, min_shared=16: [([], [b]) for b in range(len(branches))]
+    if not tries:
+        replay._trees = lambda members, items, max_nodes, keys_per_token=0.0: saved[1](members, items, 0)
+    if not copies:
+        replay._Computed.copy_shared = lambda self, q, n, plan, response: 0
+    try:
+        yield
+    finally:
+        replay._clusters, replay._trees, replay._Computed.copy_shared = saved
+
+
+def main() -> None:
+    args = parser().parse_args()
+    import torch
+
+    import mrtpo.replay as replay
+    from mrtpo.contexts import build_item
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.models.default import resolve_model
+    from mrtpo.tasks import get_task
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    task = get_task(args.task)
+    policy = load_policy(resolve_model(args.model), lora=False)
+    model = policy.model
+    rollout = sample(policy, task, task.load()[:args.prompts], args.group_size, max_new_tokens=args.max_new_tokens)
+    items = [build_item(task, policy.tokenizer, ex, ids, task.score(ex, text))
+             for ex, ids, text in zip(rollout.examples, rollout.response_ids, rollout.responses)]
+    plain = replay.distances(model, items, shared_prefix=False)  # [N, K, T]
+
+    def run(name: str):
+        with sharing(*SETTINGS[name]):
+            t0 = time.perf_counter()
+            q = replay.distances(model, items)  # [N, K, T]
+            return time.perf_counter() - t0, float((q - plain).abs().max()), replay.replay_tokens(items, model=model)
+
+    names = list(SETTINGS)
+    results: dict[str, list] = {name: [] for name in names}
+    for i in range(args.repeats):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            results[name].append(run(name))
+    n_resp = sum(len(it.response_ids) for it in items)
+    print(f"{len(items)} {args.task} completions ({n_resp} response tokens), {args.threads} thread(s); "
+          f"plain method: {replay.replay_tokens(items, shared_prefix=False)} tokens")
+    base = statistics.median(r[0] for r in results[names[0]])
+    for name in names:
+        med = statistics.median(r[0] for r in results[name])
+        print(f"{name:>26}: {results[name][0][2]:6d} tokens, median {med:.3f} s of {args.repeats} "
+              f"({med / base:.2f}x), max |dq| vs plain {max(r[1] for r in results[name]):.1e}")
+    last = statistics.median(r[0] for r in results[names[-1]])
+    print(f"all sharing / none of the three: {last / base:.2f}x time, "
+          f"{results[names[-1]][0][2] / results[names[0]][0][2]:.2f}x tokens")
+
+
+if __name__ == "__main__":
+    main()
