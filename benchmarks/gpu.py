@@ -11,7 +11,7 @@ most completions run to 256), LoRA r 16, then three GDPO steps (`--no-mrtpo`) fo
 overhead, and runs `benchmarks/replay.py` on the same device. Printed: per step and phase
 the seconds, completion tokens and peak GPU memory; MRTPO's overhead; the replay speedup
 and its token-count ideal. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT
-is set, else benchmarks/results/gpu.json).
+is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
 
     python benchmarks/gpu.py                 # on a machine with a CUDA GPU (~5 minutes on one H200)
     python benchmarks/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
@@ -138,8 +138,10 @@ def main() -> None:
         args.device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     if args.device != "cpu" and not torch.cuda.is_available():
         sys.exit("no CUDA device here; pass --smoke to run the same code on CPU at a tiny scale")
+    here = Path(__file__).parent
     out_path = Path(args.out or (Path(os.environ["OUT"]) / "gpu.json" if os.environ.get("OUT")
-                                 else Path(__file__).parent / "results" / "gpu.json"))
+                                 else here / "out" / "gpu-smoke.json" if args.smoke  # never taken for a GPU result
+                                 else here / "results" / "gpu.json"))
     summary: dict = {"device": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
                      "settings": {k: getattr(args, k) for k in ("steps", "batch_prompts", "num_generations",
                                                                 "max_new_tokens")},

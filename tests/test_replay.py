@@ -461,3 +461,18 @@ def test_which_models_take_a_tree_mask():
     assert takes_tree_mask(config()) and takes_tree_mask(config("eager"))
     assert not takes_tree_mask(config("flash_attention_2"))
     assert not takes_tree_mask(config(use_sliding_window=True, sliding_window=16, max_window_layers=0))
+
+
+def test_contexts_with_no_common_prefix(models):
+    """Contexts that differ from their first token: the group's prefix is empty, every row is
+    fed from position 0 (no cache), tries included; the same q as the naive reference."""
+    resp_a, resp_b = [7, 8, 9, 10, 11], [7, 8, 9, 12]
+    items = [ReplayItem([[3, 4, 5, 6], [20, 5, 6], [21, 22, 4, 5, 6]], resp, ["r1", "r2"], ["x", "y"])
+             for resp in (resp_a, resp_b, resp_a)]
+    (group,) = replay_groups(items)
+    assert group.prefix == []
+    model = models["qwen2"]
+    ref = naive_distances(model, items)
+    for kw in ({}, {"tree_tokens": 0}):
+        assert (distances(model, items, **kw).double() - ref).abs().max() <= TOL, kw
+    assert ref.max() > 0.05
