@@ -5,8 +5,9 @@ three further kinds of sharing, each exact:
 
 - suffixes: context suffixes that begin alike (toolcall: P_without_schema edits P0's tool
   list, the other three contexts keep all of P0) share that beginning (`replay._clusters`);
-- tries: the responses that follow one context suffix are fed as one token trie with a tree
-  attention mask, a beginning they share once (`replay._trees`);
+- tries: the responses that follow one context suffix, and the rows whose context suffix is
+  theirs alone (a response-dependent block), are fed as token tries with a tree attention
+  mask, a beginning they share once (`replay._trees`; off: a row per sequence);
 - copies: positions whose distances an item with the same contexts and the same beginning
   already has are copied, not sent through the head and the JS step (`replay._Computed`).
 
@@ -15,7 +16,8 @@ This samples `--prompts` prompts x `--group-size` completions of the built-in po
 one kind at a time, alternated in one process, and prints the tokens fed, the median times,
 each setting's time against the first one's, and the largest difference in q against the
 plain method (one forward per context). The last line is the whole change: all sharing
-against none of the three.
+against none of the three. In every setting the prompt's common prefix is fed once and a
+row's last token (whose output predicts nothing) not at all.
 
     python benchmarks/replay_sharing.py [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
         [--group-size 8] [--repeats 6] [--threads 1]
