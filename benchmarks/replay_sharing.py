@@ -59,7 +59,7 @@ def sharing(suffixes: bool, tries: bool, copies: bool):
     if not suffixes:
         replay._clusters = lambda branches, min_shared=16: [([], [b]) for b in range(len(branches))]
     if not tries:
-        replay._trees = lambda members, items, max_nodes, keys_per_token=0.0: saved[1](members, items, 0)
+        replay._trees = lambda seqs, max_nodes, keys_per_token=0.0: saved[1](seqs, 0)  # a chain each
     if not copies:
         replay._Computed.copy_shared = lambda self, q, n, plan, response: 0
     try:
