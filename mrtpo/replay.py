@@ -189,10 +189,8 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
     groups = replay_groups(items, shared_prefix)
     if not shared_prefix:
         return sum(len(ids) for g in groups for _, _, ids in g.rows)
-    keys, tree_nodes = math.inf, tree_tokens
-    if model is not None:
-        keys = _keys_per_token(model.config)
-        tree_nodes = tree_tokens if takes_tree_mask(model.config) else 0
+    tree_nodes, keys = _trie_settings(model.config, tree_tokens) if model is not None else (tree_tokens, math.inf)
+
     def fed(seqs) -> int:
         return sum(len(tree.tokens) for tree in _trees(seqs, tree_nodes, keys))
 
@@ -387,8 +385,8 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
     device = q.device
     decoder, head = decoder_of(model), head_of(model)
     eager = (getattr(model.config, "_attn_implementation", None) or "eager") == "eager"
-    tree_nodes = tree_tokens if takes_tree_mask(model.config) else 0  # else a row per sequence
-    keys_per_token = _keys_per_token(model.config)
+    dtype = next(model.parameters()).dtype
+    tree_nodes, keys_per_token = _trie_settings(model.config, tree_tokens)
     cache_arg = cache_kwarg(decoder)
     prefix_len, prefix_cache = len(group.prefix), None
     if prefix_len:
@@ -432,7 +430,6 @@ def _replay_shared(model, items, group: ReplayGroup, plans, q, temperature, chun
             else:  # each node sees the cache and its own ancestors
                 mask = torch.cat([cmask[:, None].expand(-1, width, -1), tmask], 2)[:, None]  # [R, 1, W, C + W]
                 if eager:  # eager attention adds the mask to the scores
-                    dtype = next(model.parameters()).dtype
                     mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
             hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
                              **kwargs).last_hidden_state  # [R, W, H]
@@ -628,6 +625,12 @@ def _trees(seqs, max_nodes: int, keys_per_token: float = math.inf) -> list[_Tree
         tree.paths.append(path)
         prev = seq
     return trees
+
+
+def _trie_settings(config, tree_tokens: int) -> tuple[int, float]:
+    """(max nodes of a trie, keys per token) for `_trees` on a model with `config`; max nodes
+    0 (a row per sequence) where its attention takes no tree mask."""
+    return (tree_tokens if takes_tree_mask(config) else 0), _keys_per_token(config)
 
 
 def takes_tree_mask(config) -> bool:

@@ -13,6 +13,7 @@ import pytest
 
 import benchmark_module
 
+
 @pytest.fixture(scope="module")
 def spans_mod():
     return benchmark_module.load("span_placement")
