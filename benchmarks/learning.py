@@ -205,6 +205,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-generations", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--save-every", type=int, default=0,
+                    help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
     ap.add_argument("--threshold-frac", type=float, default=0.5)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="benchmarks/out/learning")
@@ -237,8 +239,8 @@ def main() -> None:
     if args.quick:
         methods, seeds, settings["steps"] = methods[-2:], seeds[:2], 6
     settings.setdefault("steps", 40)
-    settings.update(model=resolve_model(args.model), lora=True, save_every=0,
-                    log_completions_every=0, eval_every=0)
+    settings.update(model=resolve_model(args.model), lora=True, save_every=args.save_every,
+                    save_total_limit=1 if args.save_every else 0, log_completions_every=0, eval_every=0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"model {args.model}; settings {settings}; methods {methods}; seeds {seeds}; "
@@ -253,7 +255,8 @@ def main() -> None:
         rows += summarise(task, curves, settings["steps"], args.threshold_frac)
         secs = {m: nanmean([sum(r.get("time/step") or 0.0 for r in h) for h in hs]) for m, hs in histories.items()}
         print("seconds per run (mean over seeds): " + ", ".join(f"{m} {s:.0f}" for m, s in secs.items()))
-    (out / "summary.json").write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n")
+    (out / "summary.json").write_text(json.dumps({"settings": {**settings, "model_name": args.model},
+                                                  "rows": rows}, indent=1) + "\n")
     png = out / "learning.png"
     if plot(all_curves, settings["steps"], png):
         print(f"\nplot: {png}")

@@ -82,7 +82,7 @@ def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tup
                 return render(k)
             text = remove_block(p_all[user]["content"], blocks[k].strip(),
                                 where=f"{example.source or example.id}", reward=rewards[k].name)
-            return _with_user(p_all, user, text)
+            return task.without_messages(example, rewards[k].name, _with_user(p_all, user, text))
 
         p_all = render(None)
         return p_all, [without(k) if blocks[k].strip() else p_all for k in range(len(blocks))]

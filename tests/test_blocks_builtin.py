@@ -108,7 +108,8 @@ def _bare_reference(task):
 @pytest.mark.parametrize("name,reward,make,rule", [
     ("text2sql", "executes", lambda t: (lambda ex, v: "The query ran without any error on singer."), "R4"),
     ("text2sql", "result", _bare_reference, "R5"),
-    ("text2sql", "format", lambda t: (lambda ex, v: "Make sure the answer is one ```sql block."), "R3"),
+    # the format block is P0's own sentence (in-prompt): a builder that writes other text is R6
+    ("text2sql", "format", lambda t: (lambda ex, v: "Make sure the answer is one ```sql block."), "R6"),
     ("text2sql", "result", lambda t: (lambda ex, v: "The query returns the rows the question asks for."), "R2"),
     ("toolcall", "correct", _bare_reference, "R5"),
     ("toolcall", "schema", lambda t: (lambda ex, v: "The call must use a provided function."), "R2"),

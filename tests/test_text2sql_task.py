@@ -135,7 +135,7 @@ def test_rewards_and_blocks_on_model_like_responses(sample):
     trap = "SELECT name FROM author ORDER BY birth_year LIMIT 1"  # NULL sorts first: wrong answer
     s, b, _ = blocks(fenced(trap))
     assert s == [1.0, 1.0, 0.0] and b[1] == ""
-    assert b[0] == task.format.rule and b[2] == fenced(ex.data["gold"])
+    assert b[0] == task.format.instruction and b[2] == fenced(ex.data["gold"])
     s, b, vs = blocks(fenced("SELECT nme FROM author"))
     assert s == [1.0, 0.0, 0.0]
     assert b[1] == "The query in the response fails on this database with the SQLite error: no such column: nme"

@@ -112,7 +112,7 @@ def test_parallel_calls_score_in_any_order(task, sample):
 def test_blocks_write_the_rule_the_used_schemas_and_the_reference(task, sample):
     ex = next(e for e in sample if e.data["category"] == "parallel_multiple" and len(e.data["functions"]) == 3)
     blocks = {r.name: r.block(ex, r.verify(ex, "nothing")) for r in task.rewards(ex)}
-    assert blocks["format"] == task.format.rule
+    assert blocks["format"] == task.format.instruction and blocks["format"] in ex.prompt  # P0's sentence
     shown = blocks["schema"].splitlines()
     prompt_lines = re.search(r"<tools>\n(.*)\n</tools>", ex.prompt, re.S).group(1).splitlines()
     expected_names = [next(iter(c)) for c in ex.data["ground_truth"]]
@@ -236,3 +236,46 @@ def test_bad_bfcl_layouts_raise_with_the_fix(task, tmp_path):
     java.write_text(qfile.read_text())
     with pytest.raises(ToolCallDataError, match="category 'simple_java' is not supported"):
         task.load(str(java))
+
+
+def test_format_follows_the_in_prompt_rule(task, sample):
+    """P0 ends with the format sentence: P_all states it once, and P_without_format is P_all
+    without it (nothing else removed); the other rewards' contexts keep it."""
+    from mrtpo.contexts import block_texts, context_messages
+
+    ex = sample[0]
+    blocks = block_texts(task, ex, task.score(ex, task.reference(ex)))
+    p_all, without = context_messages(task, ex, blocks)
+    names = [r.name for r in task.rewards(ex)]
+    sentence = task.format.instruction
+    assert p_all[-1]["content"].count(sentence) == 1 and task.format.rule not in p_all[-1]["content"]
+    no_format = without[names.index("format")][-1]["content"]
+    assert sentence not in no_format
+    assert no_format == p_all[-1]["content"].replace("\n\n" + sentence, "")
+    for k in (names.index("schema"), names.index("correct")):
+        assert sentence in without[k][-1]["content"]
+
+
+def test_demo_shows_the_format_with_a_tool_no_example_uses(sample):
+    """`demo=True`: one worked exchange before the user turn, with a made-up tool that no
+    example offers; its answer scores full format; P_without_format drops it with the sentence."""
+    from mrtpo.contexts import block_texts, context_messages
+    from mrtpo.tasks.toolcall import DEMO_TOOL
+
+    task = get_task("toolcall", demo=True)
+    offered = {f["name"] for e in sample for f in e.data["functions"]}
+    assert DEMO_TOOL["name"] not in offered
+    ex = task.load()[0]
+    p0 = task.messages(ex)
+    assert [m["role"] for m in p0] == ["user", "assistant", "user"] and p0[-1]["content"] == ex.prompt
+    demo_answer = p0[1]["content"]
+    assert task.format.parse(demo_answer).strict
+    blocks = block_texts(task, ex, task.score(ex, task.reference(ex)))
+    p_all, without = context_messages(task, ex, blocks)
+    names = [r.name for r in task.rewards(ex)]
+    assert p_all[:2] == p0[:2]
+    assert without[names.index("format")] == [p_all[-1] | {"content": without[names.index("format")][-1]["content"]}]
+    assert task.format.instruction not in without[names.index("format")][-1]["content"]
+    assert without[names.index("correct")][:2] == p0[:2]  # the other rewards keep the demo
+    plain = get_task("toolcall")
+    assert plain.messages(ex) == p0[2:]

@@ -155,8 +155,11 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
         except Exception as exc:
             add([Finding("R6", "contexts-error", _raised("building the contexts", exc))])
         else:
+            # whole messages a task drops with an in-prompt block (Task.without_messages)
+            dropped = [[m for m in ev.p_all if m not in task.without_messages(example, r.name, list(ev.p_all))]
+                       if r.in_prompt and task.placement == "append" else [] for r in ev.rewards]
             add(rules.check_contexts(ev.p0, ev.p_all, ev.p_without, names, ev.blocks,
-                                     task.placement))
+                                     task.placement, dropped=dropped))
     ev.findings, ev.waived = rules.split_waived(ev.findings, waivers(ev.rewards))
     return ev
 

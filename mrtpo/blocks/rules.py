@@ -992,9 +992,12 @@ def check_verdict(reward: Reward, verdict: Any) -> list[Finding]:
 
 def check_contexts(p0: Sequence[dict[str, str]], p_all: Sequence[dict[str, str]],
                    p_without: Sequence[Sequence[dict[str, str]]], names: Sequence[str],
-                   blocks: Sequence[str], placement: str) -> list[Finding]:
+                   blocks: Sequence[str], placement: str,
+                   dropped: Sequence[Sequence[dict[str, str]]] | None = None) -> list[Finding]:
     """R6: P_all starts from P0 (is P0 for in_prompt), and P_without_k is P_all with exactly
-    block k removed (whitespace aside); an empty block leaves P_without_k equal to P_all."""
+    block k removed (whitespace aside); an empty block leaves P_without_k equal to P_all.
+    `dropped[k]`: whole messages of P0 that the task says carry block k's information too
+    (`Task.without_messages`, e.g. a worked example); P_without_k may lack exactly those."""
     found = []
     if len(p_without) != len(names):
         return [Finding("R6", "context-count", f"{len(p_without)} P_without contexts for "
@@ -1006,8 +1009,11 @@ def check_contexts(p0: Sequence[dict[str, str]], p_all: Sequence[dict[str, str]]
     elif not _extends(p0, p_all):
         found.append(Finding("R6", "p_all-not-from-p0", "P_all must be P0 with the blocks "
                              "appended to one message (the user turn); it changes P0 itself"))
-    all_text = prompt_text(p_all)
-    for name, block, pw in zip(names, blocks, p_without):
+    full_text = prompt_text(p_all)
+    for k, (name, block, pw) in enumerate(zip(names, blocks, p_without)):
+        gone = list(dropped[k]) if dropped else []
+        ref = [m for m in p_all if m not in gone] if gone else p_all
+        all_text = prompt_text(ref) if gone else full_text
         wo = prompt_text(pw)
         if not isinstance(block, str) or not block.strip():
             if list(pw) != list(p_all):
@@ -1019,7 +1025,7 @@ def check_contexts(p0: Sequence[dict[str, str]], p_all: Sequence[dict[str, str]]
                                  block[:60], reward=name))
             continue
         if not _removes_once(all_text, block.strip(), wo) or \
-                [m.get("role") for m in pw] != [m.get("role") for m in p_all]:
+                [m.get("role") for m in pw] != [m.get("role") for m in ref]:
             found.append(Finding("R6", "without-k-differs", "P_without_k is not P_all with "
                                  "exactly this block removed", block[:60], reward=name))
     return found

