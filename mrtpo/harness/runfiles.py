@@ -1,0 +1,117 @@
+"""Writing into a run directory without following links, and saying why a path cannot be written.
+
+A run directory may be shared, copied or prepared by someone else, so any of its entries can be
+a symbolic link (or a hard link) to a file elsewhere. Writing through one would overwrite that
+file: `mrtpo train` must never do it. So:
+
+- `check_run_dir` refuses, before a run writes anything, a run directory whose run files
+  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `checkpoints/` and what is in it) are
+  links or of the wrong kind, naming the entry and what to do;
+- `open_append` and `write_atomic` never follow a link at the moment they write (`O_NOFOLLOW`;
+  a new temporary file is created with `O_EXCL`, then renamed over the target, which replaces
+  a link instead of writing through it), so a link planted during a run is not followed either.
+
+New files get the usual permissions (0666 less the umask), as `open` gives them.
+`unwritable(path, exc)` words an OSError about an output path for a one-line message.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from pathlib import Path
+
+from mrtpo.harness.config import ConfigError
+
+#: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
+RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl")
+CHECKPOINTS = "checkpoints"
+
+
+class RunFileError(ConfigError):
+    """A run directory entry that mrtpo will not write (a link, a directory for a file...)."""
+
+
+def _link_message(path: Path) -> str:
+    return (f"{path} is a symbolic link (to {os.readlink(path)}); mrtpo never writes through a "
+            "link in a run directory, since that would overwrite the file it points to. Remove "
+            "the link (or replace it with the file itself), or choose another --output-dir")
+
+
+def check_entry(path: Path, kind: str = "file") -> None:
+    """Raise RunFileError if `path` exists and is a symbolic link, or is not a `kind`
+    ("file" or "directory"); a path that does not exist is fine (the run creates it)."""
+    if path.is_symlink():
+        raise RunFileError(_link_message(path))
+    if not path.exists():
+        return
+    if kind == "file" and not path.is_file():
+        raise RunFileError(f"{path} is not a regular file (a directory or a device); mrtpo writes "
+                           "the run's own file there. Move it away, or choose another --output-dir")
+    if kind == "directory" and not path.is_dir():
+        raise RunFileError(f"{path} is not a directory; mrtpo keeps the run's checkpoints there. "
+                           "Move it away, or choose another --output-dir")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run directory whose run files are links or of the wrong kind (see the module
+    docstring), before the run writes into it."""
+    run_dir = Path(run_dir)
+    for name in RUN_FILES:
+        check_entry(run_dir / name)
+    root = run_dir / CHECKPOINTS
+    check_entry(root, "directory")
+    if root.is_dir():
+        for entry in sorted(root.iterdir()):
+            check_entry(entry, "directory" if entry.name.startswith("step-") else "file")
+
+
+def open_append(path: Path):
+    """`open(path, "a")` (text, UTF-8) that refuses a symbolic link instead of following it."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunFileError(_link_message(path)) from None
+        raise RunFileError(f"cannot append to {path}: {unwritable(path, exc)}") from None
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically: written to a new temporary file next to it
+    (created exclusively, never through a link), flushed to disk, then renamed over `path`.
+    A crash leaves the old file or the new one, never a partial one."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover (100 random names taken)
+        raise RunFileError(f"cannot create a temporary file next to {path}")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
+    """Why `path` (a `directory` to create, else a file) cannot be written, in words: the
+    nearest existing ancestor (or `path` itself, for a directory) that is a file, else the
+    OS's reason."""
+    path = Path(path)
+    for entry in [path, *path.parents]:
+        if entry.exists() or entry.is_symlink():
+            if not entry.is_dir() and (entry != path or directory):
+                return f"{entry} is a file, not a directory"
+            break
+    return exc.strerror or str(exc)
