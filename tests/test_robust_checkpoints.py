@@ -80,16 +80,17 @@ def _flip_last_byte(p: Path):  # same size, other content: only the SHA-256 tell
 
 # --- 4: never write through a link ------------------------------------------------------------
 @pytest.mark.parametrize("name", [".lock", "config.yaml", "metrics.jsonl", "completions.jsonl", "checkpoints",
-                                  "checkpoints/latest", "checkpoints/run-id"])
+                                  "checkpoints/latest", "checkpoints/run-id", "checkpoints/step-000002"])
 def test_a_run_file_that_is_a_symlink_is_refused_and_its_target_kept(tiny_qwen2_dir, run_a, tmp_path, name):
     victim = tmp_path / "victim"
-    victim.mkdir() if name == "checkpoints" else victim.write_text("precious\n")
+    is_dir = name in ("checkpoints", "checkpoints/step-000002")
+    victim.mkdir() if is_dir else victim.write_text("precious\n")
     link = run_a / name
     shutil.rmtree(link) if link.is_dir() else link.unlink(missing_ok=True)
     link.symlink_to(victim)
     with pytest.raises(ConfigError, match=rf"{re.escape(str(link))} is a symbolic link.*Remove the link"):
         train(_cfg(tiny_qwen2_dir, run_a, steps=3, resume=True))
-    assert (list(victim.iterdir()) == []) if name == "checkpoints" else victim.read_text() == "precious\n"
+    assert (list(victim.iterdir()) == []) if is_dir else victim.read_text() == "precious\n"
 
 
 @pytest.mark.parametrize("name", [".lock", "metrics.jsonl", "completions.jsonl", "config.yaml"])
@@ -229,7 +230,7 @@ def test_export_to_an_unwritable_place_is_explained(run_a, tmp_path):
     (tmp_path / "file").write_text("x")
     for out, words in ((tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file, not a directory"),
                        (tmp_path / "file" / "a" / "b", "is a file, not a directory"),
-                       (tmp_path / "file", "already exists and is not an empty directory"),
+                       (tmp_path / "file", "already exists and is not empty"),
                        (Path("/proc/mrtpo-x"), "cannot write /proc/mrtpo-x")):
         result, text = _invoke("export", run_a, out)
         assert result.exit_code == 2 and words in text, text

@@ -5,7 +5,8 @@ a symbolic link (or a hard link) to a file elsewhere. Writing through one would 
 file: `mrtpo train` must never do it. So:
 
 - `check_run_dir` refuses, before a run writes anything, a run directory whose run files
-  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `checkpoints/` and what is in it) are
+  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `checkpoints/` and its `latest`,
+  `run-id` and `step-*`; leftovers of an interrupted save are removed, not written) are
   links or of the wrong kind, naming the entry and what to do;
 - `open_append` and `write_atomic` never follow a link at the moment they write (`O_NOFOLLOW`;
   a new temporary file is created with `O_EXCL`, then renamed over the target, which replaces
@@ -26,6 +27,7 @@ from mrtpo.harness.config import ConfigError
 #: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl")
 CHECKPOINTS = "checkpoints"
+CHECKPOINT_FILES = ("latest", "run-id")  # mrtpo.harness.checkpoints.LATEST, RUN_ID
 
 
 class RunFileError(ConfigError):
@@ -61,9 +63,12 @@ def check_run_dir(run_dir: Path) -> None:
         check_entry(run_dir / name)
     root = run_dir / CHECKPOINTS
     check_entry(root, "directory")
-    if root.is_dir():
+    if root.is_dir():  # what a save writes: the pointer, the fingerprint, the step directories
         for entry in sorted(root.iterdir()):
-            check_entry(entry, "directory" if entry.name.startswith("step-") else "file")
+            if entry.name in CHECKPOINT_FILES:
+                check_entry(entry)
+            elif entry.name.startswith("step-"):
+                check_entry(entry, "directory")
 
 
 def open_append(path: Path):

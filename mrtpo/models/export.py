@@ -90,7 +90,7 @@ def _check_out(out: Path) -> None:
         raise TrainedModelError(f"cannot write {out}: {unwritable(out, exc, directory=True)}; "
                                 "choose another OUT") from None
     if taken:
-        raise TrainedModelError(f"{out} already exists and is not an empty directory; choose a new directory")
+        raise TrainedModelError(f"{out} already exists and is not empty; choose a new directory")
 
 
 def _new_dir_beside(out: Path) -> Path:
