@@ -79,7 +79,8 @@ def _flip_last_byte(p: Path):  # same size, other content: only the SHA-256 tell
 
 
 # --- 4: never write through a link ------------------------------------------------------------
-@pytest.mark.parametrize("name", [".lock", "config.yaml", "metrics.jsonl", "completions.jsonl", "checkpoints",
+@pytest.mark.parametrize("name", [".lock", "config.yaml", "metrics.jsonl", "completions.jsonl", ".wandb_run_id",
+                                  "checkpoints",
                                   "checkpoints/latest", "checkpoints/run-id", "checkpoints/step-000002"])
 def test_a_run_file_that_is_a_symlink_is_refused_and_its_target_kept(tiny_qwen2_dir, run_a, tmp_path, name):
     victim = tmp_path / "victim"
@@ -296,6 +297,12 @@ def test_a_deleted_run_id_is_restored_and_older_checkpoints_stay_the_runs(tiny_q
         assert checkpoints.read_state(step_dir(run_a, step))["run"] == own
 
 
+def test_a_changed_run_id_says_to_delete_it(tiny_qwen2_dir, run_a):
+    (run_a / "checkpoints" / "run-id").write_text("0123456789abcdef\n")
+    with pytest.raises(checkpoints.CheckpointError, match=r"None matches .*run-id.*delete it"):
+        train(_cfg(tiny_qwen2_dir, run_a, steps=3, resume=True))
+
+
 def test_another_runs_checkpoint_does_not_count_as_reached(tiny_qwen2_dir, runs, run_a, caplog):
     foreign = step_dir(run_a, 5)
     shutil.copytree(step_dir(runs / "other", 1), foreign)
@@ -310,7 +317,13 @@ def test_another_runs_checkpoint_does_not_count_as_reached(tiny_qwen2_dir, runs,
         train(_cfg(tiny_qwen2_dir, run_a, steps=2, resume=True))
 
 
-# --- 25c: an export directory respects the umask -------------------------------------------------
+# --- 25c: export and checkpoint directories respect the umask ------------------------------------
+def test_checkpoint_directories_respect_the_umask(runs):
+    umask = os.umask(0)
+    os.umask(umask)
+    for step in (1, 2):
+        assert step_dir(runs / "lora", step).stat().st_mode & 0o777 == 0o777 & ~umask
+
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
 def test_export_directories_respect_the_umask(run_a, tmp_path, umask):
     old = os.umask(umask)

@@ -34,7 +34,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 import uuid
 import warnings
 from pathlib import Path
@@ -42,7 +41,7 @@ from pathlib import Path
 import torch
 
 from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import check_entry, write_atomic
+from mrtpo.harness.runfiles import check_entry, new_temp_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ def save(run_dir: Path, step: int, policy, optimizer: torch.optim.Optimizer,
     check_entry(root, "directory")  # never save through a link
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:06d}-", dir=root))
+    tmp = new_temp_dir(root, f".tmp-step-{step:06d}-")  # the usual permissions, not mkdtemp's 0700
     try:
         with warnings.catch_warnings():  # peft reads a property transformers deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
@@ -348,8 +347,12 @@ def resume_point(run_dir: Path) -> Path | None:
         log.warning("skipping checkpoint %s: %s", ckpt.name, why)
         bad.append(why)
     if bad:
-        raise CheckpointError("no intact checkpoint to resume from: " + "; ".join(bad)
-                              + ". Restore the files, or start a new run in another --output-dir.")
+        hint = ""
+        if all("belongs to another run" in why for why in bad):  # the fingerprint file is what changed
+            hint = (f" None matches {checkpoint_dir(run_dir) / RUN_ID}: if it was edited or copied "
+                    "from another run, delete it and it is restored from the newest checkpoint.")
+        raise CheckpointError("no intact checkpoint to resume from: " + "; ".join(bad) + "." + hint
+                              + " Restore the files, or start a new run in another --output-dir.")
     return None
 
 

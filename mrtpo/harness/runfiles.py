@@ -5,14 +5,16 @@ a symbolic link (or a hard link) to a file elsewhere. Writing through one would 
 file: `mrtpo train` must never do it. So:
 
 - `check_run_dir` refuses, before a run writes anything, a run directory whose run files
-  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `checkpoints/` and its `latest`,
+  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `.wandb_run_id`, `checkpoints/` and its `latest`,
   `run-id` and `step-*`; leftovers of an interrupted save are removed, not written) are
   links or of the wrong kind, naming the entry and what to do;
 - `open_append` and `write_atomic` never follow a link at the moment they write (`O_NOFOLLOW`;
   a new temporary file is created with `O_EXCL`, then renamed over the target, which replaces
   a link instead of writing through it), so a link planted during a run is not followed either.
 
-New files get the usual permissions (0666 less the umask), as `open` gives them.
+New files get the usual permissions (0666 less the umask), as `open` gives them, and
+`new_temp_dir` makes a temporary directory with the usual 0777 less the umask (tempfile.mkdtemp
+makes it 0700, which a directory renamed into place, a checkpoint or an export, would keep).
 `unwritable(path, exc)` words an OSError about an output path for a one-line message.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from mrtpo.harness.config import ConfigError
 
 #: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
-RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", ".wandb_run_id")
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_FILES = ("latest", "run-id")  # mrtpo.harness.checkpoints.LATEST, RUN_ID
 
@@ -107,6 +109,19 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def new_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new empty directory `parent/<prefix><random>`, created exclusively with the usual
+    permissions (0777 less the umask); OSError as mkdir raises it."""
+    for _ in range(100):
+        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(parent))  # pragma: no cover
 
 
 def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 from pathlib import Path
 
-from mrtpo.harness.runfiles import unwritable
+from mrtpo.harness.runfiles import new_temp_dir, unwritable
 from mrtpo.models.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 
 INFO = "mrtpo_export.json"
@@ -94,19 +93,12 @@ def _check_out(out: Path) -> None:
 
 
 def _new_dir_beside(out: Path) -> Path:
-    """A new empty hidden directory next to `out` (creating `out`'s parents), made with the
-    usual permissions (0777 less the umask: tempfile.mkdtemp would make it 0700, and OUT
-    would keep that after the rename); TrainedModelError saying why when it cannot be made."""
+    """A new empty hidden directory next to `out` (creating `out`'s parents), with the usual
+    permissions (runfiles.new_temp_dir: OUT keeps them after the rename); TrainedModelError
+    saying why when it cannot be made."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):
-            tmp = out.parent / f".{out.name}.export-{secrets.token_hex(4)}"
-            try:
-                tmp.mkdir()
-                return tmp
-            except FileExistsError:
-                continue
-        raise FileExistsError(f"no free temporary name next to {out}")  # pragma: no cover
+        return new_temp_dir(out.parent, f".{out.name}.export-")
     except OSError as exc:
         raise TrainedModelError(f"cannot write {out}: {unwritable(out.parent, exc, directory=True)}; "
                                 "choose an OUT in a directory you can write") from None
