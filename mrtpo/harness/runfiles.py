@@ -126,12 +126,15 @@ def new_temp_dir(parent: Path, prefix: str) -> Path:
 
 def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
     """Why `path` (a `directory` to create, else a file) cannot be written, in words: the
-    nearest existing ancestor (or `path` itself, for a directory) that is a file, else the
-    OS's reason."""
+    nearest existing ancestor (or `path` itself, for a directory) that is a file, or the
+    existing directory that does not let it be created, with the OS's reason."""
     path = Path(path)
+    reason = exc.strerror or str(exc)
     for entry in [path, *path.parents]:
         if entry.exists() or entry.is_symlink():
             if not entry.is_dir() and (entry != path or directory):
                 return f"{entry} is a file, not a directory"
+            if entry != path:
+                return f"nothing can be created in {entry} ({reason})"
             break
-    return exc.strerror or str(exc)
+    return reason

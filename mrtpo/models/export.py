@@ -35,7 +35,7 @@ def export(source: str | Path, out: str | Path, step: int | None = None, merge: 
     out = Path(out)
     _check_out(out)
     located = locate(source, step=step, build=merge)  # a built-in base is only built to merge
-    check_weights(located)
+    check_weights(located, base=merge or located.adapter is None)  # what is copied or loaded
     tmp = _new_dir_beside(out)
     try:
         if located.adapter is None:  # full weights: the checkpoint's model/ or a plain model dir
@@ -100,7 +100,7 @@ def _new_dir_beside(out: Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         return new_temp_dir(out.parent, f".{out.name}.export-")
     except OSError as exc:
-        raise TrainedModelError(f"cannot write {out}: {unwritable(out.parent, exc, directory=True)}; "
+        raise TrainedModelError(f"cannot write {out}: {unwritable(out, exc, directory=True)}; "
                                 "choose an OUT in a directory you can write") from None
 
 

@@ -121,7 +121,9 @@ def _dir_step(checkpoint: Path) -> int:
     from mrtpo.harness import checkpoints
 
     name = checkpoint.name
-    return int(name[5:]) if name.startswith("step-") and name[5:].isdigit() else checkpoints.recorded_step(checkpoint)
+    if name.startswith("step-") and name[5:].isdigit():
+        return int(name[5:])
+    return checkpoints.recorded_step(checkpoint)
 
 
 def _verified_step(checkpoint: Path) -> int:
@@ -228,10 +230,11 @@ def load_frozen_policy(name_or_path: str, device: str = "auto", dtype: str = "au
 
 
 # ------------------------------------------------------------------------------ weight files
-def check_weights(located: Located) -> None:
-    """Check the safetensors files of `located`'s adapter and (local) base before anything
-    reads them: TrainedModelError naming the first one that is truncated or not safetensors."""
-    for directory in (located.adapter, located.base):
+def check_weights(located: Located, base: bool = True) -> None:
+    """Check the safetensors files of `located`'s adapter and (with `base`, when it is a local
+    directory) its base before anything reads them: TrainedModelError naming the first one
+    that is truncated or not safetensors."""
+    for directory in (located.adapter, located.base if base else None):
         if directory is not None and Path(directory).is_dir():
             check_weight_files(Path(directory))
 
