@@ -193,6 +193,16 @@ def test_a_damaged_adapter_outside_a_checkpoint_is_named_before_loading(run_a, t
             assert result.exit_code == 2 and "adapter_model.safetensors" in text and words in text, (args, text)
 
 
+def test_a_truncated_model_directory_is_named_before_loading(tiny_qwen2_dir, tmp_path):
+    model = Path(shutil.copytree(tiny_qwen2_dir, tmp_path / "model"))
+    _truncate(model / "model.safetensors")
+    for args in (["eval", "harness-words", "--model", model, "--limit", "1", "--no-progress"],
+                 ["credit", "harness-words", "--model", model, "--limit", "1"],
+                 ["export", model, tmp_path / "out"]):
+        result, text = _invoke(*args)
+        assert result.exit_code == 2 and f"{model / 'model.safetensors'} is" in text and "truncated" in text, text
+
+
 @pytest.mark.parametrize("case", ["adapter truncated", "state step a string", "state empty", "state bad file entry"])
 def test_eval_and_credit_model_name_the_damaged_file(run_a, case):
     name, damage, words = DAMAGE[case]
@@ -240,7 +250,9 @@ def test_export_to_an_unwritable_place_is_explained(run_a, tmp_path):
 
 def test_train_output_dir_that_is_a_file_or_lock_that_is_a_directory(tiny_qwen2_dir, tmp_path):
     (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     for run, words in ((tmp_path / "file", f"{tmp_path / 'file'} is a file, not a directory"),
+                       (tmp_path / "dangling", "which does not exist"),
                        (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file, not a directory"),
                        (Path("/proc/mrtpo-run"), "cannot use /proc/mrtpo-run as the run directory")):
         result, text = _invoke("train", "--model", tiny_qwen2_dir, "--output-dir", run, *TINY_FLAGS)

@@ -131,7 +131,9 @@ def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
     path = Path(path)
     reason = exc.strerror or str(exc)
     for entry in [path, *path.parents]:
-        if entry.exists() or entry.is_symlink():
+        if entry.is_symlink() and not entry.exists():
+            return f"{entry} is a symbolic link to {os.readlink(entry)}, which does not exist"
+        if entry.exists():
             if not entry.is_dir() and (entry != path or directory):
                 return f"{entry} is a file, not a directory"
             if entry != path:
