@@ -14,11 +14,15 @@ could pick up. Restoring the RNG states makes a resumed run sample exactly what 
 uninterrupted run would have.
 
 Before resuming, `resume_point` validates checkpoints newest first (`problems`): state.json
-must parse and name the step of its directory and this run's fingerprint (`checkpoints/run-id`,
-made at the run's first save), and every file must have the size and SHA-256 that state.json
-records (so a truncated, emptied, garbled or swapped-in file, an optimizer.pt from another run
-included, is caught before torch reads it). A bad checkpoint is skipped with a warning naming
-the file and what is wrong with it, and the run resumes from the newest intact one.
+must be what `read_state` accepts and name the step of its directory and this run's
+fingerprint (`checkpoints/run-id`, made at the run's first save), and every file must have the
+size and SHA-256 that state.json records (so a truncated, emptied, garbled or swapped-in file,
+an optimizer.pt from another run included, is caught before torch reads it). A bad checkpoint
+is skipped with a warning naming the file and what is wrong with it, and the run resumes from
+the newest intact one. `mrtpo export`, `eval --model` and `credit --model` make the same check
+of the weights (`problems(..., resume=False)`: no optimizer, RNG or fingerprint needed).
+If `checkpoints/run-id` was deleted, `restore_run_id` takes it back from the newest intact
+checkpoint, so the run's own checkpoints stay its own; `reached_step` counts only those.
 `clean_leftovers` removes what a crash mid-save left (`.tmp-step-*`, `.latest-*`).
 """
 from __future__ import annotations
@@ -30,7 +34,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 import uuid
 import warnings
 from pathlib import Path
@@ -38,6 +41,7 @@ from pathlib import Path
 import torch
 
 from mrtpo.harness.config import ConfigError
+from mrtpo.harness.runfiles import check_entry, new_temp_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +104,10 @@ def save(run_dir: Path, step: int, policy, optimizer: torch.optim.Optimizer,
          keep_last: int = 0) -> Path:
     """Write checkpoint `step` atomically; keep only the newest `keep_last` (0 = all)."""
     root = checkpoint_dir(run_dir)
+    check_entry(root, "directory")  # never save through a link
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:06d}-", dir=root))
+    tmp = new_temp_dir(root, f".tmp-step-{step:06d}-")  # the usual permissions, not mkdtemp's 0700
     try:
         with warnings.catch_warnings():  # peft reads a property transformers deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
@@ -119,35 +124,82 @@ def save(run_dir: Path, step: int, policy, optimizer: torch.optim.Optimizer,
         torch.save(rng_state(), tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, "run": run_fingerprint(run_dir),
                                                     "files": _manifest(tmp)}))
-        if final.exists():  # the same step saved again (e.g. the final save): replace it
+        if final.is_symlink():  # a link planted in the run: drop the link, not what it points to
+            final.unlink()
+        elif final.exists():  # the same step saved again (e.g. the final save): replace it
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _write_atomic(root / LATEST, final.name)
+    write_atomic(root / LATEST, final.name)
     if keep_last > 0:
         for old in complete_checkpoints(run_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def run_fingerprint(run_dir: Path) -> str:
     """This run's fingerprint (`checkpoints/run-id`), made at its first save."""
+    found = _recorded_run_id(run_dir)
+    if found is None:
+        path = checkpoint_dir(run_dir) / RUN_ID
+        path.parent.mkdir(parents=True, exist_ok=True)
+        found = uuid.uuid4().hex
+        write_atomic(path, found)
+    return found
+
+
+def _recorded_run_id(run_dir: Path) -> str | None:
+    """The fingerprint in `checkpoints/run-id`, or None when there is none (deleted, empty)."""
     path = checkpoint_dir(run_dir) / RUN_ID
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, uuid.uuid4().hex)
-    return path.read_text().strip()
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip() or None
+    except OSError:
+        return None
+
+
+def restore_run_id(run_dir: Path) -> str | None:
+    """If `checkpoints/run-id` is gone, write back the fingerprint of the newest checkpoint that
+    is otherwise intact (with a warning), so resuming keeps the run's own checkpoints its own
+    instead of starting a new fingerprint that would call them another run's. Returns the
+    fingerprint restored, or None when nothing was done."""
+    if _recorded_run_id(run_dir) is not None:
+        return None
+    for ckpt in reversed(step_dirs(run_dir)):
+        if problems(ckpt, run_dir):
+            continue
+        run = read_state(ckpt).get("run")
+        if run is None:  # written before checkpoints had a fingerprint
+            return None
+        write_atomic(checkpoint_dir(run_dir) / RUN_ID, run)
+        log.warning("%s was missing: restored the run's fingerprint from %s",
+                    checkpoint_dir(run_dir) / RUN_ID, ckpt.name)
+        return run
+    return None
+
+
+def belongs(state: dict, run_dir: Path) -> bool:
+    """Whether a checkpoint's state.json (`read_state`) is of the run in `run_dir`: its
+    fingerprint is the run's, or one of the two is not recorded (older checkpoints)."""
+    mine = _recorded_run_id(run_dir)
+    return "run" not in state or mine is None or state["run"] == mine
+
+
+def reached_step(run_dir: Path) -> int:
+    """The highest step saved by this run's own checkpoints (another run's copied in, or one
+    whose state.json cannot be read, does not count); 0 when there is none."""
+    done = 0
+    for ckpt in complete_checkpoints(run_dir):
+        try:
+            state = read_state(ckpt)
+        except CheckpointError:
+            continue
+        if belongs(state, run_dir):
+            done = max(done, state["step"])
+    return done
 
 
 def _sha256(path: Path) -> str:
@@ -164,54 +216,100 @@ def _manifest(ckpt: Path) -> dict[str, list]:
             for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name != "state.json"}
 
 
-def _read_state(ckpt: Path) -> dict:
-    path = ckpt / "state.json"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_RESUME_ONLY = ("optimizer.pt", "rng.pt")  # what resuming needs besides the weights
+
+
+def read_state(ckpt: Path) -> dict:
+    """A checkpoint's state.json, checked: a JSON object with a step number (an int >= 0), a
+    fingerprint string `run` if any, and `files` if any mapping each relative path inside the
+    checkpoint to [bytes, sha256]. Anything else raises CheckpointError naming the file and
+    what is wrong with it (the one reader of state.json: resume, export, eval and credit)."""
+    path = Path(ckpt) / "state.json"
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} cannot be read ({exc})") from None
+    if not text.strip():
+        raise CheckpointError(f"{path} is empty (the checkpoint was not completely written)")
+    try:
+        state = json.loads(text)
+    except ValueError as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(state, dict) or isinstance(state.get("step"), bool) \
-            or not isinstance(state.get("step"), int):
-        raise CheckpointError(f"{path} does not hold a step number ({str(state)[:80]})")
+    why = _state_problem(state)
+    if why:
+        raise CheckpointError(f"{path} {why}")
     return state
 
 
-def problems(ckpt: Path, run_dir: Path | None = None) -> str:
-    """Why checkpoint directory `ckpt` cannot be resumed from ("" when it is intact)."""
+def _state_problem(state) -> str:
+    """What is wrong with a parsed state.json ("" if nothing): see read_state."""
+    if not isinstance(state, dict):
+        return f"does not hold a JSON object ({str(state)[:80]})"
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f"does not hold a step number (its \"step\" is {str(step)[:80]!r})"
+    if "run" in state and not isinstance(state["run"], str):
+        return f"holds a \"run\" fingerprint that is not a string ({str(state['run'])[:80]})"
+    files = state.get("files")
+    if files is None:
+        return ""
+    if not isinstance(files, dict):
+        return f"holds a \"files\" entry that is not an object of {{name: [bytes, sha256]}} ({str(files)[:80]})"
+    for name, entry in files.items():
+        parts = Path(name).parts
+        if not name or Path(name).is_absolute() or ".." in parts:
+            return f"names a file outside the checkpoint ({name[:80]!r})"
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)
+                and not isinstance(entry[0], bool) and entry[0] >= 0
+                and isinstance(entry[1], str) and _SHA256.fullmatch(entry[1])):
+            return f"records {name!r} as {str(entry)[:80]}, not [bytes, sha256]"
+    return ""
+
+
+def problems(ckpt: Path, run_dir: Path | None = None, resume: bool = True) -> str:
+    """Why checkpoint directory `ckpt` cannot be resumed from ("" when it is intact).
+
+    `resume=False`: why its weights cannot be used (export, eval, credit): the same checks
+    without the optimizer, the RNG states and the run's fingerprint."""
     ckpt = Path(ckpt)
     try:
-        state = _read_state(ckpt)
+        state = read_state(ckpt)
     except CheckpointError as exc:
         return str(exc)
     m = _STEP_DIR.fullmatch(ckpt.name)
     if m and int(m.group(1)) != state["step"]:
         return (f"{ckpt / 'state.json'} says step {state['step']}, but it is the checkpoint of "
                 f"step {int(m.group(1))}")
-    run_id = checkpoint_dir(run_dir or ckpt.parent.parent) / RUN_ID
-    if "run" in state and run_id.is_file() and state["run"] != run_id.read_text().strip():
-        return f"{ckpt} belongs to another run (its fingerprint is not this run's {run_id})"
+    run_dir = Path(run_dir or ckpt.parent.parent)
+    if resume and not belongs(state, run_dir):
+        return (f"{ckpt} belongs to another run (its fingerprint is not this run's "
+                f"{checkpoint_dir(run_dir) / RUN_ID})")
     files = state.get("files")
-    if not isinstance(files, dict):  # written before checkpoints had a manifest
-        return _legacy_problems(ckpt)
-    for name, entry in files.items():
+    if files is None:  # written before checkpoints had a manifest
+        return _legacy_problems(ckpt, resume)
+    for name, (size, digest) in files.items():
         path = ckpt / name
+        if not resume and name in _RESUME_ONLY:
+            continue
         if not path.is_file():
             return f"{path} is missing"
-        size, digest = entry
         if path.stat().st_size != size:
             return f"{path} is {path.stat().st_size} bytes, {size} were written (truncated or replaced)"
         if _sha256(path) != digest:
             return f"{path} does not hold what was written (its SHA-256 differs: corrupted or replaced)"
-    for name in ("optimizer.pt", "rng.pt"):
+    for name in _RESUME_ONLY if resume else ():
         if name not in files:
             return f"{ckpt / name} is missing"
+    if not any(name.startswith(("adapter/", "model/")) for name in files):
+        return f"{ckpt / 'state.json'} records no weights (adapter/ or model/)"
     return ""
 
 
-def _legacy_problems(ckpt: Path) -> str:
-    for name in ("optimizer.pt", "rng.pt"):
+def _legacy_problems(ckpt: Path, resume: bool = True) -> str:
+    for name in _RESUME_ONLY if resume else ():
         path = ckpt / name
         if not path.is_file():
             return f"{path} is missing"
@@ -227,7 +325,7 @@ def _legacy_problems(ckpt: Path) -> str:
 def recorded_step(ckpt: Path) -> int:
     """The step a checkpoint's state.json records (0 when it cannot be read)."""
     try:
-        return _read_state(Path(ckpt))["step"]
+        return read_state(Path(ckpt))["step"]
     except CheckpointError:
         return 0
 
@@ -238,11 +336,7 @@ def resume_point(run_dir: Path) -> Path | None:
     Bad checkpoints are skipped with a warning that names the bad file; if there are
     checkpoints but none is intact, CheckpointError lists what is wrong with each.
     """
-    root = checkpoint_dir(run_dir)
-    if not root.is_dir():
-        return None
-    found = sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)),
-                   key=lambda p: int(p.name[5:]), reverse=True)
+    found = step_dirs(run_dir)[::-1]
     bad = []
     for ckpt in found:
         why = problems(ckpt, run_dir)
@@ -253,9 +347,22 @@ def resume_point(run_dir: Path) -> Path | None:
         log.warning("skipping checkpoint %s: %s", ckpt.name, why)
         bad.append(why)
     if bad:
-        raise CheckpointError("no intact checkpoint to resume from: " + "; ".join(bad)
-                              + ". Restore the files, or start a new run in another --output-dir.")
+        hint = ""
+        if all("belongs to another run" in why for why in bad):  # the fingerprint file is what changed
+            hint = (f" None matches {checkpoint_dir(run_dir) / RUN_ID}: if it was edited or copied "
+                    "from another run, delete it and it is restored from the newest checkpoint.")
+        raise CheckpointError("no intact checkpoint to resume from: " + "; ".join(bad) + "." + hint
+                              + " Restore the files, or start a new run in another --output-dir.")
     return None
+
+
+def step_dirs(run_dir: Path) -> list[Path]:
+    """The run's `checkpoints/step-N` directories, oldest (lowest N) first, whatever their state."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)),
+                  key=lambda p: int(p.name[5:]))
 
 
 def clean_leftovers(run_dir: Path) -> list[Path]:
@@ -288,9 +395,9 @@ def latest(run_dir: Path) -> Path | None:
     root = checkpoint_dir(run_dir)
     pointer = root / LATEST
     if pointer.is_file():
-        path = root / pointer.read_text().strip()
-        if (path / "state.json").is_file():
-            return path
+        name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        if _STEP_DIR.fullmatch(name) and (root / name / "state.json").is_file():
+            return root / name
     found = complete_checkpoints(run_dir)
     return found[-1] if found else None
 
@@ -319,7 +426,7 @@ def load(path: Path, policy, optimizer: torch.optim.Optimizer) -> int:
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=policy.device, weights_only=True))
     with _reading(path / "rng.pt"):
         set_rng_state(torch.load(path / "rng.pt", weights_only=True))
-    return _read_state(path)["step"]
+    return read_state(path)["step"]
 
 
 class _reading:

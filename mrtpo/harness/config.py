@@ -166,9 +166,12 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def save(self, path: Path) -> None:
+        """Write the config as YAML, atomically and never through a link (runfiles)."""
         import yaml
 
-        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        from mrtpo.harness.runfiles import write_atomic
+
+        write_atomic(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metri
                                    reward_metrics, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
+from mrtpo.harness.runfiles import check_run_dir
 from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.trackers import Trackers, parse_report_to
@@ -149,7 +150,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
             record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))
             record.update(completion_metrics(dist.gather_objects([len(r) for r in rollout.response_ids]),
                                              dist.gather_objects(rollout.truncated)))
-            record["num_tokens"] = tokens_seen(history[-1].get("num_tokens", 0) if history else 0,
+            record["num_tokens"] = tokens_seen(_tokens_so_far(history, metrics_log.path),
                                                dist.gather_objects([len(p) for p in rollout.prompt_ids]),
                                                dist.gather_objects([len(r) for r in rollout.response_ids]))
             record.update(stats)
@@ -192,16 +193,25 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
 
 # ------------------------------------------------------------------------------ helpers
 def prepare_run_dir(cfg: TrainConfig) -> Path:
-    """Create (or, with --resume, reopen) the run directory and save the resolved config."""
+    """Create (or, with --resume, reopen) the run directory and save the resolved config.
+
+    Refuses a run directory whose run files are links or of the wrong kind (runfiles); on
+    --resume, first restores a deleted `checkpoints/run-id`, counts only this run's own
+    checkpoints toward the step reached, and reads both logs, so a damaged line is named
+    before the model loads."""
     run_dir = cfg.run_dir
+    check_run_dir(run_dir)
     if cfg.resume:
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
-        done = max((checkpoints.recorded_step(p) for p in checkpoints.complete_checkpoints(run_dir)),
-                   default=0)
+        checkpoints.restore_run_id(run_dir)
+        done = checkpoints.reached_step(run_dir)
         if done > cfg.steps:
             raise ConfigError(f"--resume --steps {cfg.steps}: the run in {run_dir} has already "
                               f"reached step {done}; pass --steps {done + 1} or more to train on")
+        metrics = JsonlLog(run_dir / "metrics.jsonl")
+        _tokens_so_far(metrics.read(), metrics.path)
+        JsonlLog(run_dir / "completions.jsonl").read()
         checkpoints.clean_leftovers(run_dir)  # safe: this process holds the run's lock
     elif checkpoints.complete_checkpoints(run_dir) or (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it, or "
@@ -209,6 +219,16 @@ def prepare_run_dir(cfg: TrainConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.save(run_dir / "config.yaml")
     return run_dir
+
+
+def _tokens_so_far(history: list[dict[str, Any]], path: Path) -> int:
+    """`num_tokens` of the last logged step (0 before the first); a ConfigError naming the
+    step when a hand edit made it something other than a count."""
+    previous = history[-1].get("num_tokens", 0) if history else 0
+    if not isinstance(previous, int) or isinstance(previous, bool) or previous < 0:
+        raise ConfigError(f"{path}, step {history[-1]['step']}: num_tokens is {previous!r}, "
+                          "not a token count; fix or remove that line to resume")
+    return previous
 
 
 def check_reward_weights(task, examples, overrides: dict[str, float]) -> None:

@@ -33,6 +33,9 @@ from typing import Any, Iterable
 
 import torch
 
+from mrtpo.harness.config import ConfigError
+from mrtpo.harness.runfiles import open_append, write_atomic
+
 # the concentration metric has one implementation, shared with `mrtpo credit`
 from mrtpo.credit.statistics import credited_top_share, top_share  # noqa: F401 (top_share: re-exported)
 
@@ -97,11 +100,18 @@ def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str],
     return out
 
 
+class LogError(ConfigError):
+    """A run log (metrics.jsonl, completions.jsonl) with a line that cannot be read back."""
+
+
 class JsonlLog:
     """Append-only JSONL file with a `step` field; `truncate_after(step)` drops later lines.
 
     On resume the lines written after the checkpoint are dropped, so the file reads as if the
-    run had never stopped.
+    run had never stopped. Every line must be a JSON object with an integer `step`; a bad line
+    raises LogError naming the file and the line (a torn last line is dropped with a warning).
+    Writes never follow a symbolic link (mrtpo.harness.runfiles); `truncate_after` rewrites the
+    file atomically.
     """
 
     def __init__(self, path: Path):
@@ -110,13 +120,11 @@ class JsonlLog:
     def truncate_after(self, step: int) -> None:
         if not self.path.exists():
             return
-        keep = [line for line, row in self._rows() if row.get("step", 0) <= step]
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        tmp.replace(self.path)
+        keep = [line for line, row in self._rows() if row["step"] <= step]
+        write_atomic(self.path, "".join(line + "\n" for line in keep))
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
-        with self.path.open("a") as f:
+        with open_append(self.path) as f:
             for row in rows:
                 f.write(json.dumps(row, allow_nan=False, default=_jsonable) + "\n")
 
@@ -127,21 +135,33 @@ class JsonlLog:
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         """(line, parsed row) for every line. A last line that does not parse (a crash
-        mid-append tore it) is dropped with a warning; a bad line before it is an error."""
-        lines = self.path.read_text(encoding="utf-8", errors="replace").split("\n")
+        mid-append tore it) is dropped with a warning; a bad line before it, or a line that
+        parses but is not an object with an integer step, is an error."""
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise LogError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        lines = text.split("\n")
         out = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                out.append((line, json.loads(line)))
+                row = json.loads(line)
             except ValueError as exc:
                 if all(not rest.strip() for rest in lines[n:]):
                     log.warning("%s, line %d: dropping a torn last line (%d characters; the run "
                                 "stopped while writing it)", self.path, n, len(line))
                     continue
-                raise ValueError(f"{self.path}, line {n}: not valid JSON ({exc}); only a torn last "
-                                 "line is dropped on its own; fix or remove this line") from None
+                raise LogError(f"{self.path}, line {n}: not valid JSON ({exc}); only a torn last "
+                               "line is dropped on its own; fix or remove this line") from None
+            step = row.get("step") if isinstance(row, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                what = (f'its "step" is {step!r}, not a step number' if isinstance(row, dict)
+                        else f"it is a JSON {type(row).__name__}, not an object with a step")
+                raise LogError(f"{self.path}, line {n}: {what}; every line of a run log is one "
+                               "step's record; fix or remove this line")
+            out.append((line, row))
         return out
 
 

@@ -7,11 +7,19 @@ holder writes into the lock file. The lock is an OS lock (`fcntl.flock`) on an o
 run that crashes or is killed releases it at once: there is no stale lock to delete by hand.
 Within one process the lock is re-entrant (the benchmark holds it around `train`, which takes
 it again). POSIX only; elsewhere no lock is taken.
+
+The lock file is opened without following a link (`O_NOFOLLOW`) and must be a regular file
+with one name: a `.lock` that is a symbolic link, a hard link to another file, a directory or
+a device is refused with a message naming it, never truncated (mrtpo.harness.runfiles). A run
+directory that cannot be created (`--output-dir` names a file, or a place that cannot be
+written) is refused the same way.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import socket
 import sys
 import threading
@@ -19,6 +27,7 @@ import time
 from pathlib import Path
 
 from mrtpo.harness.config import ConfigError
+from mrtpo.harness.runfiles import RunFileError, check_entry, unwritable
 
 LOCK_NAME = ".lock"
 
@@ -50,8 +59,7 @@ class RunLock:
                 _held[self._key][1] += 1
                 self._mine = True
                 return self
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            f = open(self.path, "a+", encoding="utf-8")
+            f = self._open()
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -70,6 +78,32 @@ class RunLock:
             _held[self._key] = [f, 1]
             self._mine = True
         return self
+
+    def _open(self):
+        """The lock file, opened for reading and writing (created if absent) without
+        following a link; RunFileError if it cannot be, or is not a plain file of its own."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunFileError(f"cannot use {self.run_dir} as the run directory: "
+                               f"{unwritable(self.run_dir, exc, directory=True)}; choose another "
+                               "--output-dir / --run-name") from None
+        check_entry(self.path)  # a link or a directory: refused, naming it
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:  # ELOOP: a link planted since the check
+            if exc.errno == errno.ELOOP:
+                check_entry(self.path)
+            raise RunFileError(f"cannot open the run's lock file {self.path}: "
+                               f"{unwritable(self.path, exc)}; choose another --output-dir") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            what = "has other names (a hard link)" if stat.S_ISREG(info.st_mode) else "is not a regular file"
+            raise RunFileError(f"{self.path} {what}; mrtpo rewrites this file, which would change "
+                               "every file it is linked to. Remove it (a new one is made), or choose "
+                               "another --output-dir")
+        return os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
 
     def release(self) -> None:
         with _guard:

@@ -103,10 +103,12 @@ class _TensorBoard:
 
 class _WandB:
     def __init__(self, run_dir: Path, name: str, config: dict[str, Any]):
+        from mrtpo.harness.runfiles import write_atomic
+
         wandb = _require("wandb")
         id_file = run_dir / ".wandb_run_id"  # a resumed run continues its wandb run
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:8]
-        id_file.write_text(run_id)
+        write_atomic(id_file, run_id)  # never through a link (mrtpo.harness.runfiles)
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "mrtpo"), name=name, dir=str(run_dir),
                               id=run_id, config=config, resume="allow", reinit="finish_previous")
 

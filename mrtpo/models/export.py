@@ -11,16 +11,20 @@
 
 Every export also holds `mrtpo_export.json` (run, step, base, merged). It is written into a
 temporary directory next to OUT and renamed into place, so a failed export leaves nothing.
+The source is checked first, as resume checks it: a checkpoint's state.json and the sizes
+and SHA-256 of its weights (mrtpo.models.trained), so a damaged checkpoint is refused naming
+the file instead of being exported. OUT and its new parents get the usual permissions
+(0777 less the umask); an OUT that cannot be written is refused with the reason.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from mrtpo.models.trained import ADAPTER_CONFIG, TrainedModelError, load, locate
+from mrtpo.harness.runfiles import new_temp_dir, unwritable
+from mrtpo.models.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 
 INFO = "mrtpo_export.json"
 _NOT_COPIED = {"optimizer.pt", "rng.pt", "state.json"}
@@ -29,11 +33,10 @@ _NOT_COPIED = {"optimizer.pt", "rng.pt", "state.json"}
 def export(source: str | Path, out: str | Path, step: int | None = None, merge: bool = False) -> dict:
     """Export `source` (a run dir, a checkpoint or an adapter dir) into `out`; returns the info written."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise TrainedModelError(f"{out} already exists and is not empty; choose a new directory")
+    _check_out(out)
     located = locate(source, step=step, build=merge)  # a built-in base is only built to merge
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    check_weights(located, base=merge or located.adapter is None)  # what is copied or loaded
+    tmp = _new_dir_beside(out)
     try:
         if located.adapter is None:  # full weights: the checkpoint's model/ or a plain model dir
             if not Path(located.base).is_dir():
@@ -65,10 +68,40 @@ def export(source: str | Path, out: str | Path, step: int | None = None, merge: 
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.filename is not None and not str(exc.filename).startswith((str(tmp), str(out))):
+            raise TrainedModelError(f"cannot export {source}: reading {exc.filename} failed "
+                                    f"({exc.strerror or exc}); nothing was written") from None
+        raise TrainedModelError(f"cannot write {out}: {exc.strerror or exc}; nothing was written. "
+                                "Free space or choose another OUT") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return info
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an OUT that exists and is not an empty directory, or cannot be listed."""
+    try:
+        taken = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    except OSError as exc:
+        raise TrainedModelError(f"cannot write {out}: {unwritable(out, exc, directory=True)}; "
+                                "choose another OUT") from None
+    if taken:
+        raise TrainedModelError(f"{out} already exists and is not empty; choose a new directory")
+
+
+def _new_dir_beside(out: Path) -> Path:
+    """A new empty hidden directory next to `out` (creating `out`'s parents), with the usual
+    permissions (runfiles.new_temp_dir: OUT keeps them after the rename); TrainedModelError
+    saying why when it cannot be made."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return new_temp_dir(out.parent, f".{out.name}.export-")
+    except OSError as exc:
+        raise TrainedModelError(f"cannot write {out}: {unwritable(out, exc, directory=True)}; "
+                                "choose an OUT in a directory you can write") from None
 
 
 def _copy_files(src: Path, dest: Path) -> None:

@@ -14,10 +14,18 @@ its recipe on another machine), the hub id the user gave, or a local directory's
 path; a built-in name is resolved (built on first use) when loading. The tokenizer comes
 from the adapter directory when it holds one (checkpoints save it since issue 19), else
 from the base.
+
+Nothing is loaded or exported from a damaged checkpoint: its state.json is read by the one
+validated reader (mrtpo.harness.checkpoints.read_state) and its weight files must have the
+sizes and SHA-256 it records (`problems(..., resume=False)`), so a truncated adapter or
+model is refused naming the file, and the newest intact checkpoint is suggested. Weight
+files outside a checkpoint (an exported adapter, a model directory) are checked for a
+complete safetensors layout (`check_weight_files`) before anything reads them.
 """
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,15 +91,20 @@ def locate(name_or_path: str | Path, step: int | None = None, build: bool = True
         if step is None:
             chosen = checkpoints.latest(path)
         else:
-            chosen = next((c for c in done if _step(c) == step), None)
+            chosen = next((c for c in done if _dir_step(c) == step), None)
             if chosen is None:
                 raise TrainedModelError(f"{path}: no checkpoint of step {step}; saved steps: "
-                                        f"{', '.join(str(_step(c)) for c in done)}")
+                                        f"{', '.join(str(_dir_step(c)) for c in done)}")
         located = _checkpoint(chosen, build, run_config=path / "config.yaml")
         return _with(located, what=f"run {path}, step {located.step}: {located.what}")
     if step is not None:
         raise TrainedModelError(f"--step picks a checkpoint of a run directory; {name_or_path} is not one "
                                 "(no config.yaml and checkpoints/)")
+    if path.name.startswith("step-") and not (path / "state.json").is_file() \
+            and ((path / "adapter").is_dir() or (path / "model").is_dir()):
+        raise TrainedModelError(f"{path / 'state.json'} is missing, so {path} is not a complete checkpoint "
+                                "(a save was interrupted, or the file was deleted); restore it, or use "
+                                "another checkpoint of the run")
     if is_checkpoint(path):
         run = path.parent.parent / "config.yaml"
         return _checkpoint(path, build, run_config=run if run.is_file() else None)
@@ -103,8 +116,32 @@ def locate(name_or_path: str | Path, step: int | None = None, build: bool = True
     return Located(base, None, base, str(name_or_path), what=f"model {name_or_path}")
 
 
-def _step(checkpoint: Path) -> int:
-    return int(json.loads((checkpoint / "state.json").read_text())["step"])
+def _dir_step(checkpoint: Path) -> int:
+    """The step a checkpoint directory is named for (`step-000040`), else the one it records."""
+    from mrtpo.harness import checkpoints
+
+    name = checkpoint.name
+    if name.startswith("step-") and name[5:].isdigit():
+        return int(name[5:])
+    return checkpoints.recorded_step(checkpoint)
+
+
+def _verified_step(checkpoint: Path) -> int:
+    """The step of a checkpoint whose state.json and weight files are intact (resume's check,
+    without the optimizer and RNG); else TrainedModelError naming the bad file and the newest
+    intact checkpoint of the same run to use instead."""
+    from mrtpo.harness import checkpoints
+
+    why = checkpoints.problems(checkpoint, resume=False)
+    if not why:
+        return checkpoints.read_state(checkpoint)["step"]
+    others = [c for c in reversed(checkpoints.step_dirs(checkpoint.parent.parent))
+              if c != checkpoint and (c / "state.json").is_file()]
+    intact = next((c for c in others if not checkpoints.problems(c, resume=False)), None)
+    advice = ("restore the file from a copy, or use another checkpoint" if intact is None else
+              f"restore the file from a copy, or use the newest intact checkpoint, step "
+              f"{_dir_step(intact)} ({intact}; `mrtpo export` takes --step {_dir_step(intact)})")
+    raise TrainedModelError(f"checkpoint {checkpoint} is damaged: {why}; {advice}")
 
 
 def _with(located: Located, **changes) -> Located:
@@ -114,7 +151,7 @@ def _with(located: Located, **changes) -> Located:
 
 
 def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
-    step = _step(path)
+    step = _verified_step(path)
     if (path / "model").is_dir():  # --no-lora: full weights and tokenizer
         model = str(path / "model")
         return Located(model, None, model, model, step, what=f"checkpoint {path.name} (full weights)")
@@ -123,13 +160,15 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
         import yaml
 
         fallback = (yaml.safe_load(run_config.read_text()) or {}).get("model")
-    located = _adapter(path / "adapter", build, fallback_base=fallback)
+    located = _adapter(path / "adapter", build, fallback_base=fallback, verified=True)
     return _with(located, step=step, what=f"checkpoint {path.name}: {located.what}")
 
 
-def _adapter(path: Path, build: bool, fallback_base: str | None = None) -> Located:
+def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified: bool = False) -> Located:
     from mrtpo.models.default import RECIPES, resolve_model
 
+    if not verified and path.name == "adapter" and is_checkpoint(path.parent):  # given alone
+        _verified_step(path.parent)
     try:
         config = json.loads((path / ADAPTER_CONFIG).read_text())
     except (OSError, ValueError) as exc:
@@ -153,14 +192,16 @@ def load(located: Located, dtype=None, device: str | None = None, merge: bool = 
     `merge`, so generation runs at the plain model's speed), in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_weights(located)
     tokenizer = AutoTokenizer.from_pretrained(located.tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(located.base, **({"dtype": dtype} if dtype is not None else {}))
+    with _reading(located.base):
+        model = AutoModelForCausalLM.from_pretrained(located.base, **({"dtype": dtype} if dtype is not None else {}))
     if located.adapter is not None:
         import warnings
 
         from peft import PeftModel
 
-        with warnings.catch_warnings():  # peft reads a property transformers deprecated
+        with warnings.catch_warnings(), _reading(located.adapter):  # peft reads a property transformers deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             model = PeftModel.from_pretrained(model, str(located.adapter))
         if merge:
@@ -179,9 +220,74 @@ def load_frozen_policy(name_or_path: str, device: str = "auto", dtype: str = "au
 
     located = locate(name_or_path)
     if located.adapter is None:
+        check_weights(located)
         return load_policy(located.base, lora=False, device=device, dtype=dtype)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     tokenizer = load_tokenizer(located.tokenizer)
     model, _ = load(located, dtype=dt, device=str(dev))
     return Policy(model, tokenizer, dev, dt, lora=False)
+
+
+# ------------------------------------------------------------------------------ weight files
+def check_weights(located: Located, base: bool = True) -> None:
+    """Check the safetensors files of `located`'s adapter and (with `base`, when it is a local
+    directory) its base before anything reads them: TrainedModelError naming the first one
+    that is truncated or not safetensors."""
+    for directory in (located.adapter, located.base if base else None):
+        if directory is not None and Path(directory).is_dir():
+            check_weight_files(Path(directory))
+
+
+def check_weight_files(directory: Path) -> None:
+    """TrainedModelError naming the first `*.safetensors` file in `directory` whose layout is
+    incomplete: shorter than its header says (truncated), or no safetensors header at all."""
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        why = _safetensors_problem(path)
+        if why:
+            raise TrainedModelError(f"{path} {why}; restore it from a copy (or export the checkpoint "
+                                    "again from its run directory)")
+
+
+def _safetensors_problem(path: Path) -> str:
+    """Why `path` is not a complete safetensors file ("" if its size is what its header says).
+
+    The format: an 8-byte little-endian header length n, n bytes of JSON naming each
+    tensor's `data_offsets` [begin, end], then the data; so the file must hold exactly
+    8 + n + the largest end bytes."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"is {size} bytes: too short to hold weights (empty or truncated)"
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            return f"is {size} bytes, shorter than its own header says (truncated, or not a safetensors file)"
+        try:
+            header = json.loads(f.read(n))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "does not start with a safetensors header (corrupted, or not a safetensors file)"
+    if 8 + n + end != size:
+        return (f"is {size} bytes, but its header describes {8 + n + end} "
+                f"({'truncated' if size < 8 + n + end else 'extra bytes at its end'})")
+    return ""
+
+
+class _reading:
+    """Turn a safetensors error while loading from `where` into a TrainedModelError naming it
+    (a file damaged in a way `check_weight_files` cannot see)."""
+
+    def __init__(self, where) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        from safetensors import SafetensorError
+
+        if isinstance(exc, SafetensorError):
+            raise TrainedModelError(f"{self.where}: its weights cannot be read ({exc}); restore the "
+                                    "*.safetensors file from a copy") from exc
+        return False
