@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
+INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch and the OS
+SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
+MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) overflows far above
 
 
 class ConfigError(ValueError):
@@ -95,6 +99,8 @@ class TrainConfig:
     report_to: list[str] = opt(["none"], "Experiment trackers, as TRL's report_to: none, tensorboard, wandb, trackio or all; each gets metrics.jsonl's records.")
 
     def __post_init__(self) -> None:
+        for name in FIELDS:  # each value as its declared type first, so validate() compares numbers
+            setattr(self, name, typed(name, getattr(self, name), _label(name)))
         self.validate()
 
     # ------------------------------------------------------------------------------------------
@@ -119,6 +125,13 @@ class TrainConfig:
         need(self.beta >= 0, f"--beta must be >= 0, got {self.beta}")
         need(self.num_iterations >= 1, f"--num-iterations must be >= 1, got {self.num_iterations}")
         need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
+        need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+        need(self.lora_alpha > 0, f"--lora-alpha must be > 0, got {self.lora_alpha}")
+        need(0 <= self.seed <= SEED_MAX, f"--seed must be a whole number from 0 to {SEED_MAX} "
+             f"(what numpy, torch and python all take), got {self.seed}")
+        for name in _INT_FIELDS:
+            need(getattr(self, name) <= INT_MAX,
+                 f"{_flag(name)} must be at most {INT_MAX}, got {getattr(self, name)}")
         need(self.grad_accum >= 1, f"--grad-accum must be >= 1, got {self.grad_accum}")
         n = self.batch_prompts * self.num_generations
         need(self.grad_accum <= n,
@@ -132,7 +145,9 @@ class TrainConfig:
         for name in ("save_every", "save_total_limit", "log_completions_every", "eval_every",
                      "warmup_steps", "verify_workers", "eval_size"):
             need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
-        need(self.verify_timeout > 0, f"--verify-timeout must be > 0 seconds, got {self.verify_timeout}")
+        need(0 < self.verify_timeout <= MAX_VERIFY_TIMEOUT_S,
+             f"--verify-timeout must be > 0 and at most {MAX_VERIFY_TIMEOUT_S:g} seconds (a day), "
+             f"got {self.verify_timeout}")
         from mrtpo.harness.trackers import check_installed, parse_report_to
 
         check_installed(parse_report_to(self.report_to))  # unknown or absent: ConfigError now
@@ -182,6 +197,79 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+#: how a setting is named in messages about its value when it did not come from a file
+_LABELS = {"task_args": "-o/--task-option", "reward_weights": "--reward-weight"}
+_INT_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if f.type in (int, "int") and f.name != "seed"]
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name, _flag(name))
+
+
+@functools.lru_cache(maxsize=1)
+def _hints() -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(TrainConfig)
+
+
+def typed(name: str, value: Any, label: str) -> Any:
+    """`value` converted to setting `name`'s declared type, or ConfigError naming `label` (the
+    flag, or the file and key it came from). The one check of every value, whether it comes
+    from a flag, a YAML file, a TRL alias or the Python API.
+
+    Conversions are the ones task options get (mrtpo.tasks.options.fit_value), so nothing is
+    lost: numeric text for a number (YAML 1.1 reads `1e-5` as text; YAML 1.2 and TRL's parser
+    read it as the float it is), a whole float for a whole number (2.0, never 2.7), a number
+    for text. Floats must be finite. A name list (`lora_target_modules`, `report_to`) given as
+    one text is that name, or the comma-separated names, as the flag reads it. Ranges are
+    validate()'s."""
+    import typing
+
+    from mrtpo.tasks.options import describe_type, fit_value, not_finite
+
+    hint = _hints()[name]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return value  # validate() names the choices
+    if origin is list:
+        return _names(value, label)
+    if origin is dict:
+        return _mapping(name, value, args[1], label)
+    ok, out = fit_value(value, hint)
+    if not ok:
+        what = "a finite number" if not_finite(value) else describe_type(hint)
+        raise ConfigError(f"{label}: expected {what}, got {value!r}")
+    return out
+
+
+def _names(value: Any, label: str) -> list[str]:
+    """A list of names: 'q_proj' -> ['q_proj'], 'q_proj,v_proj' -> both, a list of texts as it is."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"{label}: expected a name or a list of names, e.g. [q_proj, v_proj], got {value!r}")
+
+
+def _mapping(name: str, value: Any, value_hint: Any, label: str) -> dict[str, Any]:
+    """A {name: value} setting (task_args, reward_weights): names are texts, values of `value_hint`."""
+    from mrtpo.tasks.options import fit_value, not_finite
+
+    example = "{format: 1.0, correct: 2.0}" if name == "reward_weights" else "{think: true}"
+    if not isinstance(value, dict):
+        raise ConfigError(f"{label}: expected a mapping of name: value, e.g. {example}, got {value!r}")
+    out = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{label}: {key!r} is not a name; write {example}")
+        ok, out[key] = fit_value(v, value_hint)
+        if not ok:
+            what = "a finite number" if not_finite(v) else "a number"
+            raise ConfigError(f"{label} {key}={v!r}: expected {what} as the weight")
+    return out
+
+
 def _choices() -> dict[str, tuple]:
     import typing
 
@@ -198,15 +286,21 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"--config {p}: no such file")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = yaml.safe_load(p.read_bytes().decode("utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {p}: not UTF-8 text ({exc}); save it as UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"--config {p}: cannot read it: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config {p}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
-    from mrtpo.harness.trl_names import apply_aliases  # TRL's names: learning_rate, max_steps...
+    from mrtpo.harness.trl_names import TRL_ALIASES, apply_aliases  # TRL's names: learning_rate...
 
     keys = {str(k).replace("-", "_"): v for k, v in raw.items()}
-    return check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
+    spelt = {TRL_ALIASES.get(k, k): k for k in keys}  # field -> the key as the file writes it
+    values = check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
+    return {k: typed(k, v, f"--config {p}: {spelt.get(k, k)}") for k, v in values.items()}
 
 
 def check_keys(values: dict[str, Any], where: str) -> dict[str, Any]:
