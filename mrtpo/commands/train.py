@@ -124,6 +124,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
+    from mrtpo.harness.update import NonFiniteError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 
     err = Console(stderr=True)
@@ -147,6 +148,9 @@ def run(**kwargs) -> None:
         raise typer.Exit(2)
     except RewardError as exc:
         err.print(f"[red]reward error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1)
+    except NonFiniteError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1)
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
@@ -185,7 +189,9 @@ def _train_with_progress(cfg, console):
 def _reward_line(record: dict[str, Any], limit: int = 4) -> str:
     means = [(k.split("/")[1], v) for k, v in record.items()
              if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
-    parts = [f"reward {record.get('reward', 0.0):.3f}"] + [f"{n} {v:.2f}" for n, v in means[:limit]]
+    total = record.get("reward")  # None when it was not a finite number (metrics.clean)
+    parts = [f"reward {total:.3f}" if total is not None else "reward n/a"] + [
+        f"{n} {v:.2f}" for n, v in means[:limit]]
     if len(means) > limit:
         parts.append(f"+{len(means) - limit} more")
     return " | ".join(parts)

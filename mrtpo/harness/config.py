@@ -20,6 +20,9 @@ RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not gi
 INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch and the OS
 SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
 MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) overflows far above
+# weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
+# this large is a typo, and a much larger one turns advantages and logged rewards into inf
+MAX_REWARD_WEIGHT = 1e6
 
 
 class ConfigError(ValueError):
@@ -124,11 +127,16 @@ class TrainConfig:
         need(self.epsilon_high is None or self.epsilon_high > 0, f"--epsilon-high must be > 0, got {self.epsilon_high}")
         need(self.beta >= 0, f"--beta must be >= 0, got {self.beta}")
         need(self.num_iterations >= 1, f"--num-iterations must be >= 1, got {self.num_iterations}")
-        need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
-        need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+        need(0 < self.lr <= 1, f"--lr must be > 0 and at most 1 (AdamW moves each weight by about "
+             f"the learning rate per step), got {self.lr}")
+        need(0 <= self.weight_decay <= 1, f"--weight-decay must be in [0, 1] (AdamW scales each weight "
+             f"by 1 - lr * weight_decay per step), got {self.weight_decay}")
         need(self.lora_alpha > 0, f"--lora-alpha must be > 0, got {self.lora_alpha}")
         need(0 <= self.seed <= SEED_MAX, f"--seed must be a whole number from 0 to {SEED_MAX} "
              f"(what numpy, torch and python all take), got {self.seed}")
+        for name, w in self.reward_weights.items():
+            need(abs(w) <= MAX_REWARD_WEIGHT, f"--reward-weight {name}={w:g}: a weight must be between "
+                 f"-{MAX_REWARD_WEIGHT:g} and {MAX_REWARD_WEIGHT:g} (weights are relative)")
         for name in _INT_FIELDS:
             need(getattr(self, name) <= INT_MAX,
                  f"{_flag(name)} must be at most {INT_MAX}, got {getattr(self, name)}")

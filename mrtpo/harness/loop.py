@@ -37,7 +37,7 @@ from mrtpo.harness.rollout import sample
 from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.trackers import Trackers, parse_report_to
-from mrtpo.harness.update import update
+from mrtpo.harness.update import NonFiniteError, update
 from mrtpo.models.default import resolve_model
 from mrtpo.models.trained import portable_name
 from mrtpo.tasks import get_task
@@ -137,7 +137,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
                 group["lr"] = lr
             loss_mask = mask * (1.0 - torch.tensor(rollout.truncated, dtype=mask.dtype)).unsqueeze(-1) \
                 if cfg.mask_truncated_completions else None  # [N, T]
-            with timer("update"):
+            with timer("update"), _stop_if_not_finite(cfg, step):
                 stats = update(policy, optimizer, rollout.batch(policy.pad_id, policy.device), advantages,
                                temperature=cfg.temperature, loss_type=cfg.loss_type,
                                epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
@@ -191,6 +191,22 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
 
 
 # ------------------------------------------------------------------------------ helpers
+@contextlib.contextmanager
+def _stop_if_not_finite(cfg: TrainConfig, step: int):
+    """A NonFiniteError from the update, re-raised with the step and what to change. It leaves
+    the loop before this step logs or checkpoints anything: the run directory keeps only the
+    steps before it, which trained on finite numbers."""
+    try:
+        yield
+    except NonFiniteError as exc:
+        raise NonFiniteError(
+            f"step {step}: {exc}, so the run stopped; nothing of this step was saved (checkpoints "
+            f"of earlier steps are kept). Training diverged: lower --lr (now {cfg.lr:g}) or "
+            f"--lora-alpha (now {cfg.lora_alpha:g}), keep --max-grad-norm on (now "
+            f"{cfg.max_grad_norm:g}), and check that --reward-weight and the rewards' scores are "
+            "moderate numbers; then start a new run.") from exc
+
+
 def prepare_run_dir(cfg: TrainConfig) -> Path:
     """Create (or, with --resume, reopen) the run directory and save the resolved config."""
     run_dir = cfg.run_dir
