@@ -275,3 +275,38 @@ def test_the_progress_line_takes_a_missing_reward():
 
     assert _reward_line({"step": 1, "reward": None, "rewards/format/mean": None}) == "reward n/a"
     assert _reward_line({"step": 1, "reward": 0.5, "rewards/format/mean": 1.0}) == "reward 0.500 | format 1.00"
+
+
+# ------------------------------------------------------- item 22: two spellings of one setting
+@pytest.mark.parametrize("args", [
+    ["--lr", "0.1", "--learning_rate", "0.2"],
+    ["--learning-rate=0.1", "--lr=0.2"],
+    ["--max_steps", "1", "--steps", "3"],
+    ["--save-steps", "1", "--save-every", "2"],
+    ["--num_generations", "2", "--num-generations", "4"],
+    ["--lora", "--no-lora"],
+    ["--max-completion-length", "8", "--max_new_tokens", "9"],
+])
+def test_two_spellings_of_one_setting_on_the_command_line_are_refused(tmp_path, args):
+    result, out = _invoke("train", "--model", NOWHERE, "--task", "harness-words",
+                          "--output-dir", tmp_path / "run", *args)
+    spellings = [a.split("=")[0] for a in args if a.startswith("--")]
+    _refused(result, out, f"{spellings[0]} and {spellings[1]} name the same setting; give it once")
+
+
+@pytest.mark.parametrize("args", [
+    ["--steps", "1", "--steps", "3"],  # one spelling repeated: the last, as flags usually go
+    ["--run-name", "--lr", "--lr", "0.1"],  # a value that looks like a flag is a value
+    ["-o", "a=1", "--task-option", "b=2"],  # repeatable
+    ["--report-to", "none", "--report_to", "none"],
+])
+def test_repeatable_flags_and_values_are_not_conflicts(tmp_path, args):
+    result, out = _invoke("train", "--model", NOWHERE, "--task", "harness-words",
+                          "--output-dir", tmp_path / "run", *args)
+    assert "name the same setting" not in out, out
+
+
+def test_two_spellings_of_one_key_in_yaml_are_refused(tmp_path):
+    path = _yaml(tmp_path, "num-generations: 2\nnum_generations: 4\n")
+    with pytest.raises(ConfigError, match=r"'num-generations' and 'num_generations' name the same setting"):
+        resolve(path, {})

@@ -244,9 +244,53 @@ def _summary(result, console) -> None:
     console.print(f"run directory: {result.run_dir}", highlight=False)
 
 
+def refuse_two_spellings(params: list, args: list[str]) -> None:
+    """Two spellings of one setting on the command line (`--lr 0.1 --learning_rate 0.2`,
+    `--max_steps 1 --steps 3`, `--num_generations 2 --num-generations 4`, `--lora --no-lora`)
+    are refused, as two such keys in a --config file are, instead of silently keeping the last.
+    Repeatable flags (-o, --reward-weight, --report-to...) and one spelling repeated are not."""
+    from mrtpo.harness.trl_names import normalize_flag
+
+    def norm(opt: str) -> str:
+        return "--" + normalize_flag(opt[2:]) if opt.startswith("--") else opt
+
+    options = {norm(o): p for p in params if getattr(p, "param_type_name", "") == "option"
+               for o in p.opts + p.secondary_opts}
+    seen: dict[str, str] = {}  # setting -> the spelling that gave it first
+    tokens = iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        name, eq, _ = token.partition("=")
+        param = options.get(norm(name)) if name.startswith("--") else None
+        if param is None:
+            continue
+        if not param.is_flag and not eq:
+            next(tokens, None)  # its value, which may look like a flag
+        if param.multiple:
+            continue
+        first = seen.setdefault(param.name, name)
+        if first != name:
+            raise typer.BadParameter(f"{first} and {name} name the same setting; give it once",
+                                     param_hint=param.opts[0])
+
+
+def _command_class():
+    """typer's command class for `mrtpo train`, refusing two spellings of one setting."""
+    from typer.core import TyperCommand
+
+    class TrainCommand(TyperCommand):
+        def parse_args(self, ctx, args):
+            refuse_two_spellings(self.get_params(ctx), list(args))
+            return super().parse_args(ctx, args)
+
+    return TrainCommand
+
+
 def register(app: typer.Typer) -> None:
     from mrtpo.harness.trl_names import normalize_flag
 
     run.__signature__ = inspect.Signature(_options())
     # TRL's names (--learning_rate, --max_steps, ...) and underscore spellings, not listed
-    app.command("train", help=run.__doc__, context_settings={"token_normalize_func": normalize_flag})(run)
+    app.command("train", help=run.__doc__, cls=_command_class(),
+                context_settings={"token_normalize_func": normalize_flag})(run)

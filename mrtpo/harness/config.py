@@ -305,7 +305,13 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
     from mrtpo.harness.trl_names import TRL_ALIASES, apply_aliases  # TRL's names: learning_rate...
 
-    keys = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    keys: dict[str, Any] = {}
+    written: dict[str, str] = {}  # key with '_' -> as the file spells it
+    for k, v in raw.items():
+        key = str(k).replace("-", "_")
+        if key in keys:  # num-generations and num_generations: one setting twice
+            raise ConfigError(f"--config {p}: {written[key]!r} and {str(k)!r} name the same setting; keep one")
+        keys[key], written[key] = v, str(k)
     spelt = {TRL_ALIASES.get(k, k): k for k in keys}  # field -> the key as the file writes it
     values = check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
     return {k: typed(k, v, f"--config {p}: {spelt.get(k, k)}") for k, v in values.items()}
