@@ -310,3 +310,34 @@ def test_two_spellings_of_one_key_in_yaml_are_refused(tmp_path):
     path = _yaml(tmp_path, "num-generations: 2\nnum_generations: 4\n")
     with pytest.raises(ConfigError, match=r"'num-generations' and 'num_generations' name the same setting"):
         resolve(path, {})
+
+
+# ------------------------------------------------------- item 21: brackets printed, not markup
+def test_a_missing_tracker_message_keeps_its_brackets(monkeypatch, tmp_path):
+    import mrtpo.harness.trackers as trackers
+
+    monkeypatch.setitem(trackers.PACKAGES, "tensorboard", "no_such_tracker_package")
+    result, out = _invoke("train", "--model", NOWHERE, "--task", "harness-words",
+                          "--output-dir", tmp_path / "run", "--report-to", "tensorboard")
+    _refused(result, out, 'pip install "mrtpo[trackers]"')
+
+
+def test_error_messages_with_brackets_are_printed_as_they_are(tmp_path):
+    result, out = _invoke("train", "--model", NOWHERE, "--config", tmp_path / "[bold]x[/bold].yaml")
+    _refused(result, out, "[bold]x[/bold].yaml: no such file")
+    path = _yaml(tmp_path, "run_name: [red]\n")
+    result, out = _invoke("train", "--model", NOWHERE, "--config", path, "--task", "harness-words")
+    _refused(result, out, "run_name: expected text or none, got ['red']")
+
+
+def test_eval_prints_names_and_paths_with_brackets(tmp_path):
+    from mrtpo.tasks import get_task
+
+    examples = get_task("harness-words").load()
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("".join(json.dumps({"id": ex.id, "response": "<answer>x</answer>"}) + "\n"
+                                 for ex in examples))
+    out_file = tmp_path / "per[bold]example.jsonl"
+    result, out = _invoke("eval", "harness-words", "--responses", responses, "--out", out_file)
+    assert result.exit_code == 0, out
+    assert f"per-example results: {out_file}" in out

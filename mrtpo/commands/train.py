@@ -134,26 +134,34 @@ def run(**kwargs) -> None:
         cfg = resolve(config_file, overrides)
         given = {**(read_yaml(config_file) if config_file else {}), **overrides}
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(err, "error", exc)
         raise typer.Exit(2)
     from mrtpo.harness.distributed import is_main_process
     from mrtpo.models.default import defaults_line
 
     if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
-        err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True)
+        err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)
     try:
         result = _train_with_progress(cfg, err)
     except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(err, "error", exc)
         raise typer.Exit(2)
     except RewardError as exc:
-        err.print(f"[red]reward error:[/red] {exc}", highlight=False)
+        _say(err, "reward error", exc)
         raise typer.Exit(1)
     except NonFiniteError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(err, "error", exc)
         raise typer.Exit(1)
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
+
+
+def _say(console, label: str, exc: BaseException) -> None:
+    """One red `label:` and the message as it is: rich markup in it (`pip install
+    "mrtpo[trackers]"`, a path with brackets) is printed, not read as markup."""
+    from rich.markup import escape
+
+    console.print(f"[red]{label}:[/red] {escape(str(exc))}", highlight=False)
 
 
 def _train_with_progress(cfg, console):
@@ -174,7 +182,7 @@ def _train_with_progress(cfg, console):
         return train(cfg, on_start=lambda first: lines.update(first, "sampling"),
                      on_step=lambda record: lines.update(record["step"], _reward_line(record)))
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  TextColumn("{task.description}"), console=console, transient=False) as progress:
+                  TextColumn("{task.description}", markup=False), console=console, transient=False) as progress:
         bar = progress.add_task("loading model and data", total=cfg.steps)
 
         def on_start(first: int) -> None:
@@ -210,12 +218,13 @@ def tenth_means(values: list) -> tuple[float | None, float | None]:
 def _summary(result, console) -> None:
     """Each reward's mean over the first and the last tenth of the steps, time per phase,
     and where the run is."""
+    from rich.markup import escape
     from rich.table import Table
 
     history = result.history
     if not history:
         console.print(f"nothing to do: the run is already at step {result.config.steps}. "
-                      f"Run directory: {result.run_dir}")
+                      f"Run directory: {result.run_dir}", markup=False)
         return
     names = list(dict.fromkeys(k for r in history for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
@@ -227,7 +236,7 @@ def _summary(result, console) -> None:
         first, last = tenth_means([r.get(key) for r in history])
         if first is not None:
             label = key if key == "reward" else key[len("rewards/"):-len("/mean")]
-            table.add_row(label, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
+            table.add_row(escape(label), f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
     console.print(table)
     phases = Table("phase", "total s", "per step s", box=None, pad_edge=False, title="time")
     for phase in ("generate", "verify", "replay", "update", "eval", "step"):
@@ -241,7 +250,7 @@ def _summary(result, console) -> None:
                       "every advantage was 0 and nothing was learned (frac_reward_zero_std = 1). "
                       "Rewards need spread within a group: a stronger starting policy, more "
                       "--num-generations, or a higher --temperature.", highlight=False)
-    console.print(f"run directory: {result.run_dir}", highlight=False)
+    console.print(f"run directory: {result.run_dir}", highlight=False, markup=False)
 
 
 def refuse_two_spellings(params: list, args: list[str]) -> None:
