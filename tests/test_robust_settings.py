@@ -341,3 +341,43 @@ def test_eval_prints_names_and_paths_with_brackets(tmp_path):
     result, out = _invoke("eval", "harness-words", "--responses", responses, "--out", out_file)
     assert result.exit_code == 0, out
     assert f"per-example results: {out_file}" in out
+
+
+# ------------------------------------------------------------ item 7: rewards that time out
+def test_a_reward_that_times_out_is_counted_and_said(tiny_qwen2_dir, tmp_path, caplog):
+    """harness-broken's `fragile` reward sleeps 30 s on every completion; with a 0.2 s deadline
+    each of its jobs scores the floor as 'timed out'. The metric counts them, the console says
+    it once, and rewards that ran in time count 0."""
+    cfg = _cfg(tiny_qwen2_dir, tmp_path / "run", task="harness-broken", task_args={"mode": "sleep"},
+               steps=2, verify_workers=1, verify_timeout=0.2)
+    with caplog.at_level("WARNING", logger="mrtpo.harness.loop"):
+        result = train(cfg)
+    for record in result.history:
+        assert record["rewards/fragile/timeout_frac"] == 1.0
+        assert record["rewards/format/timeout_frac"] == 0.0
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rewards/fragile/timeout_frac"] for r in logged] == [1.0, 1.0]
+    said = [r.getMessage() for r in caplog.records if "timed out" in r.getMessage()]
+    assert len(said) == 1, said  # once per reward, not every step
+    assert "step 1: reward 'fragile' timed out on 100% of the completions" in said[0]
+    assert "rewards/fragile/timeout_frac" in said[0] and "--verify-timeout" in said[0]
+
+
+def test_a_query_past_its_time_limit_counts_as_a_timeout():
+    """text2sql's own query deadline (not the scorer's) reaches the metric the same way."""
+    from mrtpo.harness.metrics import timeout_metrics
+    from mrtpo.harness.scoring import Scorer, timed_out
+    from mrtpo.tasks import get_task
+    from mrtpo.tasks.base import Verdict
+
+    task = get_task("text2sql", timeout=0.2, workers=0)
+    ex = task.load()[0]
+    slow = ("```sql\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT count(*) FROM c\n```")
+    with Scorer(task, workers=0) as scorer:
+        scored = scorer.score([ex, ex], [slow, "```sql\nSELECT 1\n```"])
+    metrics = timeout_metrics(scored)
+    assert metrics["rewards/executes/timeout_frac"] == 0.5
+    assert metrics["rewards/format/timeout_frac"] == 0.0
+    assert not timed_out(Verdict(0.0, "SQLite error: no such column: x"))
+    assert timed_out(Verdict(0.0, "timed out after 30 s"))

@@ -17,6 +17,7 @@ prompts, scores are gathered so credit is the whole batch's, gradients are avera
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -31,7 +32,7 @@ from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distances import blocks_for, replay_distances
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
-                                   reward_metrics, tokens_seen)
+                                   reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
 from mrtpo.harness.runlock import RunLock
@@ -41,6 +42,8 @@ from mrtpo.harness.update import NonFiniteError, update
 from mrtpo.models.default import resolve_model
 from mrtpo.models.trained import portable_name
 from mrtpo.tasks import get_task
+
+logger = logging.getLogger(__name__)  # (`log` names a JsonlLog in _train)
 
 
 @dataclass
@@ -97,6 +100,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
     history = metrics_log.read()
     trackers = Trackers(parse_report_to(cfg.report_to) if dist.is_main else [], run_dir, cfg.to_dict())
     G = cfg.num_generations
+    warned: set[str] = set()  # rewards whose timeouts were already said on the console
     if on_start is not None and dist.is_main:
         on_start(start)
 
@@ -147,6 +151,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
 
             record: dict[str, Any] = {"step": step, "epoch": step * cfg.batch_prompts / len(train_set)}
             record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))
+            record.update(timeout_metrics(batch_scored))
             record.update(completion_metrics(dist.gather_objects([len(r) for r in rollout.response_ids]),
                                              dist.gather_objects(rollout.truncated)))
             record["num_tokens"] = tokens_seen(history[-1].get("num_tokens", 0) if history else 0,
@@ -175,6 +180,8 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
             record = clean(record)
             history.append(record)
             if dist.is_main:
+                for line in timeout_warnings(record, warned):  # a reward that keeps timing out
+                    logger.warning(line)
                 metrics_log.write([record])
                 trackers.log(record)  # --report-to: the same record
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
