@@ -129,6 +129,7 @@ def test_yaml_values_are_read_as_their_declared_type(tmp_path, text, field, valu
     ("learning_rate: abc\n", "learning_rate: expected a number, got 'abc'"),
     ("steps: 2.7\n", "steps: expected a whole number, got 2.7"),
     ("max_steps: 2.7\n", "max_steps: expected a whole number, got 2.7"),
+    ("max-steps: 2.7\n", "max-steps: expected a whole number, got 2.7"),
     ("batch_prompts: 2.5\n", "batch_prompts: expected a whole number, got 2.5"),
     ("steps: true\n", "steps: expected a whole number, got True"),
     ("task_args: think\n", "task_args: expected a mapping of name: value"),

@@ -244,6 +244,8 @@ def typed(name: str, value: Any, label: str) -> Any:
         return _names(value, label)
     if origin is dict:
         return _mapping(name, value, args[1], label)
+    if isinstance(value, str) and (hint is str or str in args):
+        return value  # text as given: `--run-name none` names a run "none"
     ok, out = fit_value(value, hint)
     if not ok:
         what = "a finite number" if not_finite(value) else describe_type(hint)
@@ -312,7 +314,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         if key in keys:  # num-generations and num_generations: one setting twice
             raise ConfigError(f"--config {p}: {written[key]!r} and {str(k)!r} name the same setting; keep one")
         keys[key], written[key] = v, str(k)
-    spelt = {TRL_ALIASES.get(k, k): k for k in keys}  # field -> the key as the file writes it
+    spelt = {TRL_ALIASES.get(k, k): written[k] for k in keys}  # field -> the key as written
     values = check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
     return {k: typed(k, v, f"--config {p}: {spelt.get(k, k)}") for k, v in values.items()}
 
