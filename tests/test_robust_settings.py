@@ -382,3 +382,36 @@ def test_a_query_past_its_time_limit_counts_as_a_timeout():
     assert metrics["rewards/format/timeout_frac"] == 0.0
     assert not timed_out(Verdict(0.0, "SQLite error: no such column: x"))
     assert timed_out(Verdict(0.0, "timed out after 30 s"))
+
+
+# ---------------------------------------------------------------- item 25a: task options
+@pytest.mark.parametrize("item, words", [
+    ("timeout=.inf", "option timeout=inf: expected a finite number, e.g. -o timeout=5.0"),
+    ("timeout=-.inf", "option timeout=-inf: expected a finite number"),
+    ("timeout=.nan", "option timeout=nan: expected a finite number"),
+    ("timeout=inf", "option timeout='inf': expected a finite number"),
+    ("timeout=1e300", "timeout=1e+300: give a positive number of seconds, at most 86400"),
+    ("timeout=0", "timeout=0.0: give a positive number of seconds"),
+])
+def test_task_options_out_of_range_are_refused_by_eval_and_train(tiny_qwen2_dir, tmp_path, item, words):
+    responses = tmp_path / "r.jsonl"
+    responses.write_text('{"id": "x", "response": "SELECT 1"}\n')
+    for cmd in (("eval", "text2sql", "--responses", responses),
+                ("train", "--model", tiny_qwen2_dir, "--task", "text2sql", "--output-dir", tmp_path / "run",
+                 "--verify-workers", 0)):
+        result, out = _invoke(*cmd, "-o", item)
+        assert result.exit_code == 2, (cmd, out)
+        assert words in out, (cmd[0], out)
+        assert "Traceback" not in out and not isinstance(result.exception, OverflowError)
+
+
+def test_every_float_task_option_must_be_finite():
+    from mrtpo.tasks.options import TaskOptionError, check_options
+
+    def factory(rate: float = 1.0, limit: float | None = None, n: int = 1):
+        return None
+
+    assert check_options("t", factory, {"rate": "2.5", "limit": 3, "n": 4.0}) == {"rate": 2.5, "limit": 3.0, "n": 4}
+    for key, bad in (("rate", math.inf), ("rate", "-inf"), ("limit", math.nan), ("n", math.inf)):
+        with pytest.raises(TaskOptionError, match=f"option {key}=.*expected a finite number"):
+            check_options("t", factory, {key: bad})
