@@ -172,6 +172,9 @@ def test_the_python_api_gets_the_same_checks():
     cfg = TrainConfig(steps=3)
     with pytest.raises(ConfigError, match="--lr: expected a finite number"):
         dataclasses.replace(cfg, lr=math.inf)
+    cfg.lr = math.nan  # set after construction: train checks again before anything loads
+    with pytest.raises(ConfigError, match="--lr: expected a finite number"):
+        train(cfg)
 
 
 # -------------------------------------------------------------------- item 2: reward weights
@@ -415,3 +418,9 @@ def test_every_float_task_option_must_be_finite():
     for key, bad in (("rate", math.inf), ("rate", "-inf"), ("limit", math.nan), ("n", math.inf)):
         with pytest.raises(TaskOptionError, match=f"option {key}=.*expected a finite number"):
             check_options("t", factory, {key: bad})
+
+
+def test_listings_print_names_and_paths_with_brackets(tmp_path):
+    cache = tmp_path / "cache[bold]x"
+    result, out = _invoke("model", "ls", "--cache-dir", cache)
+    assert result.exit_code == 0 and "cache[bold]x" in out, out

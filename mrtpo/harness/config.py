@@ -102,6 +102,11 @@ class TrainConfig:
     report_to: list[str] = opt(["none"], "Experiment trackers, as TRL's report_to: none, tensorboard, wandb, trackio or all; each gets metrics.jsonl's records.")
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Convert every value to its declared type (`typed`), then `validate()`: run on
+        construction, and again by `train`, so a field set after construction is checked too."""
         for name in FIELDS:  # each value as its declared type first, so validate() compares numbers
             setattr(self, name, typed(name, getattr(self, name), _label(name)))
         self.validate()

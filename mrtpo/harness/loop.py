@@ -60,6 +60,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
 
     The run directory is locked for the whole run (mrtpo.harness.runlock): a second run
     started in it is refused, naming this one."""
+    cfg.check()  # a field changed since construction (cfg.lr = ...) is checked before anything loads
     check_model_arg(cfg.model)
     with RunLock(cfg.run_dir) if is_main_process() else contextlib.nullcontext():
         return _train(cfg, on_step, on_start)
