@@ -9,7 +9,7 @@ Every pass encodes each distinct prompt of a micro-batch once (loss.shared_promp
 the G completions of a prompt share its keys and values.
 
 A pass whose loss or gradient norm is not finite raises `NonFiniteError` before the optimizer
-steps, and so does a step that leaves a weight non-finite (a finite but huge learning rate):
+steps, and so does a step that leaves a weight non-finite (an update too large for the weights):
 the weights are never saved that way (the loop checkpoints only after `update` returns).
 """
 from __future__ import annotations
