@@ -19,6 +19,7 @@ from typing import Any, Literal
 RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
 INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch and the OS
 SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
+FLOAT32_MAX = 3.4028234663852886e38  # settings enter float32 tensor math: beyond this they are inf
 MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) overflows far above
 # weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
 # this large is a typo, and a much larger one turns advantages and logged rewards into inf
@@ -255,11 +256,17 @@ def typed(name: str, value: Any, label: str) -> Any:
     if not ok:
         what = "a finite number" if not_finite(value) else describe_type(hint)
         raise ConfigError(f"{label}: expected {what}, got {value!r}")
+    if isinstance(out, float) and abs(out) > FLOAT32_MAX:
+        raise ConfigError(f"{label}: {out:g} is beyond what float32 holds (+-{FLOAT32_MAX:.1e}), so "
+                          "the tensors it enters would hold inf; give a moderate number")
     return out
 
 
 def _names(value: Any, label: str) -> list[str]:
-    """A list of names: 'q_proj' -> ['q_proj'], 'q_proj,v_proj' -> both, a list of texts as it is."""
+    """A list of names: 'q_proj' -> ['q_proj'], 'q_proj,v_proj' -> both, a list of texts as it
+    is, nothing (an empty YAML key) none; validate() says which lists may not be empty."""
+    if value is None:
+        return []
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
@@ -272,6 +279,8 @@ def _mapping(name: str, value: Any, value_hint: Any, label: str) -> dict[str, An
     from mrtpo.tasks.options import fit_value, not_finite
 
     example = "{format: 1.0, correct: 2.0}" if name == "reward_weights" else "{think: true}"
+    if value is None:  # an empty YAML key (`task_args:` with every entry commented out)
+        return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{label}: expected a mapping of name: value, e.g. {example}, got {value!r}")
     out = {}
@@ -361,6 +370,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
     difference is refused so a resumed run cannot silently train differently.
     """
     values: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    from_file = set(values) - set(overrides or {})  # what the file sets and no flag overrides
     values.update(check_keys(dict(overrides or {}), where="flags"))
     if not values.get("resume"):  # no --model: the built-in policy, with the settings it trains with
         from mrtpo.models.default import with_train_defaults
@@ -385,4 +395,17 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
         return merged
     if not values.get("output_dir"):
         values["output_dir"] = str(RUNS_ROOT / (values.get("run_name") or default_run_name(values)))
-    return build(values, where="flags")
+    try:
+        return build(values, where="flags")
+    except ConfigError as exc:
+        raise _naming_the_file(exc, from_file, config_file) from exc
+
+
+def _naming_the_file(exc: ConfigError, from_file: set[str], config_file) -> ConfigError:
+    """A range error (validate's, which names the flag) about a setting the --config file
+    gave, with the file and the key named too; other errors as they are."""
+    msg = str(exc)
+    for name in sorted(from_file):
+        if msg.startswith((_flag(name) + " ", _label(name) + " ")):
+            return ConfigError(f"--config {config_file}: {name}: {msg}")
+    return exc

@@ -209,10 +209,10 @@ def _stop_if_not_finite(cfg: TrainConfig, step: int):
     except NonFiniteError as exc:
         raise NonFiniteError(
             f"step {step}: {exc}, so the run stopped; nothing of this step was saved (checkpoints "
-            f"of earlier steps are kept). Training diverged: lower --lr (now {cfg.lr:g}) or "
-            f"--lora-alpha (now {cfg.lora_alpha:g}), keep --max-grad-norm on (now "
-            f"{cfg.max_grad_norm:g}), and check that --reward-weight and the rewards' scores are "
-            "moderate numbers; then start a new run.") from exc
+            f"of earlier steps are kept). Training diverged: lower --lr (now {cfg.lr:g}), "
+            f"--lora-alpha (now {cfg.lora_alpha:g}) or --beta (now {cfg.beta:g}), keep "
+            f"--max-grad-norm on (now {cfg.max_grad_norm:g}), and check that --reward-weight and "
+            "the rewards' scores are moderate numbers; then start a new run.") from exc
 
 
 def prepare_run_dir(cfg: TrainConfig) -> Path:
