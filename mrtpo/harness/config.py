@@ -5,6 +5,12 @@ text, so the two cannot drift. Values come from a YAML file (`--config`) overrid
 flags a user actually typed; `resolve` merges them, and on `--resume` starts from the run's
 saved `config.yaml` so a resumed run trains exactly as it began. Invalid values and
 combinations raise `ConfigError` with a message that says what to do.
+
+Every value is checked once, whichever way it came (flag, YAML, TRL alias, Python): `typed`
+converts it to the field's declared type or names the setting (and the file and key), and
+`validate` checks ranges, all before a model loads. Numbers must be finite and within float32
+(the tensors they enter); numeric text such as YAML 1.1's `1e-5` is read as the number it is,
+as YAML 1.2 and TRL's parser read it.
 """
 from __future__ import annotations
 
