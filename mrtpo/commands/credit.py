@@ -99,14 +99,14 @@ def register(app: typer.Typer) -> None:
 
                 html.write(html_out, records, title=f"mrtpo credit: {task_name or target}", task=task_name,
                            model=model_name, meta=heading, note=note)
-                console.print(f"wrote {html_out}", highlight=False)
+                console.print(f"wrote {html_out}", highlight=False, markup=False)
             if png_out is not None:
                 from mrtpo.credit import png
 
                 if index > len(records):
                     _fail(f"--index {index}: only {len(records)} completions are shown")
                 png.heatmap(records[index - 1], png_out)
-                console.print(f"wrote {png_out}", highlight=False)
+                console.print(f"wrote {png_out}", highlight=False, markup=False)
         except CreditError as exc:
             _fail(str(exc))
 

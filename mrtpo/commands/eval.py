@@ -107,26 +107,28 @@ def _fmt(v) -> str:
 
 def _print_table(report, out) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
-    console.print(f"[bold]{report.task}[/bold]: {report.n} examples", highlight=False)
+    console = Console()  # names, paths and settings come from the user: printed, not read as markup
+    console.print(f"[bold]{escape(report.task)}[/bold]: {report.n} examples", highlight=False)
     table = Table(box=None, pad_edge=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, value in report.metrics.items():
-        table.add_row(name, _fmt(value))
+        table.add_row(escape(name), escape(_fmt(value)))
     console.print(table)
     if report.groups:
         cols = list(dict.fromkeys(k for g in report.groups.values() for k in g))
         gt = Table(box=None, pad_edge=False)
         gt.add_column("group")
         for c in cols:
-            gt.add_column(c, justify="right")
+            gt.add_column(escape(c), justify="right")
         for name, vals in report.groups.items():
-            gt.add_row(name, *(_fmt(vals.get(c, "")) for c in cols))
+            gt.add_row(escape(name), *(escape(_fmt(vals.get(c, ""))) for c in cols))
         console.print(gt)
     if report.settings:
-        console.print(", ".join(f"{k}: {v}" for k, v in report.settings.items()), style="dim", highlight=False)
+        console.print(", ".join(f"{k}: {v}" for k, v in report.settings.items()), style="dim", highlight=False,
+                      markup=False)
     if out is not None:
-        console.print(f"per-example results: {out}", style="dim", highlight=False)
+        console.print(f"per-example results: {out}", style="dim", highlight=False, markup=False)

@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Each built-in policy, whether its current build is cached, and its directory."""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from mrtpo.models.default import RECIPES, is_built, model_dir
@@ -63,7 +64,7 @@ def register(app: typer.Typer) -> None:
         table = Table("name", "parameters", "built", "directory", box=None, pad_edge=False)
         for name, recipe in RECIPES.items():
             path = model_dir(recipe, cache_dir)
-            table.add_row(name, _approx_params(recipe), "yes" if is_built(path) else "no", str(path))
+            table.add_row(name, _approx_params(recipe), "yes" if is_built(path) else "no", escape(str(path)))
         Console().print(table)
 
     app.add_typer(model_app, name="model")

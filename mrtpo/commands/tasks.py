@@ -31,8 +31,8 @@ def register(app: typer.Typer) -> None:
             return
         table = Table("task", "origin", "rewards", box=None, pad_edge=False)
         for row in rows:
-            rewards = f"[red]{escape(row['error'])}[/red]" if row["error"] else (", ".join(row["rewards"]) or "-")
-            table.add_row(row["name"], row["origin"], rewards)
+            rewards = f"[red]{escape(row['error'])}[/red]" if row["error"] else escape(", ".join(row["rewards"]) or "-")
+            table.add_row(escape(row["name"]), escape(row["origin"]), rewards)  # a plugin's names, as they are
         Console().print(table)
 
     app.add_typer(tasks_app, name="tasks")

@@ -124,6 +124,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
+    from mrtpo.harness.update import NonFiniteError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 
     err = Console(stderr=True)
@@ -133,23 +134,34 @@ def run(**kwargs) -> None:
         cfg = resolve(config_file, overrides)
         given = {**(read_yaml(config_file) if config_file else {}), **overrides}
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(err, "error", exc)
         raise typer.Exit(2)
     from mrtpo.harness.distributed import is_main_process
     from mrtpo.models.default import defaults_line
 
     if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
-        err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True)
+        err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)
     try:
         result = _train_with_progress(cfg, err)
     except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(err, "error", exc)
         raise typer.Exit(2)
     except RewardError as exc:
-        err.print(f"[red]reward error:[/red] {exc}", highlight=False)
+        _say(err, "reward error", exc)
+        raise typer.Exit(1)
+    except NonFiniteError as exc:
+        _say(err, "error", exc)
         raise typer.Exit(1)
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
+
+
+def _say(console, label: str, exc: BaseException) -> None:
+    """One red `label:` and the message as it is: rich markup in it (`pip install
+    "mrtpo[trackers]"`, a path with brackets) is printed, not read as markup."""
+    from rich.markup import escape
+
+    console.print(f"[red]{label}:[/red] {escape(str(exc))}", highlight=False)
 
 
 def _train_with_progress(cfg, console):
@@ -170,7 +182,7 @@ def _train_with_progress(cfg, console):
         return train(cfg, on_start=lambda first: lines.update(first, "sampling"),
                      on_step=lambda record: lines.update(record["step"], _reward_line(record)))
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  TextColumn("{task.description}"), console=console, transient=False) as progress:
+                  TextColumn("{task.description}", markup=False), console=console, transient=False) as progress:
         bar = progress.add_task("loading model and data", total=cfg.steps)
 
         def on_start(first: int) -> None:
@@ -185,7 +197,9 @@ def _train_with_progress(cfg, console):
 def _reward_line(record: dict[str, Any], limit: int = 4) -> str:
     means = [(k.split("/")[1], v) for k, v in record.items()
              if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
-    parts = [f"reward {record.get('reward', 0.0):.3f}"] + [f"{n} {v:.2f}" for n, v in means[:limit]]
+    total = record.get("reward")  # None when it was not a finite number (metrics.clean)
+    parts = [f"reward {total:.3f}" if total is not None else "reward n/a"] + [
+        f"{n} {v:.2f}" for n, v in means[:limit]]
     if len(means) > limit:
         parts.append(f"+{len(means) - limit} more")
     return " | ".join(parts)
@@ -204,12 +218,13 @@ def tenth_means(values: list) -> tuple[float | None, float | None]:
 def _summary(result, console) -> None:
     """Each reward's mean over the first and the last tenth of the steps, time per phase,
     and where the run is."""
+    from rich.markup import escape
     from rich.table import Table
 
     history = result.history
     if not history:
         console.print(f"nothing to do: the run is already at step {result.config.steps}. "
-                      f"Run directory: {result.run_dir}")
+                      f"Run directory: {result.run_dir}", markup=False)
         return
     names = list(dict.fromkeys(k for r in history for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
@@ -221,7 +236,7 @@ def _summary(result, console) -> None:
         first, last = tenth_means([r.get(key) for r in history])
         if first is not None:
             label = key if key == "reward" else key[len("rewards/"):-len("/mean")]
-            table.add_row(label, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
+            table.add_row(escape(label), f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
     console.print(table)
     phases = Table("phase", "total s", "per step s", box=None, pad_edge=False, title="time")
     for phase in ("generate", "verify", "replay", "update", "eval", "step"):
@@ -235,7 +250,50 @@ def _summary(result, console) -> None:
                       "every advantage was 0 and nothing was learned (frac_reward_zero_std = 1). "
                       "Rewards need spread within a group: a stronger starting policy, more "
                       "--num-generations, or a higher --temperature.", highlight=False)
-    console.print(f"run directory: {result.run_dir}", highlight=False)
+    console.print(f"run directory: {result.run_dir}", highlight=False, markup=False)
+
+
+def refuse_two_spellings(params: list, args: list[str]) -> None:
+    """Two spellings of one setting on the command line (`--lr 0.1 --learning_rate 0.2`,
+    `--max_steps 1 --steps 3`, `--num_generations 2 --num-generations 4`, `--lora --no-lora`)
+    are refused, as two such keys in a --config file are, instead of silently keeping the last.
+    Repeatable flags (-o, --reward-weight, --report-to...) and one spelling repeated are not."""
+    from mrtpo.harness.trl_names import normalize_flag
+
+    def norm(opt: str) -> str:
+        return "--" + normalize_flag(opt[2:]) if opt.startswith("--") else opt
+
+    options = {norm(o): p for p in params if getattr(p, "param_type_name", "") == "option"
+               for o in p.opts + p.secondary_opts}
+    seen: dict[str, str] = {}  # setting -> the spelling that gave it first
+    tokens = iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        name, eq, _ = token.partition("=")
+        param = options.get(norm(name)) if name.startswith("--") else None
+        if param is None:
+            continue
+        if not param.is_flag and not eq:
+            next(tokens, None)  # its value, which may look like a flag
+        if param.multiple:
+            continue
+        first = seen.setdefault(param.name, name)
+        if first != name:
+            raise typer.BadParameter(f"{first} and {name} name the same setting; give it once",
+                                     param_hint=param.opts[0])
+
+
+def _command_class():
+    """typer's command class for `mrtpo train`, refusing two spellings of one setting."""
+    from typer.core import TyperCommand
+
+    class TrainCommand(TyperCommand):
+        def parse_args(self, ctx, args):
+            refuse_two_spellings(self.get_params(ctx), list(args))
+            return super().parse_args(ctx, args)
+
+    return TrainCommand
 
 
 def register(app: typer.Typer) -> None:
@@ -243,4 +301,5 @@ def register(app: typer.Typer) -> None:
 
     run.__signature__ = inspect.Signature(_options())
     # TRL's names (--learning_rate, --max_steps, ...) and underscore spellings, not listed
-    app.command("train", help=run.__doc__, context_settings={"token_normalize_func": normalize_flag})(run)
+    app.command("train", help=run.__doc__, cls=_command_class(),
+                context_settings={"token_normalize_func": normalize_flag})(run)

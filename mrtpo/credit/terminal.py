@@ -149,10 +149,10 @@ def render(console: Console, records: Sequence[CreditRecord], *, summary_of: Seq
            task: str | None = None, model: str | None = None, heading: str = "", note: str = "") -> None:
     """Print every record (one line per reward), then the summary table of `summary_of`
     (default: the same records)."""
-    if heading:
-        console.print(heading, style="bold", highlight=False)
+    if heading:  # model paths and task names: printed as they are, not read as markup
+        console.print(heading, style="bold", highlight=False, markup=False)
     if note:
-        console.print(note, style="yellow", highlight=False)
+        console.print(note, style="yellow", highlight=False, markup=False)
     for rec in records:
         console.print(Rule(rec.label(), align="left", style="dim"))
         console.print(record_table(rec))

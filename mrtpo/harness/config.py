@@ -5,17 +5,31 @@ text, so the two cannot drift. Values come from a YAML file (`--config`) overrid
 flags a user actually typed; `resolve` merges them, and on `--resume` starts from the run's
 saved `config.yaml` so a resumed run trains exactly as it began. Invalid values and
 combinations raise `ConfigError` with a message that says what to do.
+
+Every value is checked once, whichever way it came (flag, YAML, TRL alias, Python): `typed`
+converts it to the field's declared type or names the setting (and the file and key), and
+`validate` checks ranges, all before a model loads. Numbers must be finite and within float32
+(the tensors they enter); numeric text such as YAML 1.1's `1e-5` is read as the number it is,
+as YAML 1.2 and TRL's parser read it.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
+INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch and the OS
+SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
+FLOAT32_MAX = 3.4028234663852886e38  # settings enter float32 tensor math: beyond this they are inf
+MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) overflows far above
+# weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
+# this large is a typo, and a much larger one turns advantages and logged rewards into inf
+MAX_REWARD_WEIGHT = 1e6
 
 
 class ConfigError(ValueError):
@@ -95,6 +109,13 @@ class TrainConfig:
     report_to: list[str] = opt(["none"], "Experiment trackers, as TRL's report_to: none, tensorboard, wandb, trackio or all; each gets metrics.jsonl's records.")
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Convert every value to its declared type (`typed`), then `validate()`: run on
+        construction, and again by `train`, so a field set after construction is checked too."""
+        for name in FIELDS:  # each value as its declared type first, so validate() compares numbers
+            setattr(self, name, typed(name, getattr(self, name), _label(name)))
         self.validate()
 
     # ------------------------------------------------------------------------------------------
@@ -118,7 +139,19 @@ class TrainConfig:
         need(self.epsilon_high is None or self.epsilon_high > 0, f"--epsilon-high must be > 0, got {self.epsilon_high}")
         need(self.beta >= 0, f"--beta must be >= 0, got {self.beta}")
         need(self.num_iterations >= 1, f"--num-iterations must be >= 1, got {self.num_iterations}")
-        need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
+        need(0 < self.lr <= 1, f"--lr must be > 0 and at most 1 (AdamW moves each weight by about "
+             f"the learning rate per step), got {self.lr}")
+        need(0 <= self.weight_decay <= 1, f"--weight-decay must be in [0, 1] (AdamW scales each weight "
+             f"by 1 - lr * weight_decay per step), got {self.weight_decay}")
+        need(self.lora_alpha > 0, f"--lora-alpha must be > 0, got {self.lora_alpha}")
+        need(0 <= self.seed <= SEED_MAX, f"--seed must be a whole number from 0 to {SEED_MAX} "
+             f"(what numpy, torch and python all take), got {self.seed}")
+        for name, w in self.reward_weights.items():
+            need(abs(w) <= MAX_REWARD_WEIGHT, f"--reward-weight {name}={w:g}: a weight must be between "
+                 f"-{MAX_REWARD_WEIGHT:g} and {MAX_REWARD_WEIGHT:g} (weights are relative)")
+        for name in _INT_FIELDS:
+            need(getattr(self, name) <= INT_MAX,
+                 f"{_flag(name)} must be at most {INT_MAX}, got {getattr(self, name)}")
         need(self.grad_accum >= 1, f"--grad-accum must be >= 1, got {self.grad_accum}")
         n = self.batch_prompts * self.num_generations
         need(self.grad_accum <= n,
@@ -132,7 +165,9 @@ class TrainConfig:
         for name in ("save_every", "save_total_limit", "log_completions_every", "eval_every",
                      "warmup_steps", "verify_workers", "eval_size"):
             need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
-        need(self.verify_timeout > 0, f"--verify-timeout must be > 0 seconds, got {self.verify_timeout}")
+        need(0 < self.verify_timeout <= MAX_VERIFY_TIMEOUT_S,
+             f"--verify-timeout must be > 0 and at most {MAX_VERIFY_TIMEOUT_S:g} seconds (a day), "
+             f"got {self.verify_timeout}")
         from mrtpo.harness.trackers import check_installed, parse_report_to
 
         check_installed(parse_report_to(self.report_to))  # unknown or absent: ConfigError now
@@ -185,6 +220,89 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+#: how a setting is named in messages about its value when it did not come from a file
+_LABELS = {"task_args": "-o/--task-option", "reward_weights": "--reward-weight"}
+_INT_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if f.type in (int, "int") and f.name != "seed"]
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name, _flag(name))
+
+
+@functools.lru_cache(maxsize=1)
+def _hints() -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(TrainConfig)
+
+
+def typed(name: str, value: Any, label: str) -> Any:
+    """`value` converted to setting `name`'s declared type, or ConfigError naming `label` (the
+    flag, or the file and key it came from). The one check of every value, whether it comes
+    from a flag, a YAML file, a TRL alias or the Python API.
+
+    Conversions are the ones task options get (mrtpo.tasks.options.fit_value), so nothing is
+    lost: numeric text for a number (YAML 1.1 reads `1e-5` as text; YAML 1.2 and TRL's parser
+    read it as the float it is), a whole float for a whole number (2.0, never 2.7), a number
+    for text. Floats must be finite. A name list (`lora_target_modules`, `report_to`) given as
+    one text is that name, or the comma-separated names, as the flag reads it. Ranges are
+    validate()'s."""
+    import typing
+
+    from mrtpo.tasks.options import describe_type, fit_value, not_finite
+
+    hint = _hints()[name]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return value  # validate() names the choices
+    if origin is list:
+        return _names(value, label)
+    if origin is dict:
+        return _mapping(name, value, args[1], label)
+    if isinstance(value, str) and (hint is str or str in args):
+        return value  # text as given: `--run-name none` names a run "none"
+    ok, out = fit_value(value, hint)
+    if not ok:
+        what = "a finite number" if not_finite(value) else describe_type(hint)
+        raise ConfigError(f"{label}: expected {what}, got {value!r}")
+    if isinstance(out, float) and abs(out) > FLOAT32_MAX:
+        raise ConfigError(f"{label}: {out:g} is beyond what float32 holds (+-{FLOAT32_MAX:.1e}), so "
+                          "the tensors it enters would hold inf; give a moderate number")
+    return out
+
+
+def _names(value: Any, label: str) -> list[str]:
+    """A list of names: 'q_proj' -> ['q_proj'], 'q_proj,v_proj' -> both, a list of texts as it
+    is, nothing (an empty YAML key) none; validate() says which lists may not be empty."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"{label}: expected a name or a list of names, e.g. [q_proj, v_proj], got {value!r}")
+
+
+def _mapping(name: str, value: Any, value_hint: Any, label: str) -> dict[str, Any]:
+    """A {name: value} setting (task_args, reward_weights): names are texts, values of `value_hint`."""
+    from mrtpo.tasks.options import fit_value, not_finite
+
+    example = "{format: 1.0, correct: 2.0}" if name == "reward_weights" else "{think: true}"
+    if value is None:  # an empty YAML key (`task_args:` with every entry commented out)
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{label}: expected a mapping of name: value, e.g. {example}, got {value!r}")
+    out = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{label}: {key!r} is not a name; write {example}")
+        ok, out[key] = fit_value(v, value_hint)
+        if not ok:
+            what = "a finite number" if not_finite(v) else "a number"
+            raise ConfigError(f"{label} {key}={v!r}: expected {what} as the weight")
+    return out
+
+
 def _choices() -> dict[str, tuple]:
     import typing
 
@@ -201,15 +319,27 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"--config {p}: no such file")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = yaml.safe_load(p.read_bytes().decode("utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {p}: not UTF-8 text ({exc}); save it as UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"--config {p}: cannot read it: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config {p}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
-    from mrtpo.harness.trl_names import apply_aliases  # TRL's names: learning_rate, max_steps...
+    from mrtpo.harness.trl_names import TRL_ALIASES, apply_aliases  # TRL's names: learning_rate...
 
-    keys = {str(k).replace("-", "_"): v for k, v in raw.items()}
-    return check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
+    keys: dict[str, Any] = {}
+    written: dict[str, str] = {}  # key with '_' -> as the file spells it
+    for k, v in raw.items():
+        key = str(k).replace("-", "_")
+        if key in keys:  # num-generations and num_generations: one setting twice
+            raise ConfigError(f"--config {p}: {written[key]!r} and {str(k)!r} name the same setting; keep one")
+        keys[key], written[key] = v, str(k)
+    spelt = {TRL_ALIASES.get(k, k): written[k] for k in keys}  # field -> the key as written
+    values = check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
+    return {k: typed(k, v, f"--config {p}: {spelt.get(k, k)}") for k, v in values.items()}
 
 
 def check_keys(values: dict[str, Any], where: str) -> dict[str, Any]:
@@ -249,6 +379,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
     difference is refused so a resumed run cannot silently train differently.
     """
     values: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    from_file = set(values) - set(overrides or {})  # what the file sets and no flag overrides
     values.update(check_keys(dict(overrides or {}), where="flags"))
     if not values.get("resume"):  # no --model: the built-in policy, with the settings it trains with
         from mrtpo.models.default import with_train_defaults
@@ -273,4 +404,17 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
         return merged
     if not values.get("output_dir"):
         values["output_dir"] = str(RUNS_ROOT / (values.get("run_name") or default_run_name(values)))
-    return build(values, where="flags")
+    try:
+        return build(values, where="flags")
+    except ConfigError as exc:
+        raise _naming_the_file(exc, from_file, config_file) from exc
+
+
+def _naming_the_file(exc: ConfigError, from_file: set[str], config_file) -> ConfigError:
+    """A range error (validate's, which names the flag) about a setting the --config file
+    gave, with the file and the key named too; other errors as they are."""
+    msg = str(exc)
+    for name in sorted(from_file):
+        if msg.startswith((_flag(name) + " ", _label(name) + " ")):
+            return ConfigError(f"--config {config_file}: {name}: {msg}")
+    return exc

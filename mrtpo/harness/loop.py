@@ -17,6 +17,7 @@ prompts, scores are gathered so credit is the whole batch's, gradients are avera
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -31,17 +32,19 @@ from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distances import blocks_for, replay_distances
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
-                                   reward_metrics, tokens_seen)
+                                   reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
 from mrtpo.harness.policy import check_model_arg, load_policy
 from mrtpo.harness.rollout import sample
 from mrtpo.harness.runfiles import check_run_dir
 from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.trackers import Trackers, parse_report_to
-from mrtpo.harness.update import update
+from mrtpo.harness.update import NonFiniteError, update
 from mrtpo.models.default import resolve_model
 from mrtpo.models.trained import portable_name
 from mrtpo.tasks import get_task
+
+logger = logging.getLogger(__name__)  # (`log` names a JsonlLog in _train)
 
 
 @dataclass
@@ -58,6 +61,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
 
     The run directory is locked for the whole run (mrtpo.harness.runlock): a second run
     started in it is refused, naming this one."""
+    cfg.check()  # a field changed since construction (cfg.lr = ...) is checked before anything loads
     check_model_arg(cfg.model)
     with RunLock(cfg.run_dir) if is_main_process() else contextlib.nullcontext():
         return _train(cfg, on_step, on_start)
@@ -98,6 +102,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
     history = metrics_log.read()
     trackers = Trackers(parse_report_to(cfg.report_to) if dist.is_main else [], run_dir, cfg.to_dict())
     G = cfg.num_generations
+    warned: set[str] = set()  # rewards whose timeouts were already said on the console
     if on_start is not None and dist.is_main:
         on_start(start)
 
@@ -138,7 +143,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
                 group["lr"] = lr
             loss_mask = mask * (1.0 - torch.tensor(rollout.truncated, dtype=mask.dtype)).unsqueeze(-1) \
                 if cfg.mask_truncated_completions else None  # [N, T]
-            with timer("update"):
+            with timer("update"), _stop_if_not_finite(cfg, step):
                 stats = update(policy, optimizer, rollout.batch(policy.pad_id, policy.device), advantages,
                                temperature=cfg.temperature, loss_type=cfg.loss_type,
                                epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
@@ -148,6 +153,7 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
 
             record: dict[str, Any] = {"step": step, "epoch": step * cfg.batch_prompts / len(train_set)}
             record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))
+            record.update(timeout_metrics(batch_scored))
             record.update(completion_metrics(dist.gather_objects([len(r) for r in rollout.response_ids]),
                                              dist.gather_objects(rollout.truncated)))
             record["num_tokens"] = tokens_seen(_tokens_so_far(history, metrics_log.path),
@@ -176,6 +182,8 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
             record = clean(record)
             history.append(record)
             if dist.is_main:
+                for line in timeout_warnings(record, warned):  # a reward that keeps timing out
+                    logger.warning(line)
                 metrics_log.write([record])
                 trackers.log(record)  # --report-to: the same record
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
@@ -192,6 +200,22 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
 
 
 # ------------------------------------------------------------------------------ helpers
+@contextlib.contextmanager
+def _stop_if_not_finite(cfg: TrainConfig, step: int):
+    """A NonFiniteError from the update, re-raised with the step and what to change. It leaves
+    the loop before this step logs or checkpoints anything: the run directory keeps only the
+    steps before it, which trained on finite numbers."""
+    try:
+        yield
+    except NonFiniteError as exc:
+        raise NonFiniteError(
+            f"step {step}: {exc}, so the run stopped; nothing of this step was saved (checkpoints "
+            f"of earlier steps are kept). Training diverged: lower --lr (now {cfg.lr:g}), "
+            f"--lora-alpha (now {cfg.lora_alpha:g}) or --beta (now {cfg.beta:g}), keep "
+            f"--max-grad-norm on (now {cfg.max_grad_norm:g}), and check that --reward-weight and "
+            "the rewards' scores are moderate numbers; then start a new run.") from exc
+
+
 def prepare_run_dir(cfg: TrainConfig) -> Path:
     """Create (or, with --resume, reopen) the run directory and save the resolved config.
 

@@ -6,6 +6,9 @@ Names (one `metrics.jsonl` line per step):
   whose summed reward has std 0 (their advantage is 0: nothing to learn from them).
 - `rewards/<name>/mean`, `rewards/<name>/std` (over the rows where the reward applies) and
   `rewards/<name>/frac_zero_std` (share of its groups with no spread: GDPO gives them 0).
+- `rewards/<name>/timeout_frac`: share of the rows where the reward applies whose verifier ran
+  out of time (scored the floor, "timed out" in the feedback; mrtpo.harness.scoring.timed_out);
+  the trainer also says so on the console when it reaches TIMEOUT_WARN_FRAC.
 - `completions/mean_length|min_length|max_length|clipped_ratio` (clipped = truncated) and
   `completions/mean|min|max_terminated_length` (over the completions that ended with a stop
   token; 0 when none did, as TRL logs it).
@@ -70,6 +73,40 @@ def reward_metrics(scores: torch.Tensor, names: list[str], weights: torch.Tensor
                 out[f"{prefix}rewards/{name}/frac_zero_std"] = float(
                     torch.isclose(gstd, torch.zeros_like(gstd)).float().mean())
     return out
+
+
+TIMEOUT_WARN_FRAC = 0.5  # a reward timing out on this share of a step's completions is said
+
+
+def timeout_metrics(scored, prefix: str = "") -> dict[str, float]:
+    """`rewards/<name>/timeout_frac` for every reward column of `scored` (mrtpo.harness.scoring.Scored):
+    the share of the rows where the reward applies whose verdict says it timed out."""
+    from mrtpo.harness.scoring import timed_out
+
+    seen = {name: 0 for name in scored.names}
+    late = dict(seen)
+    for names, verdicts in zip(scored.row_names, scored.verdicts):
+        for name, verdict in zip(names, verdicts):
+            seen[name] += 1
+            late[name] += timed_out(verdict)
+    return {f"{prefix}rewards/{name}/timeout_frac": late[name] / seen[name] for name in scored.names if seen[name]}
+
+
+def timeout_warnings(record: dict[str, Any], already: set[str]) -> list[str]:
+    """A line for each reward whose `timeout_frac` in this step's `record` is at least
+    TIMEOUT_WARN_FRAC, once per reward (names in `already` are skipped and then added)."""
+    lines = []
+    for key, frac in record.items():
+        if not (key.startswith("rewards/") and key.endswith("/timeout_frac")) or frac is None:
+            continue
+        name = key[len("rewards/"):-len("/timeout_frac")]
+        if frac >= TIMEOUT_WARN_FRAC and name not in already:
+            already.add(name)
+            lines.append(f"step {record['step']}: reward {name!r} timed out on {frac:.0%} of the "
+                         f"completions, which score its floor ({key} in metrics.jsonl follows it). "
+                         "Its verifier is too slow for its time limit: raise --verify-timeout or the "
+                         "task's own limit (e.g. -o timeout=...), or make the verifier faster.")
+    return lines
 
 
 def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = "") -> dict[str, float]:

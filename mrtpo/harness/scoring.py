@@ -35,6 +35,22 @@ class RewardError(RuntimeError):
     """A reward function broke its contract; the message names it."""
 
 
+#: the feedback of a reward that ran past the scorer's deadline (`Scorer.score` writes it)
+TIMEOUT_FEEDBACK = "timed out after {timeout:g} s"
+
+
+def timed_out(verdict: Verdict) -> bool:
+    """Whether `verdict` says its reward ran out of time: the scorer's per-job deadline, or a
+    verifier's own (an SQL query past its limit, mrtpo.verifiers.sql.TIMEOUT_ERROR, which
+    text2sql's `executes` quotes after "SQLite error: "). Counted by the
+    `rewards/<name>/timeout_frac` metric."""
+    from mrtpo.verifiers.sql import TIMEOUT_ERROR
+
+    text = verdict.feedback or ""
+    return (text.startswith(TIMEOUT_FEEDBACK.split("{")[0])
+            or TIMEOUT_ERROR.split("{")[0] in text)
+
+
 @dataclass
 class Scored:
     names: list[str]  # K reward columns
@@ -164,7 +180,7 @@ class Scorer:
                                   f"{responses[i][:80]!r}; verify must never raise on model "
                                   f"output (score the floor and say why): {value}")
             if status == "timeout":
-                value = Verdict(float(reward.floor), f"timed out after {self.timeout:g} s")
+                value = Verdict(float(reward.floor), TIMEOUT_FEEDBACK.format(timeout=self.timeout))
             verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i])
         return self._table(rewards, verdicts, seconds)
 

@@ -7,13 +7,42 @@ so the ratio starts at exactly 1); with `num_iterations > 1` later passes reuse 
 clip starts to bite. The KL reference log-probs are computed once, without gradients.
 Every pass encodes each distinct prompt of a micro-batch once (loss.shared_prompt_logits):
 the G completions of a prompt share its keys and values.
+
+A pass whose loss or gradient norm is not finite raises `NonFiniteError` before the optimizer
+steps, and so does a step that leaves a weight non-finite (an update too large for the weights):
+the weights are never saved that way (the loop checkpoints only after `update` returns).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from mrtpo.harness.loss import policy_loss, token_logps
 from mrtpo.harness.rollout import Batch
+
+
+class NonFiniteError(RuntimeError):
+    """A training step's loss, gradient or updated weights are not finite numbers; the message
+    says which (the training loop adds the step and what to change)."""
+
+
+def _all_finite(tensors) -> bool:
+    """Whether every element of every tensor is finite (one device sync, not one per tensor)."""
+    flags = [torch.isfinite(t.detach()).all() for t in tensors]
+    return bool(torch.stack([f.to(flags[0].device) for f in flags]).all()) if flags else True
+
+
+def check_finite(loss: float, grad_norm: float, dist=None) -> None:
+    """Raise NonFiniteError when a pass's loss or gradient norm is nan or infinite. Under
+    data parallelism every process agrees (the loss is per process, the norm is not), so all
+    of them stop together instead of one waiting for the others in a collective."""
+    bad = [f"{what} is {v}" for what, v in (("the loss", loss), ("the gradient norm", grad_norm))
+           if not math.isfinite(v)]
+    if dist is not None and dist.sum(float(bool(bad))) > 0 and not bad:
+        bad = ["the loss or the gradient norm of another process is not finite"]
+    if bad:
+        raise NonFiniteError(" and ".join(bad))
 
 
 def micro_batches(n: int, parts: int) -> list[slice]:
@@ -65,6 +94,7 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
         low_min, high_max = [], []
+        pass_loss = 0.0
         for mb in micro_batches(n, grad_accum):
             b = batch.rows(mb)
             logp, entropy = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
@@ -77,7 +107,7 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
                 beta=beta, epsilon=epsilon, epsilon_high=epsilon_high, loss_type=loss_type,
                 num_sequences=n, num_tokens=num_tokens, max_completion_length=max_completion_length)
             loss.backward()
-            sums["loss"] += float(loss.detach())
+            pass_loss += float(loss.detach())
             for key in ("tokens", "clip_low", "clip_high", "kl"):
                 sums[key] += getattr(parts, key)
             low_min.append(parts.clip_low_min)
@@ -86,8 +116,13 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
         if dist is not None:
             dist.average_gradients(params)  # every process steps with the whole batch's gradient
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+        check_finite(pass_loss, float(norm), dist)  # before the step: the weights are still sound
+        sums["loss"] += pass_loss
         sums["grad_norm"] += float(norm)
         optimizer.step()
+        if not _all_finite(params):  # finite gradients, but a step (lr, alpha) too large for them
+            raise NonFiniteError(f"the optimizer step made weights non-finite (from finite loss {pass_loss} "
+                                 f"and gradient norm {float(norm)})")
     optimizer.zero_grad(set_to_none=True)
     if dist is not None:  # whole-batch statistics: counts add up, per-process losses average
         sums = {k: dist.sum(v) / (dist.world_size if k in ("loss", "entropy", "grad_norm") else 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections.abc as cabc
 import difflib
 import inspect
+import math
 import types
 import typing
 from pathlib import Path
@@ -65,16 +66,18 @@ def check_options(name: str, factory: Callable, options: dict[str, Any]) -> dict
             raise TaskOptionError(f"task {name!r} has no option {key!r}.{hint} Its options: "
                                   f"{', '.join(params) or 'none'}")
         hint = hints.get(key, Any)
-        ok, converted = _fit(value, hint)
+        ok, converted = fit_value(value, hint)
         if not ok:
+            what = "a finite number" if not_finite(value) else describe_type(hint)
             raise TaskOptionError(f"task {name!r}, option {key}={value!r}: expected "
-                                  f"{_describe(hint)}, e.g. -o {key}={_example(hint, params[key])}")
+                                  f"{what}, e.g. -o {key}={_example(hint, params[key])}")
         out[key] = converted
     return out
 
 
-def _fit(value: Any, hint: Any) -> tuple[bool, Any]:
-    """(fits, converted value) for `value` against the annotation `hint`."""
+def fit_value(value: Any, hint: Any) -> tuple[bool, Any]:
+    """(fits, converted value) for `value` against the annotation `hint`; also used for
+    `mrtpo train`'s own settings (mrtpo.harness.config), so both read values alike."""
     if hint is Any or hint is inspect.Parameter.empty:
         return True, value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -83,7 +86,7 @@ def _fit(value: Any, hint: Any) -> tuple[bool, Any]:
             if type(None) in args:
                 return True, None
         for member in (a for a in args if a is not type(None)):
-            ok, v = _fit(value, member)
+            ok, v = fit_value(value, member)
             if ok:
                 return True, v
         return False, value
@@ -112,7 +115,9 @@ def _fit(value: Any, hint: Any) -> tuple[bool, Any]:
 
 
 def _number(value: Any, kind: type) -> tuple[bool, Any]:
-    """An int or float option: numbers (whole floats for an int) and numeric text fit; bools do not."""
+    """An int or float option: numbers (whole floats for an int) and numeric text fit; bools do
+    not, nor does a float that is not finite (nan, .inf): no option means anything by them, and
+    code that turns seconds into milliseconds or counts fails on them with an opaque error."""
     if isinstance(value, bool):
         return False, value
     if isinstance(value, str):
@@ -124,13 +129,25 @@ def _number(value: Any, kind: type) -> tuple[bool, Any]:
         value = int(value)
     if kind is float and isinstance(value, int):
         value = float(value)
+    if kind is float and isinstance(value, float) and not math.isfinite(value):
+        return False, value
     return isinstance(value, kind), value
 
 
-def _describe(hint: Any) -> str:
+def not_finite(value: Any) -> bool:
+    """Whether `value` is a float, or a numeric text, that is nan or infinite."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def describe_type(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (Union, types.UnionType):
-        parts = [_describe(a) for a in args if a is not type(None)]
+        parts = [describe_type(a) for a in args if a is not type(None)]
         text = " or ".join(dict.fromkeys(parts))
         return text + (" or none" if type(None) in args else "")
     if origin is Literal:

@@ -47,6 +47,10 @@ _CACHE_SIZE = 4096  # results kept in the execution cache
 CACHE_BYTES = 64_000_000  # bytes of results the execution cache holds
 CACHE_ENTRY_BYTES = 4_000_000  # larger results are not kept
 TIMEOUT_TTL_S = 60.0  # how long a timed-out query's result is reused
+# the longest `timeout` a query may have: a day is more than any query needs, and the worker
+# pool's hard deadline (timeout * 1.5, in milliseconds for poll) must fit in a C int
+MAX_TIMEOUT_S = 86400.0
+MAX_WORKERS = 64  # query processes: more only contend for the CPUs (one starts per query in flight)
 
 
 class _ExecCache:
@@ -130,10 +134,14 @@ class Text2SQLTask(Task):
             raise ValueError(f"mode={mode!r}: use one of {', '.join(MODES)}, or None for the dataset's own")
         if not isinstance(sample_rows, int) or sample_rows < 0:
             raise ValueError(f"sample_rows={sample_rows!r}: give a whole number >= 0")
-        if not timeout > 0:
-            raise ValueError(f"timeout={timeout!r}: give a positive number of seconds")
+        if not 0 < timeout <= MAX_TIMEOUT_S:
+            raise ValueError(f"timeout={timeout!r}: give a positive number of seconds, at most "
+                             f"{MAX_TIMEOUT_S:g} (a day)")
         if not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows={max_rows!r}: give a whole number >= 1")
+        if workers is not None and not (isinstance(workers, int) and 0 <= workers <= MAX_WORKERS):
+            raise ValueError(f"workers={workers!r}: give a whole number from 0 (in this process) to "
+                             f"{MAX_WORKERS}, or none for min(4, CPUs)")
         self.mode = mode
         self.format = CodeBlockFormat("sql", think=think)
         self.weights = _weights(weights)
