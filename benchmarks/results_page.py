@@ -8,7 +8,7 @@ change a figure, change or add its JSON file and rerun this script.
 
 Which section a file belongs to comes from its `schema` field, else from its name:
 `probe-*` (mrtpo.probe/1, what `mrtpo probe --json` writes), `learning-*` and
-`span-placement-*` (benchmarks/learning.py's and span_placement.py's `--json`),
+`span-placement-*` (benchmarks/learning/learning.py's and span_placement.py's `--json`),
 `block-reading*`, `context-sensitivity*`, `probe-variants`, and `mrtpo.table/1` files
 (figures moved from prose into data: a title, a command, columns and rows). A file of no
 known kind is listed under "Other result files", never dropped. The model a table is for
@@ -210,7 +210,7 @@ def render_block_reading(name: str, data: dict) -> str:
     rows.append(["copy gain"] + [x for r in results for x in (signed(r.get("copy_gain")), "")])
     raw = model_field(data)
     tasks = ",".join(r["task"] for r in results)
-    command = data.get("command") or f"python benchmarks/block_reading.py --tasks {tasks}{model_flag(raw)}"
+    command = data.get("command") or f"python benchmarks/experiments/block_reading.py --tasks {tasks}{model_flag(raw)}"
     return block(f"block reading, {model_label(raw)}", command, name, table(columns, rows))
 
 
@@ -221,7 +221,7 @@ def render_context_sensitivity(name: str, data: dict) -> str:
     columns = [f"context (toolcall references, {data.get('value_edits', '?')} argument values)",
                "JS to P_all at the value's first token, mean", "median", "mean over the response"]
     raw = model_field(data)
-    command = data.get("command") or f"python benchmarks/context_sensitivity.py{model_flag(raw)}"
+    command = data.get("command") or f"python benchmarks/experiments/context_sensitivity.py{model_flag(raw)}"
     return block(f"context sensitivity, {model_label(raw)}", command, name, table(columns, rows))
 
 
@@ -231,7 +231,7 @@ def _reward_order(rows: list[dict]) -> list[str]:
 
 
 def render_learning(name: str, data: dict, results_dir: Path = RESULTS) -> str:
-    """benchmarks/learning.py: per reward and method, the seed mean over the first -> last tenth."""
+    """benchmarks/learning/learning.py: per reward and method, the seed mean over the first -> last tenth."""
     rows = data.get("rows") or []
     task = task_of(data) or "?"
     methods = list(dict.fromkeys(r["method"] for r in rows))
@@ -242,7 +242,7 @@ def render_learning(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     if seconds:
         body.append(["seconds per run"] + [num(seconds.get(m), 0) for m in methods])
     raw = model_field(data)
-    command = data.get("command") or f"python benchmarks/learning.py --tasks {task}{model_flag(raw)}"
+    command = data.get("command") or f"python benchmarks/learning/learning.py --tasks {task}{model_flag(raw)}"
     seeds = data.get("seeds")
     title = f"{task}, {model_label(raw)}" + (f", {len(seeds)} seeds" if isinstance(seeds, list) else "")
     notes = [data["note"]] if data.get("note") else []
@@ -261,7 +261,7 @@ def _mean_se(values: list[float]) -> str:
 
 
 def render_span_placement(name: str, data: dict) -> str:
-    """benchmarks/span_placement.py: change from the first to the last tenth per method, and
+    """benchmarks/experiments/span_placement.py: change from the first to the last tenth per method, and
     each method's change minus GDPO's, paired by seed."""
     rows = data.get("rows") or []
     task = task_of(data) or "?"
@@ -283,7 +283,7 @@ def render_span_placement(name: str, data: dict) -> str:
     columns = ["reward"] + methods + [f"{m} minus gdpo, paired by seed" for m in paired]
     raw = model_field(data)
     seeds = data.get("seeds") or []
-    command = data.get("command") or (f"python benchmarks/span_placement.py --seeds {','.join(map(str, seeds))}"
+    command = data.get("command") or (f"python benchmarks/experiments/span_placement.py --seeds {','.join(map(str, seeds))}"
                                       f"{model_flag(raw)}")
     title = f"{task}, {model_label(raw)}, {len(seeds)} seeds, change first -> last tenth"
     return block(title, command, name, table(columns, body), [data["note"]] if data.get("note") else [])

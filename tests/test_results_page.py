@@ -56,7 +56,7 @@ def test_every_table_names_its_command_and_its_file(page):
 
 def test_a_second_models_results_get_their_own_tables(page, tmp_path):
     """Files for another policy with the schema of the existing ones (as `mrtpo probe --json` and
-    benchmarks/learning.py write them) sit beside the mrtpo-tiny tables, named by their model."""
+    benchmarks/learning/learning.py write them) sit beside the mrtpo-tiny tables, named by their model."""
     results = tmp_path / "results"
     shutil.copytree(benchmark_module.BENCHMARKS / "results", results)
     model = "smollm2-135m (/root/.cache/mrtpo/models/smollm2-135m-0123456789ab)"
@@ -74,7 +74,7 @@ def test_a_second_models_results_get_their_own_tables(page, tmp_path):
     assert "command: `mrtpo probe toolcall --model smollm2-135m`" in text
     assert "| argument value (`correct`) | 34 | 3.30 | 3.09 (schema) | **3.21** |" in text
     assert "**toolcall, mrtpo-tiny-f28af8686579, 35 examples**" in text  # the default policy's stays
-    assert "command: `python benchmarks/learning.py --tasks toolcall --model smollm2-135m`" in text
+    assert "command: `python benchmarks/learning/learning.py --tasks toolcall --model smollm2-135m`" in text
     # the default policy's tables come first, the other model's after them, in the same section
     probe_section = text[text.index("## Where credit lands"):text.index("## Warm-start variants")]
     assert probe_section.index("mrtpo-tiny-f28af8686579, 35") < probe_section.index("smollm2-135m-0123456789ab")
