@@ -1,4 +1,4 @@
-"""benchmarks/block_reading.py on a tiny random model: it finds a counterfactual for every
+"""benchmarks/experiments/block_reading.py on a tiny random model: it finds a counterfactual for every
 bundled toolcall and text2sql example with a reference block and reads probabilities.
 
 The figures themselves are measured, not asserted; this checks that the script's plumbing

@@ -11,7 +11,7 @@ Each is parsed, not run, by the parser that would read it:
 - `python -m mrtpo.integrations.trl` / `-m mrtpo.integrations.trl` under a launcher: TRL's
   `TrlParser` over the launcher's dataclasses (argparse level: flags, values and types; the
   dataclasses' GPU checks, e.g. bf16 on a CPU-only machine, are the machine's, not the command's);
-- `python benchmarks/learning.py ...`: the benchmark's argparse parser; `tensorboard ...`: its own.
+- `python benchmarks/learning/learning.py ...`: the benchmark's argparse parser; `tensorboard ...`: its own.
 Setup commands (pip, venv, pytest, `.`) are recognised and skipped; any other command fails
 the test, so a new kind of command in the README gets a parser here.
 """
@@ -148,7 +148,7 @@ def parse(command: str) -> str:
         program = pytest.importorskip("tensorboard.program")
         program.TensorBoard().configure(argv=words)  # its own argparse; exits on a bad flag
         return "tensorboard"
-    if len(words) >= 2 and words[0] == "python" and re.fullmatch(r"benchmarks/\w+\.py", words[1]):
+    if len(words) >= 2 and words[0] == "python" and re.fullmatch(r"benchmarks/(\w+/)*\w+\.py", words[1]):
         import importlib.util
 
         path = README.parent / words[1]

@@ -1,4 +1,4 @@
-"""benchmarks/replay_sharing.py: its switches turn each kind of sharing off and the replay's
+"""benchmarks/speed/replay_sharing.py: its switches turn each kind of sharing off and the replay's
 distances stay the same (the times it prints are measured, not asserted)."""
 from __future__ import annotations
 

@@ -187,7 +187,7 @@ def test_concurrent_cli_runs_one_refused(tiny_qwen2_dir, tmp_path):
 
 
 def test_learning_benchmark_takes_the_same_lock(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "learning"))
     try:
         import learning
     finally:

@@ -1,4 +1,4 @@
-"""benchmarks/span_placement.py: the spans it puts each toolcall reward's credit on.
+"""benchmarks/experiments/span_placement.py: the spans it puts each toolcall reward's credit on.
 
 The learning figures are measured, not asserted; this checks the spans (they cut every
 bundled reference into format / schema / correct pieces that are the parsed calls' names,

@@ -17,7 +17,7 @@ from P0 gives the three contexts about the same figures. The last line is the "c
 p(wrong token | counterfactual) - p(wrong token | P_all), 0 for a model that ignores the block,
 near 1 for one that copies it. Nothing is asserted; `--json PATH` writes the figures.
 
-    python benchmarks/block_reading.py [--tasks toolcall,text2sql] [--model mrtpo-tiny]
+    python benchmarks/experiments/block_reading.py [--tasks toolcall,text2sql] [--model mrtpo-tiny]
         [--json PATH] [--threads N] [--seed 0]
 """
 from __future__ import annotations

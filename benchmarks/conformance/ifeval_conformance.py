@@ -1,6 +1,6 @@
 """Print the instruction-following checkers' conformance figures (nothing is asserted here).
 
-    python benchmarks/ifeval_conformance.py [--shared ../shared]
+    python benchmarks/conformance/ifeval_conformance.py [--shared ../shared]
 
 IFEval: per-instruction agreement with the official strict/loose results on GPT-4's responses
 (prompts 1122 and 1129 excluded, where the official code draws a random letter) and the four
@@ -58,7 +58,7 @@ def ifbench(path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
     args = parser.parse_args()
     data = args.shared / "data"
     if not data.is_dir():

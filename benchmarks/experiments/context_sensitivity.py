@@ -17,7 +17,7 @@ For a policy that reads the blocks for their content, the first two would move t
 little, the paraphrase hardly at all and the reference's removal most. Nothing is asserted;
 it prints the mean and median distances and writes them as JSON with `--json PATH`.
 
-    python benchmarks/context_sensitivity.py [--model mrtpo-tiny] [--json PATH] [--threads 2]
+    python benchmarks/experiments/context_sensitivity.py [--model mrtpo-tiny] [--json PATH] [--threads 2]
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ response's own structure, read off the text,
 - `correct`: the argument values,
 
 and trains with them exactly as `mrtpo train` trains MRTPO (on GDPO, same settings and seeds
-as `benchmarks/learning.py`), so its curves sit beside the stored GRPO / GDPO / MRTPO runs of
+as `benchmarks/learning/learning.py`), so its curves sit beside the stored GRPO / GDPO / MRTPO runs of
 that script's output directory. A response with nothing in a reward's spans (no call could be
 found) gets that reward's credit uniformly, as MRTPO does for an all-zero distance.
 
@@ -21,7 +21,7 @@ This is a diagnostic, not a method: the spans are hand-written for toolcall's JS
 the span runs the trainer's replay step (`mrtpo.harness.loop.replay_distances`) is swapped for
 `span_distances`, which has its signature; everything else is `mrtpo train` unchanged.
 
-    python benchmarks/span_placement.py [--seeds 0,1,2] [--lambdas 1] [--threads 1]
+    python benchmarks/experiments/span_placement.py [--seeds 0,1,2] [--lambdas 1] [--threads 1]
         [--out benchmarks/out/learning] [--compare gdpo,mrtpo] [--steps N] [--json PATH]
 
 Runs go to <out>/runs/toolcall/mrtpo-spans[-lambda<L>]/seed<k>/ (resumable, locked, as in
@@ -38,9 +38,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))
 
-import learning  # noqa: E402  (benchmarks/learning.py)
+import learning  # noqa: E402  (benchmarks/learning/learning.py)
 
 Span = tuple[int, int]
 

@@ -1,0 +1,111 @@
+"""docs/results.md is what benchmarks/results_page.py makes of benchmarks/results/*.json (issue
+31, part 1): the page is up to date, every table names the command that measured it, and
+results for another model get their own tables, with that model in the command."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+import benchmark_module
+
+PAGE_PATH = benchmark_module.BENCHMARKS.parent / "docs" / "results.md"
+
+
+@pytest.fixture(scope="module")
+def page():
+    return benchmark_module.load("results_page")
+
+
+def _tables(text: str) -> list[tuple[int, list[str]]]:
+    """(line index, the lines before it back to the previous table or heading) per table."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("|") and not (i and lines[i - 1].startswith("|")):
+            before = []
+            for prev in reversed(lines[:i]):
+                if prev.startswith("|") or prev.startswith("#"):
+                    break
+                before.append(prev)
+            out.append((i, before))
+    return out
+
+
+def test_the_page_is_up_to_date(page):
+    assert PAGE_PATH.read_text(encoding="utf-8") == page.render(), \
+        "docs/results.md is stale: run `python benchmarks/results_page.py`"
+    assert page.main(["--check"]) == 0
+
+
+def test_every_table_names_its_command_and_its_file(page):
+    text = page.render()
+    tables = _tables(text)
+    assert len(tables) >= 15  # probe x 4, variants, context, block reading, learning x 3, spans, speed x 4, quickstart
+    for index, before in tables:
+        commands = [b for b in before if b.startswith("command: `")]
+        assert len(commands) == 1, f"the table at line {index + 1} has no `command:` line: {before}"
+        assert "not recorded" not in commands[0], f"line {index + 1}: {commands[0]}"
+        assert any("benchmarks/results/" in b and ".json" in b for b in before), f"line {index + 1} names no file"
+    # every results file appears in the page
+    for path in (benchmark_module.BENCHMARKS / "results").glob("*.json"):
+        assert f"benchmarks/results/{path.name}" in text, path.name
+
+
+def test_a_second_models_results_get_their_own_tables(page, tmp_path):
+    """Files for another policy with the schema of the existing ones (as `mrtpo probe --json` and
+    benchmarks/learning/learning.py write them) sit beside the mrtpo-tiny tables, named by their model."""
+    results = tmp_path / "results"
+    shutil.copytree(benchmark_module.BENCHMARKS / "results", results)
+    model = "smollm2-135m (/root/.cache/mrtpo/models/smollm2-135m-0123456789ab)"
+    probe = json.loads((results / "probe-toolcall.json").read_text())
+    probe["model"] = model
+    probe["kinds"][0]["specificity"] = 3.21
+    (results / "probe-toolcall-smollm2-135m.json").write_text(json.dumps(probe))
+    learning = json.loads((results / "learning-toolcall.json").read_text())
+    learning = {"settings": dict(learning["settings"], model="/root/.cache/mrtpo/models/smollm2-135m-0123456789ab"),
+                "rows": learning["rows"]}  # the script's own output: no command, seeds or notes
+    (results / "learning-toolcall-smollm2-135m.json").write_text(json.dumps(learning))
+
+    text = page.render(results)
+    assert "**toolcall, smollm2-135m-0123456789ab, 35 examples** (`benchmarks/results/probe-toolcall-smollm2-135m.json`)" in text
+    assert "command: `mrtpo probe toolcall --model smollm2-135m`" in text
+    assert "| argument value (`correct`) | 34 | 3.30 | 3.09 (schema) | **3.21** |" in text
+    assert "**toolcall, mrtpo-tiny-f28af8686579, 35 examples**" in text  # the default policy's stays
+    assert "command: `python benchmarks/learning/learning.py --tasks toolcall --model smollm2-135m`" in text
+    # the default policy's tables come first, the other model's after them, in the same section
+    probe_section = text[text.index("## Where credit lands"):text.index("## Warm-start variants")]
+    assert probe_section.index("mrtpo-tiny-f28af8686579, 35") < probe_section.index("smollm2-135m-0123456789ab")
+    for index, before in _tables(text):
+        assert any(b.startswith("command: `") for b in before), index
+
+    # the real page no longer matches these results
+    assert page.main(["--check", "--results", str(results)]) == 1
+
+
+def test_check_fails_on_a_changed_figure_and_the_script_rewrites_the_page(page, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(benchmark_module.BENCHMARKS / "results", results)
+    out = tmp_path / "results.md"
+    assert page.main(["--results", str(results), "--out", str(out)]) == 0
+    assert page.main(["--check", "--results", str(results), "--out", str(out)]) == 0
+    data = json.loads((results / "context-sensitivity.json").read_text())
+    data["contexts"]["without the reference"]["at_value_mean"] = 0.5
+    (results / "context-sensitivity.json").write_text(json.dumps(data))
+    assert page.main(["--check", "--results", str(results), "--out", str(out)]) == 1
+    assert page.main(["--results", str(results), "--out", str(out)]) == 0
+    assert "| without the reference | 0.500 |" in out.read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
+
+
+def test_an_unknown_file_is_listed_and_a_broken_one_named(page, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "notes.json").write_text('{"anything": 1}')
+    text = page.render(results)
+    assert "## Other result files" in text and "`benchmarks/results/notes.json`" in text
+    (results / "broken.json").write_text("{not json")
+    with pytest.raises(SystemExit, match=re.escape(str(results / "broken.json"))):
+        page.render(results)
