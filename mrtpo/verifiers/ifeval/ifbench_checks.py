@@ -20,7 +20,7 @@ import io
 import re
 import string
 import unicodedata
-from collections import Counter
+from collections import Counter, deque
 
 from mrtpo.verifiers.ifeval.registry import register
 from mrtpo.verifiers.ifeval.stopwords import ENGLISH_STOPWORDS
@@ -504,13 +504,40 @@ def emoji_sentences(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
     return True, "every sentence ends with an emoji"
 
 
+def _drop_blank_lines_as_ifbench(lines: list[str]) -> list[str]:
+    """What IFBench's `for line in lines: if not line.strip(): lines.remove(line)` leaves, in
+    linear time (`remove` inside the loop is quadratic: 16,666 blank lines took seconds).
+
+    Its quirks are kept: `remove` drops the *first* line equal to the blank one (perhaps an
+    earlier one it skipped), and the list shifting under the iterator skips the line after each
+    removal, so that line stays whatever it is. Only blank lines are ever removed, and always
+    the earliest of their value still there, so one queue of positions per blank value suffices.
+    """
+    kept: list[str] = []
+    alive: list[bool] = []
+    positions: dict[str, deque[int]] = {}
+
+    def keep(line: str) -> None:
+        if not line.strip():
+            positions.setdefault(line, deque()).append(len(kept))
+        kept.append(line)
+        alive.append(True)
+
+    rest = iter(lines)
+    for line in rest:
+        keep(line)
+        if not line.strip():
+            alive[positions[line].popleft()] = False
+            skipped = next(rest, None)  # the line the shifted iterator steps over
+            if skipped is not None:
+                keep(skipped)
+    return [line for line, ok in zip(kept, alive) if ok]
+
+
 @register("format:line_indent", source="ifbench",
           describe=_fixed("Create stairs by incrementally indenting each new line."))
 def line_indent(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
-    lines = value.split("\n")
-    for line in lines:  # removing while iterating skips lines, as the original does
-        if not line.strip():
-            lines.remove(line)
+    lines = _drop_blank_lines_as_ifbench(value.split("\n"))
     for i in range(len(lines) - 1):
         a = len(lines[i]) - len(lines[i].lstrip(" "))
         b = len(lines[i + 1]) - len(lines[i + 1].lstrip(" "))
@@ -746,6 +773,23 @@ def csv_city(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
     return _res(not bad, "valid CSV", f"row {bad[0] if bad else 0} does not have 5 fields")
 
 
+_SPECIAL_CHARACTER = re.compile(r"[^\d\w\s]")
+
+
+def _quoted_special(field: str) -> bool:
+    r"""IFBench's `re.match(r'".*[^\d\w\s].*"', field)` in linear time (the regex backtracks
+    through both `.*`, quadratic on a long field of punctuation).
+
+    The match needs a '"' first and, on the same line (`.` stops at a line break), a special
+    character followed later by a '"': so a special character before the line's last '"'.
+    """
+    if not field.startswith('"'):
+        return False
+    line_end = field.find("\n")
+    quote = field.rfind('"', 0, len(field) if line_end < 0 else line_end)
+    return _SPECIAL_CHARACTER.search(field, 1, max(quote, 1)) is not None
+
+
 @register("custom:csv_special_character", source="ifbench",
           describe=_fixed('Generate CSV data: The column names are ["ProductID", "Category", "Brand", "Price", '
                           '"Stock"], the data should be comma delimited. Please generate 14 rows. Add one field '
@@ -761,7 +805,7 @@ def csv_special_character(value: str, kw: dict, prompt: str) -> tuple[bool, str]
     for row in data[1:]:
         if len(row) != 5:
             return False, "a row does not have 5 fields"
-        if any(re.match(r'".*[^\d\w\s].*"', f) for f in row):
+        if any(_quoted_special(f) for f in row):
             return True, "a quoted field with a special character"
     return False, "no quoted field with a special character"
 

@@ -53,7 +53,11 @@ def verify(instruction_id: str, kwargs: dict | None, response: str, prompt: str 
     ok, feedback = _strict(ins, kw, response, prompt)
     if ok or not loose:
         return ok, feedback
+    tried = {response}  # a variant equal to one already checked fails again: checks are pure
     for name, variant in zip(_VARIANT_NAMES[1:], loose_variants(response)[1:]):
+        if variant in tried:
+            continue
+        tried.add(variant)
         if _strict(ins, kw, variant, prompt)[0]:
             return True, f"followed by the response {name} (loose mode); as written: {feedback}"
     return False, feedback
