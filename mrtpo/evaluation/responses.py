@@ -10,9 +10,10 @@ prompt text, first exactly, then with whitespace collapsed, then, for rows still
 by the single closest unpaired prompt when it is nearly identical. The last step exists
 because the official IFEval response file answers one prompt ("Shinto shrines", key 2785)
 worded slightly differently from the input file, and the official evaluator scored that
-response against the input prompt; it is skipped when thousands of rows and examples are
-left over (the file is then for other data). Every inexact pairing is reported as a
-warning. Bad rows raise `ResponsesError` naming the file, the row and the field.
+response against the input prompt. Its cost is bounded in characters compared
+(`FUZZY_MAX_WORK`), not in pairs (a few long prompts cost more than many short ones): when the
+budget runs out, the rows not yet matched are ignored, with a warning that says so. Every
+inexact pairing is reported as a warning. Bad rows raise `ResponsesError` naming the file, the row and the field.
 """
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ PROMPT_FIELDS = ("prompt",)
 _DATA_PROMPT_KEYS = ("prompt", "raw_prompt", "original_prompt", "question")
 _DATA_ID_KEYS = ("id", "key", "question_id")
 FUZZY_MIN_RATIO = 0.9  # how similar an inexact prompt must be to its example's prompt
-FUZZY_MAX_PAIRS = 250_000  # (unpaired rows x unpaired examples) beyond which near matching is skipped
+#: characters near matching may compare over one file: each similarity costs up to the product
+#: of the two prompts' lengths, and this many take about 2 s at worst (a file for other data
+#: otherwise crawls: 600 rows x 400 examples of ~4 KB prompts once took ~21 hours)
+FUZZY_MAX_WORK = 100_000_000
 
 Missing = Literal["error", "zero", "skip"]
 
@@ -166,16 +170,19 @@ def pair_responses(examples: Sequence[Example], rows: Sequence[ResponseRow], *,
         else:  # examples sharing one prompt take rows in order; one row too many is a duplicate
             take(free(cands) if free(cands) is not None else cands[-1], row)
     ignored = []
-    n_free = len(examples) - len(taken)
-    fuzzy = len(unpaired) * n_free <= FUZZY_MAX_PAIRS  # a file for other data: don't crawl it
+    near = _NearMatcher(examples)
     for row in unpaired:
-        i, ratio = _closest(row, examples, taken) if fuzzy else (None, 0.0)
+        i, ratio = near.closest(row, taken)
         if i is None:
             ignored.append(row)
             continue
         take(i, row)
         warnings.append(f"{source}, row {row.row}: prompt paired with example {examples[i].id!r} by "
                         f"near match (similarity {ratio:.3f}); check that it answers that prompt")
+    if near.exhausted:
+        warnings.append(f"{source}: near matching of prompts stopped after comparing "
+                        f"{FUZZY_MAX_WORK:,} characters; rows whose prompt is not exactly an example's "
+                        "were left unpaired from there on: give each row its example's id")
     if ignored:
         first = ignored[0]
         what = f"id {first.id!r}" if first.prompt is None else f"prompt {first.prompt[:60]!r}"
@@ -185,26 +192,66 @@ def pair_responses(examples: Sequence[Example], rows: Sequence[ResponseRow], *,
     return Pairing(out, warnings)
 
 
-def _closest(row: ResponseRow, examples: Sequence[Example], taken: dict[int, int]) -> tuple[int | None, float]:
-    """The unpaired example whose prompt is nearly identical to the row's, if exactly one is."""
-    if row.prompt is None:
-        return None, 0.0
-    target = _norm(row.prompt)
-    scored = []
-    for i, ex in enumerate(examples):
-        if i in taken:
-            continue
+class _NearMatcher:
+    """Finds the unpaired example whose prompt is nearly identical to a row's, within a budget of
+    `FUZZY_MAX_WORK` characters compared over all rows.
+
+    Each example prompt's `SequenceMatcher` is built once (it indexes its second sequence) and
+    compared with each row's prompt: the length and character-count bounds first (cost: the
+    row's length), the full similarity only where both pass (cost: the product of the lengths).
+    Once the budget is spent, `closest` finds nothing and `exhausted` is set.
+    """
+
+    def __init__(self, examples: Sequence[Example]):
+        self.examples = examples
+        self.matchers: dict[int, list[difflib.SequenceMatcher]] = {}
+        self.work = 0
+        self.exhausted = False
+
+    def _charge(self, cost: int) -> bool:
+        """Spend `cost` from the budget; False (and `exhausted`) when it does not fit."""
+        if self.work + cost > FUZZY_MAX_WORK:
+            self.exhausted = True
+            return False
+        self.work += cost
+        return True
+
+    def _matchers(self, i: int) -> list[difflib.SequenceMatcher]:
+        if i not in self.matchers:
+            prompts = dict.fromkeys(_norm(p) for p in _example_prompts(self.examples[i]))
+            self.matchers[i] = [difflib.SequenceMatcher(None, "", p, autojunk=False) for p in prompts]
+        return self.matchers[i]
+
+    def _similarity(self, target: str, i: int) -> float:
         best = 0.0
-        for p in _example_prompts(ex):
-            sm = difflib.SequenceMatcher(None, target, _norm(p), autojunk=False)
+        for sm in self._matchers(i):
+            if self.exhausted or not self._charge(len(target) + len(sm.b)):
+                return 0.0
+            sm.set_seq1(target)
             if sm.real_quick_ratio() >= FUZZY_MIN_RATIO and sm.quick_ratio() >= FUZZY_MIN_RATIO:
+                if not self._charge(len(target) * len(sm.b)):
+                    return 0.0
                 best = max(best, sm.ratio())
-        if best >= FUZZY_MIN_RATIO:
-            scored.append((best, i))
-    scored.sort(reverse=True)
-    if not scored or (len(scored) > 1 and scored[1][0] >= scored[0][0] - 0.01):
-        return None, 0.0  # none, or ambiguous
-    return scored[0][1], scored[0][0]
+        return best
+
+    def closest(self, row: ResponseRow, taken: dict[int, int]) -> tuple[int | None, float]:
+        """(example index, similarity) of the one nearly identical unpaired prompt, else (None, 0)."""
+        if row.prompt is None or self.exhausted:
+            return None, 0.0
+        target = _norm(row.prompt)
+        scored = []
+        for i in range(len(self.examples)):
+            if i in taken:
+                continue
+            best = self._similarity(target, i)
+            if self.exhausted:
+                return None, 0.0
+            if best >= FUZZY_MIN_RATIO:
+                scored.append((best, i))
+        scored.sort(reverse=True)
+        if not scored or (len(scored) > 1 and scored[1][0] >= scored[0][0] - 0.01):
+            return None, 0.0  # none, or ambiguous
+        return scored[0][1], scored[0][0]
 
 
 def resolve_missing(examples: Sequence[Example], responses: list[str | None], missing: Missing,
