@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from mrtpo.tasks.files import lines as text_lines, read_text
+
 COMPLETIONS = "completions.jsonl"
 
 
@@ -108,10 +110,9 @@ def read_run(run_dir: str | Path, step: int | None = None, limit: int | None = N
     # a long run's log is large: find each line's step from its opening (the trainer writes
     # `{"step": N, ...`) and parse in full only the lines of the step shown
     lines: list[tuple[int, int, str]] = []  # (line number, step, text)
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            m = _STEP.match(line)
-            lines.append((n, int(m.group(1)) if m else _parse(path, n, line).get("step", 0), line))
+    for n, line in text_lines(read_text(path, CreditError, "completions log (JSONL)")):
+        m = _STEP.match(line)
+        lines.append((n, int(m.group(1)) if m else _parse(path, n, line).get("step", 0), line))
     if not lines:
         raise CreditError(f"{path} is empty: no step has been logged yet")
     steps = sorted({s for _, s, _ in lines})

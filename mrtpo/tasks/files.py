@@ -6,6 +6,9 @@ error whichever task or command reads it:
 - a file that is not UTF-8 is refused naming the file, the line, the column and the byte, with
   the command that converts it (a UTF-8 byte-order mark is accepted and dropped);
 - a directory where a file is expected, or a missing file, is named as such;
+- a file over `MAX_FILE_BYTES`, or with a line over `MAX_LINE_BYTES`, is refused naming the file
+  (and the line) before more of it is read, so that `/dev/zero` or a stray binary cannot
+  exhaust memory;
 - JSON Lines are split on "\\n" only (a trailing "\\r" is dropped), as the JSON Lines format
   defines them: `str.splitlines` would also split at U+2028, U+2029, U+0085, "\\x0b", "\\x0c",
   "\\x1c"-"\\x1e" and a lone "\\r", which JSON allows raw inside a string.
@@ -16,6 +19,11 @@ import json
 from pathlib import Path
 from typing import Iterator
 
+#: the most one data, responses or log file may hold, and one line of it (one JSON row)
+MAX_FILE_BYTES = 1 << 30
+MAX_LINE_BYTES = 64 << 20
+_CHUNK = 1 << 20
+
 
 def read_text(path: str | Path, error: type[Exception] = ValueError, what: str = "file") -> str:
     """The text of `path`, decoded as UTF-8; `error(message)` on a missing file, a directory
@@ -24,7 +32,7 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
     if p.is_dir():
         raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
     try:
-        data = p.read_bytes()
+        data = _read_bounded(p, error, what)
     except FileNotFoundError:
         raise error(f"{p}: no such file") from None
     except OSError as exc:
@@ -38,6 +46,48 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
         raise error(f"{p}, line {line}: not UTF-8 text (byte 0x{data[start]:02x} at column "
                     f"{column}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {p} > "
                     f"{p.stem}.utf8{p.suffix}`") from None
+
+
+def _read_bounded(p: Path, error: type[Exception], what: str) -> bytearray:
+    """The bytes of `p`, read in chunks; `error` as soon as the file passes `MAX_FILE_BYTES` or a
+    line passes `MAX_LINE_BYTES` (a device or pipe has no size to check first)."""
+    data = bytearray()
+    line_start, line_no = 0, 1  # where the current line starts, and its number
+    with p.open("rb") as f:
+        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+            raise error(_too_big(p, what))
+        while chunk := f.read(_CHUNK):
+            at = len(data)
+            data += chunk
+            first = chunk.find(b"\n")
+            if first >= 0:
+                if at + first - line_start > MAX_LINE_BYTES:
+                    raise error(_too_long(p, line_no))
+                line_no += chunk.count(b"\n")
+                line_start = at + chunk.rfind(b"\n") + 1
+            if len(data) - line_start > MAX_LINE_BYTES:
+                raise error(_too_long(p, line_no))
+            if len(data) > MAX_FILE_BYTES:
+                raise error(_too_big(p, what))
+    return data
+
+
+def _size(n: int) -> str:
+    """`n` bytes as the largest whole unit: "1 GiB", "64 MiB", "100 bytes"."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n:,} bytes"
+
+
+def _too_big(p: Path, what: str) -> str:
+    return (f"{p}: larger than {_size(MAX_FILE_BYTES)}, the most mrtpo reads from one {what}; "
+            "check that this is the right file, or pass a smaller one (e.g. its first rows)")
+
+
+def _too_long(p: Path, line_no: int) -> str:
+    return (f"{p}, line {line_no}: longer than {_size(MAX_LINE_BYTES)}, the most mrtpo reads as "
+            "one line (one JSON row); check that this is the right file (JSON Lines: one row per line)")
 
 
 def lines(text: str) -> Iterator[tuple[int, str]]:
