@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mrtpo.tasks.base import Example, Task, Verdict
+from mrtpo.textio import scrub_all
 
 Messages = list[dict[str, str]]
 _BULLET = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])")  # a list marker with nothing after it
@@ -183,8 +184,10 @@ def only_rewards(item: ReplayItem, keep: Sequence[bool]) -> ReplayItem:
 
 
 def render_ids(tokenizer, messages: Messages) -> list[int]:
-    """Chat-template token ids of a prompt, ending with the assistant turn's opening."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    """Chat-template token ids of a prompt, ending with the assistant turn's opening. Lone
+    surrogates (a block may quote model output or data holding one) become U+FFFD: tokenizers
+    raise an opaque TypeError on them."""
+    out = tokenizer.apply_chat_template(scrub_all(messages), add_generation_prompt=True, tokenize=True)
     if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
         out = out["input_ids"]
     if out and isinstance(out[0], list):

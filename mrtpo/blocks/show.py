@@ -1,12 +1,14 @@
 """Printing preview records and lint reports: rich tables for a terminal, plain text for pipes.
 
 Kept apart from the CLI so the two layouts can be tested as functions; neither adds or drops
-content, so piping the preview loses only colour and boxes.
+content, so piping the preview loses only colour and boxes. Lone surrogates (model output may
+hold one) are shown as U+FFFD: a terminal cannot encode them.
 """
 from __future__ import annotations
 
 from mrtpo.blocks.lint import LintReport
 from mrtpo.blocks.rules import RULES, Finding
+from mrtpo.textio import scrub, scrub_all
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -29,6 +31,7 @@ def _changes_plain(changes: list[dict], sign_removed: str = "-", sign_added: str
 
 def record_plain(rec: dict) -> str:
     """One preview record as plain text."""
+    rec = scrub_all(rec)
     out = [f"== {rec['task']} | example {rec['example']}"
            + (f" ({rec['source']})" if rec.get("source") else "")
            + f" | response: {rec['response_name']} =="]
@@ -84,6 +87,8 @@ def record_rich(rec: dict, console) -> None:
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
+
+    rec = scrub_all(rec)
 
     title = f"{rec['task']} | example {rec['example']}" + (
         f" ({rec['source']})" if rec.get("source") else "") + f" | response: {rec['response_name']}"

@@ -56,8 +56,12 @@ def register(app: typer.Typer) -> None:
         from mrtpo.credit import terminal
         from mrtpo.credit.records import CreditError
 
+        from mrtpo.textio import OutputPathError
+
         console = Console()
         path = Path(target)
+        if html_out is not None and html_out.is_dir():  # before the work, not after it
+            _fail(f"--html {html_out}: is a directory; give a file name, e.g. --html {html_out / 'credit.html'}")
         try:
             if path.is_dir():
                 for flag, value in (("--model", model), ("--data", data), ("--responses", responses),
@@ -109,6 +113,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"wrote {png_out}", highlight=False, markup=False)
         except CreditError as exc:
             _fail(str(exc))
+        except OutputPathError as exc:
+            _fail(f"--html {exc}")
 
 
 def _from_run(path: Path, step, limit):

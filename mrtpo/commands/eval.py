@@ -65,6 +65,8 @@ def register(app: typer.Typer) -> None:
 
         if (responses is None) == (model is None):
             _fail("give exactly one of --responses FILE and --model PATH")
+        if out is not None and out.is_dir():  # before the work, not after it
+            _fail(f"--out {out}: is a directory; give a file name, e.g. --out {out / 'results.jsonl'}")
         try:
             t = get_task(task, **parse_task_options(task_options))
         except (TypeError, ValueError, TaskNotFound, TaskLoadError) as exc:  # TypeError: bad -o
@@ -83,15 +85,22 @@ def register(app: typer.Typer) -> None:
         except (ResponsesError, ValueError, FileNotFoundError) as exc:
             _fail(str(exc))
         if out is not None:
-            report.write_jsonl(out)
+            from mrtpo.textio import OutputPathError
+
+            try:
+                report.write_jsonl(out)
+            except OutputPathError as exc:
+                _fail(f"--out {exc}")
         if as_json:
             from mrtpo.commands.jsonout import dumps
 
             typer.echo(dumps({"schema": "mrtpo.eval/1", **report.summary()}, indent=2))
         else:
             _print_table(report, out)
-        for w in report.warnings:
-            typer.echo(f"warning: {w}", err=True)
+        from mrtpo.textio import scrub
+
+        for w in report.warnings:  # they may quote a row's prompt, lone surrogates and all
+            typer.echo(f"warning: {scrub(w)}", err=True)
 
 
 def _fail(msg: str) -> None:

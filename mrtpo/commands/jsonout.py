@@ -4,11 +4,10 @@
 version (`"mrtpo.tasks/1"`, `"mrtpo.blocks.lint/1"`...); `--jsonl` prints one JSON object per
 line (a stream of records, for `blocks preview`). Anything else a command says (progress,
 warnings, "wrote FILE") goes to stderr, so stdout parses as it is. NaN and infinities are
-written as null: the output is strict JSON.
+written as null, and lone surrogates as their \\u escapes: the output is strict JSON in UTF-8.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -24,7 +23,10 @@ def finite(x: Any) -> Any:
 
 
 def dumps(doc: Any, indent: int | None = None) -> str:
-    return json.dumps(finite(doc), ensure_ascii=False, allow_nan=False, indent=indent, default=str)
+    """`doc` as strict JSON; a lone surrogate (model output may hold one) is written escaped."""
+    from mrtpo.textio import json_text
+
+    return json_text(finite(doc), allow_nan=False, indent=indent, default=str)
 
 
 def tasks_document(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -159,7 +159,8 @@ def page(records: Sequence[CreditRecord], *, title: str = "mrtpo credit", task: 
 
 
 def write(path: str | Path, records: Sequence[CreditRecord], **kw) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(records, **kw), encoding="utf-8")
-    return path
+    """Write the page to `path` whole or not at all; `OutputPathError` names a path that cannot
+    be written. Lone surrogates in the text become U+FFFD (the page is UTF-8)."""
+    from mrtpo.textio import scrub, write_text_atomic
+
+    return write_text_atomic(path, scrub(page(records, **kw)), "HTML page")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from mrtpo.textio import scrub_all
+
 
 @dataclass(frozen=True)
 class GenerationConfig:
@@ -66,8 +68,8 @@ def render_prompts(tokenizer, conversations: Sequence[list[dict]]) -> list[list[
         raise ValueError(
             "the tokenizer has no chat template; evaluation renders prompts as chat messages. "
             "Use an instruction-tuned (chat) model, or set tokenizer.chat_template and save it")
-    texts = [tokenizer.apply_chat_template(list(msgs), tokenize=False, add_generation_prompt=True)
-             for msgs in conversations]
+    texts = [tokenizer.apply_chat_template(scrub_all(list(msgs)), tokenize=False, add_generation_prompt=True)
+             for msgs in conversations]  # scrub_all: tokenizers raise on lone surrogates
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 

@@ -1,7 +1,6 @@
 """What an evaluation produces: headline metrics, grouped figures, per-example records."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +32,12 @@ class EvalReport:
                        "groups": self.groups, "settings": self.settings, "warnings": self.warnings})
 
     def write_jsonl(self, path: str | Path) -> None:
-        """Per-example records, one JSON object per line."""
-        with open(path, "w", encoding="utf-8") as f:
-            for rec in self.per_example:
-                f.write(json.dumps(_clean(rec), ensure_ascii=False) + "\n")
+        """Per-example records, one JSON object per line, written whole or not at all (raises
+        `OutputPathError` naming `path`); lone surrogates in responses are written escaped."""
+        from mrtpo.textio import json_text, write_text_atomic
+
+        write_text_atomic(path, "".join(json_text(_clean(rec)) + "\n" for rec in self.per_example),
+                          "per-example results (JSONL)")
 
 
 def mean(values) -> float:

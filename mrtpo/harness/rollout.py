@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from mrtpo.tasks.base import Example, Task
+from mrtpo.textio import scrub, scrub_all
 
 
 @dataclass
@@ -87,14 +88,15 @@ def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, r
 
 
 def render_prompt(tokenizer, task: Task, example: Example) -> str:
-    """P0 as the text the model sees: chat template + generation prompt."""
-    return tokenizer.apply_chat_template(task.messages(example), tokenize=False,
+    """P0 as the text the model sees: chat template + generation prompt. Lone surrogates in the
+    data become U+FFFD: tokenizers raise an opaque TypeError on them."""
+    return tokenizer.apply_chat_template(scrub_all(task.messages(example)), tokenize=False,
                                          add_generation_prompt=True)
 
 
 def prompt_token_ids(tokenizer, text: str) -> list[int]:
     # the chat template already wrote any BOS/special tokens it wants
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(scrub(text), add_special_tokens=False)["input_ids"]
 
 
 @torch.no_grad()

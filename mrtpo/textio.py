@@ -1,0 +1,97 @@
+"""Text that always encodes, and output files written whole.
+
+Model output is data, and data may hold what UTF-8 cannot encode: a lone surrogate (the JSON
+escape `\\ud800` in a tool call or SQL literal decodes to one). Scoring reads it as it is; only
+where text leaves Python does it need care:
+- `json_text` writes JSON that stays valid UTF-8: a lone surrogate becomes its `\\uXXXX` escape,
+  so reading the JSON back gives the same string;
+- `scrub` replaces lone surrogates with U+FFFD for what cannot carry them: a terminal, a
+  tokenizer (Hugging Face tokenizers raise an opaque TypeError on them);
+- `write_text_atomic` writes a command's output file (`eval --out`, `credit --html`) to a
+  temporary file beside it, then renames it into place, so an error never leaves a partial
+  file; a path that cannot be written raises `OutputPathError` naming it and saying why.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (the replacement character)."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
+
+
+def scrub_all(obj: Any) -> Any:
+    """`obj` with `scrub` applied to every string in it (dict keys and values, list items)."""
+    if isinstance(obj, str):
+        return scrub(obj)
+    if isinstance(obj, dict):
+        return {scrub_all(k): scrub_all(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [scrub_all(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(scrub_all(v) for v in obj)
+    return obj
+
+
+def escape_surrogates(json_str: str) -> str:
+    """A JSON document (from `json.dumps(..., ensure_ascii=False)`) with each lone surrogate,
+    which can only stand inside a string literal there, written as its `\\uXXXX` escape."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_str)
+
+
+def json_text(obj: Any, **kwargs) -> str:
+    """`json.dumps(obj, ensure_ascii=False, **kwargs)`, encodable as UTF-8 whatever `obj` holds."""
+    return escape_surrogates(json.dumps(obj, ensure_ascii=False, **kwargs))
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written: names it, says why and what to do."""
+
+
+def write_text_atomic(path: str | Path, text: str, what: str = "output file") -> Path:
+    """Write `text` (UTF-8) to `path` whole or not at all: a temporary file in the same directory,
+    then `os.replace`. Missing parent directories are created. Raises `OutputPathError` for a
+    path that is a directory, under a file, or not writable (e.g. /proc), naming the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{path}: is a directory; give the {what} a file name, e.g. "
+                              f"{path / ('results.jsonl' if what.endswith('(JSONL)') else 'out.html')}")
+    data = text.encode("utf-8")  # before touching the disk: nothing is written if this fails
+    blocker = next((p for p in path.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise OutputPathError(f"{path}: {blocker} is a file, not a directory; choose a path in a "
+                              "writable directory for the " + what)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise OutputPathError(f"{path}: cannot write the {what} there ({exc.strerror or exc}); "
+                              "choose a path in a writable directory") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return path
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
