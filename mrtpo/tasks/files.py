@@ -59,12 +59,16 @@ def _read_bounded(p: Path, error: type[Exception], what: str) -> bytearray:
         while chunk := f.read(_CHUNK):
             at = len(data)
             data += chunk
-            first = chunk.find(b"\n")
-            if first >= 0:
-                if at + first - line_start > MAX_LINE_BYTES:
+            newline = chunk.find(b"\n")
+            while newline >= 0:  # each line ending here: was it too long?
+                if at + newline - line_start > MAX_LINE_BYTES:
                     raise error(_too_long(p, line_no))
-                line_no += chunk.count(b"\n")
-                line_start = at + chunk.rfind(b"\n") + 1
+                line_no, line_start = line_no + 1, at + newline + 1
+                if len(chunk) <= MAX_LINE_BYTES:  # no line wholly inside the chunk can be too long
+                    line_no += chunk.count(b"\n", newline + 1)
+                    line_start = at + chunk.rfind(b"\n") + 1
+                    break
+                newline = chunk.find(b"\n", newline + 1)
             if len(data) - line_start > MAX_LINE_BYTES:
                 raise error(_too_long(p, line_no))
             if len(data) > MAX_FILE_BYTES:

@@ -389,7 +389,8 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
             return ((f"{p}[{i}]", r) for i, r in enumerate(ds)), str(p)
         return _jsonl_rows(read_text(p, DataError, "JSONL file"), str(p)), str(p)
     if p.exists():
-        raise DataError(f"{path}: is a directory; pass a .jsonl, .json or .parquet file")
+        kind = "a directory" if p.is_dir() else "not a regular file (a device or pipe)"
+        raise DataError(f"{path}: is {kind}; pass a .jsonl, .json or .parquet file")
     if path.count("/") == 1 and not path.startswith((".", "/")) and not p.suffix:  # "org/name"
         import datasets
 

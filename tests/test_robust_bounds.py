@@ -1,0 +1,336 @@
+"""Issue 30, items 9-13 and 16 (eval/credit outputs): bounded checkers and readers, lone
+surrogates in model output, output paths.
+
+- 9, 10: every registered instruct checker (IFEval, IFBench, IFTrain) reads 100 KB of hostile
+  text in well under its bound, and the linear rewrites give exactly what the official regexes
+  (and NLTK's tokenizer) give;
+- 11: near matching of `--responses` rows to prompts is bounded by characters compared;
+- 12: every reader of user files caps a file's size and a line's, naming the file and line;
+- 13: lone surrogates are scored, written escaped (valid UTF-8 JSON) and shown;
+- 16: `eval --out` and `credit --html` name a path they cannot write, and write atomically.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from limits import time_limit
+from mrtpo.cli import app
+from mrtpo.verifiers.ifeval import check, get_instruction, supported_ids
+from mrtpo.verifiers.ifeval.examples import EXAMPLE_KWARGS
+from mrtpo.verifiers.ifeval.registry import normalize_kwargs
+
+pytestmark = pytest.mark.timeout(300)
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+N = 100_000
+
+# --- 9, 10: every checker on hostile text ----------------------------------------------------------
+# Each string is 100 KB and stresses one shape: whitespace after a final period (the NLTK rule
+# that backtracked), blank lines (line_indent's list.remove), tens of thousands of sentences (the
+# tokenizers' per-sentence cost), a phrase's first word with no last word (repeat_phrase), a CSV
+# field of punctuation (csv_special_character), runs of one punctuation mark, one huge word.
+HOSTILE = {
+    "period-then-spaces": "a." + " " * (N - 3) + "x",
+    "period-then-closers": "a.'" + " '" * (N // 2),
+    "period-then-unicode-space": "a." + "\u2028\u00a0 \t" * (N // 4) + "x",
+    "blank-lines": "a\n\n" * (N // 3),
+    "many-sentences": ".\n" * (N // 2),
+    "many-exclamations": "! " * (N // 2),
+    "many-initials": "A.B.C. " * (N // 7),
+    "question-marks": "?" * N,
+    "phrase-without-end": "The " * (N // 4),
+    "csv-punctuation": ("ProductID,Category,Brand,Price,Stock\n" + "a,b,c,d,e\n" * 13 + 'a,b,c,d,"'
+                        + "!" * N),
+    "mcq-newlines": "Question 1\n" + "\n" * N + "x",
+    "one-huge-word": "A" * N,
+    "brackets": "([{<" * (N // 4),
+}
+PER_CALL_S = 2.0  # measured worst under load ~0.8 s; the old code took 5-40 s on these
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_every_checker_reads_100kb_of_hostile_text_in_bounded_time(name):
+    text = HOSTILE[name]
+    slow = []
+    for iid in supported_ids():
+        ins = get_instruction(iid)
+        kwargs = normalize_kwargs(iid, EXAMPLE_KWARGS[iid])
+        start = time.perf_counter()
+        with time_limit(PER_CALL_S * 3, f"{iid} on {name}"):
+            ins.check(text, kwargs, "Describe the sea.")
+        took = time.perf_counter() - start
+        if took > PER_CALL_S:
+            slow.append(f"{iid}: {took:.2f} s")
+    assert not slow, f"checkers over {PER_CALL_S} s on {name!r}: {slow}"
+
+
+WORD_TOKENIZER_CHECKERS = ["change_case:capital_word_frequency", "count:pronouns", "format:title_case",
+                           "words:words_position", "count:count_unique", "keywords:start_end"]
+
+
+@pytest.mark.parametrize("iid", WORD_TOKENIZER_CHECKERS)
+def test_the_reproducer_is_fast_strict_and_loose(iid):
+    text = "a." + 49_000 * " " + "x"  # under the 50,000-character cap: read in full, 8 ways
+    with time_limit(4.0, iid):
+        check(iid, EXAMPLE_KWARGS[iid], text, "Describe the sea.", loose=True)
+
+
+# The linear rewrites are exact: seeded random text over the characters each rule reacts to.
+def _texts(alphabet, n, max_len, seed):
+    rng = random.Random(seed)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, max_len))) for _ in range(n)]
+
+
+def test_final_period_rules_equal_nltks_regexes():
+    from mrtpo.verifiers.ifeval.text import _PUNCTUATION
+
+    spaced = (re.compile(r'([^\.])(\.)([\]\)}>"\'' "»”’ " r"]*)\s*$"), r"\1 \2 \3 ")
+    plain = (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 ")
+    for s in _texts(list("..  ])}>\"'»”’\n\t\u00a0\u2028ax\r"), 30_000, 10, 0):
+        assert _PUNCTUATION[0](s) == spaced[0].sub(spaced[1], s), repr(s)
+        assert _PUNCTUATION[6](s) == plain[0].sub(plain[1], s), repr(s)
+
+
+def test_word_tokenizer_equals_nltk():
+    pytest.importorskip("nltk")
+    from nltk.tokenize.destructive import NLTKWordTokenizer
+
+    from mrtpo.verifiers.ifeval.text import treebank_tokenize
+
+    ref = NLTKWordTokenizer()
+    alphabet = list("aAn't ..,:;\"'`«“‘„»”’()[]{}<>--?!*@#$%&\u2013\n\t\u00a0") + [
+        "can", "not", "gim", "me", "gon", "na", "wan", "d'ye", "more'n", "'tis", "'twas", "İ", "K",
+        "n't", "'ll", "'S", "1"]
+    for s in _texts(alphabet, 20_000, 12, 1):
+        assert treebank_tokenize(s) == ref.tokenize(s), repr(s)
+
+
+def test_line_indent_drops_blank_lines_exactly_as_ifbench():
+    from mrtpo.verifiers.ifeval.ifbench_checks import _drop_blank_lines_as_ifbench
+
+    rng = random.Random(2)
+    for _ in range(20_000):
+        lines = [rng.choice(["", " ", "  ", "\t", "a", " a", "  b"]) for _ in range(rng.randint(0, 9))]
+        official = list(lines)
+        for line in official:  # IFBench's loop, quirks and all
+            if not line.strip():
+                official.remove(line)
+        assert _drop_blank_lines_as_ifbench(lines) == official, lines
+
+
+def test_repeat_phrase_and_csv_scans_equal_the_regexes():
+    from mrtpo.verifiers.ifeval.ifbench_checks import _quoted_special
+    from mrtpo.verifiers.ifeval.iftrain_checks import _phrases_between
+
+    for s in _texts(["a", "b", "ab", " ", " ", "\n", "x", "\r"], 20_000, 12, 3):
+        for first, last in (("a", "b"), ("ab", "b"), ("a", "a"), ("ab", "ba"), ("a.", "b")):
+            assert _phrases_between(first, last, s) == re.findall(rf"{first} .*? {last}", s), (first, last, s)
+    for s in _texts(list('"a1_ !\n\t.é\u00a0,'), 20_000, 8, 4):
+        assert _quoted_special(s) == bool(re.match(r'".*[^\d\w\s].*"', s)), repr(s)
+
+
+def test_loose_mode_checks_each_distinct_variant_once():
+    from mrtpo.verifiers.ifeval import registry
+
+    seen = []
+    ins = registry.REGISTRY["punctuation:no_comma"]
+    original = ins.check
+    object.__setattr__(ins, "check", lambda r, kw, p: (seen.append(r), original(r, kw, p))[1])
+    try:
+        assert not check("punctuation:no_comma", {}, "a, b", loose=True)
+    finally:
+        object.__setattr__(ins, "check", original)
+    assert seen == ["a, b"]  # '*' removed is the same text; the others are empty (not followed)
+
+
+# --- 11: near matching is bounded by characters compared ------------------------------------------
+def _prompt(rng, words, n):
+    return " ".join(rng.choice(words) for _ in range(n))
+
+
+def test_near_matching_stops_at_its_character_budget():
+    from mrtpo.evaluation.responses import ResponseRow, pair_responses
+    from mrtpo.tasks.base import Example
+
+    rng = random.Random(5)
+    words = "the a sea ocean wave tide of and to in write describe poem story about each".split()
+    examples = [Example(f"e{i}", _prompt(rng, words, 700)) for i in range(400)]  # ~4 KB prompts
+    rows = [ResponseRow(i + 1, "r", None, _prompt(rng, words, 700)) for i in range(600)]
+    with time_limit(30.0, "pair_responses"):  # the 250k-pair cap allowed ~21 hours here
+        pairing = pair_responses(examples, rows, source="r.jsonl")
+    assert any("near matching of prompts stopped" in w for w in pairing.warnings), pairing.warnings
+    assert any("600 row(s) match no example" in w for w in pairing.warnings)
+
+
+def test_near_matching_still_pairs_a_reworded_prompt():
+    from mrtpo.evaluation.responses import ResponseRow, pair_responses
+    from mrtpo.tasks.base import Example
+
+    examples = [Example("shinto", "Write an essay about Shinto shrines in Japan, in 300 words."),
+                Example("other", "List three rivers.")]
+    rows = [ResponseRow(1, "essay", None, "Write an essay about the Shinto shrines in Japan, in 300 words.")]
+    pairing = pair_responses(examples, rows)
+    assert pairing.responses == ["essay", None] and "near match" in pairing.warnings[0]
+
+
+# --- 12: every reader of user files caps a file and a line --------------------------------------
+def test_dev_zero_is_refused_at_once_by_the_responses_readers(tmp_path):
+    from mrtpo.blocks.probes import ResponsesFileError, read_responses as read_probes
+    from mrtpo.evaluation.responses import ResponsesError, read_responses
+
+    readers = [lambda: read_responses("/dev/zero"),
+               lambda: read_probes("/dev/zero", [])]
+    for read in readers:
+        with time_limit(10.0, "reading /dev/zero"):
+            with pytest.raises((ResponsesError, ResponsesFileError, ValueError)) as info:
+                read()
+        assert "/dev/zero, line 1" in str(info.value) and "MiB" in str(info.value)
+
+
+def test_file_and_line_caps_name_the_file_and_line(tmp_path, monkeypatch):
+    from mrtpo.evaluation.responses import ResponsesError, read_responses
+    from mrtpo.tasks import files
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": "a", "response": "x"}\n' * 3 + '{"id": "b", "response": "' + "y" * 5000 + '"}\n')
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 4096)
+    with pytest.raises(ResponsesError, match=r"r\.jsonl, line 4: longer than 4 KiB"):
+        read_responses(path)
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 2048)
+    with pytest.raises(ResponsesError, match=r"r\.jsonl: larger than 2 KiB"):
+        read_responses(path)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 1 << 20)
+    assert len(read_responses(path)) == 4
+
+
+@pytest.mark.parametrize("task_name", ["instruct", "toolcall", "text2sql"])
+def test_data_files_have_the_line_cap_too(tmp_path, monkeypatch, task_name):
+    from mrtpo.tasks import files, get_task
+
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"id": "a", "prompt": "' + "y" * 5000 + '"}\n')
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 4096)
+    with pytest.raises(Exception, match=r"data\.jsonl, line 1: longer than 4 KiB"):
+        get_task(task_name).load(str(path))
+
+
+def test_credit_reads_its_log_through_the_capped_reader(tmp_path, monkeypatch):
+    from mrtpo.credit.records import CreditError, read_run
+    from mrtpo.tasks import files
+
+    (tmp_path / "completions.jsonl").write_text('{"step": 1, "x": "' + "y" * 5000 + '"}\n')
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 4096)
+    with pytest.raises(CreditError, match=r"completions\.jsonl, line 1: longer than 4 KiB"):
+        read_run(tmp_path)
+
+
+def test_eval_responses_dev_zero_exits_2():
+    with time_limit(60.0, "mrtpo eval toolcall --responses /dev/zero"):
+        r = CliRunner().invoke(app, ["eval", "toolcall", "--responses", "/dev/zero"], env=ENV)
+    assert r.exit_code == 2 and "/dev/zero, line 1" in r.output, r.output
+
+
+# --- 13: lone surrogates in model output -----------------------------------------------------------
+SURROGATE_RESPONSES = {
+    # the JSON escape in the call (parsed into a lone surrogate) and a raw one after it
+    "toolcall": '<tool_call>{"name": "f\\ud800", "arguments": {"a": "\\udfff"}}</tool_call> \ud800',
+    "text2sql": "```sql\nSELECT '\ud800' FROM book\n```",
+    "instruct": "Hello \ud800 world.",
+}
+
+
+def _responses_file(tmp_path, task_name):
+    from mrtpo.tasks import get_task
+
+    path = tmp_path / f"{task_name}.jsonl"
+    text = SURROGATE_RESPONSES[task_name]
+    rows = [json.dumps({"id": ex.id, "response": text}) for ex in get_task(task_name).load()[:3]]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("task_name", list(SURROGATE_RESPONSES))
+def test_eval_scores_lone_surrogates_and_writes_them_escaped(tmp_path, task_name):
+    responses = _responses_file(tmp_path, task_name)
+    out = tmp_path / "o.jsonl"
+    r = CliRunner().invoke(app, ["eval", task_name, "--responses", str(responses), "--missing", "skip",
+                                 "--out", str(out)], env=ENV)
+    assert r.exit_code == 0, r.output
+    raw = out.read_bytes()
+    raw.decode("utf-8")  # valid UTF-8
+    rows = [json.loads(line) for line in raw.decode().splitlines()]
+    assert len(rows) == 3
+    assert any(ch in rows[0]["response"] for ch in "\ud800\udfff")  # the data, as it was
+    r = CliRunner().invoke(app, ["eval", task_name, "--responses", str(responses), "--missing", "skip",
+                                 "--json"], env=ENV)
+    assert r.exit_code == 0 and json.JSONDecoder().raw_decode(r.output)[0]["n"] == 3, r.output
+    assert not list(tmp_path.glob(".o.jsonl.*")), "a temporary file was left behind"
+
+
+@pytest.mark.parametrize("style", ["--plain", "--rich", "--json", "--jsonl"])
+def test_blocks_preview_shows_lone_surrogates(tmp_path, style):
+    responses = _responses_file(tmp_path, "toolcall")
+    r = CliRunner().invoke(app, ["blocks", "preview", "toolcall", "--responses", str(responses), "-n", "1",
+                                 style], env=ENV)
+    assert r.exit_code == 0, r.output
+    r.output.encode("utf-8")
+    if style in ("--json", "--jsonl"):
+        json.loads(r.output.splitlines()[0] if style == "--jsonl" else r.output)
+
+
+def test_tokenizer_inputs_are_scrubbed(tiny_tokenizer):
+    from mrtpo.contexts import render_ids
+    from mrtpo.harness.rollout import prompt_token_ids
+
+    messages = [{"role": "user", "content": "Say \ud800 twice \udfff."}]
+    if getattr(tiny_tokenizer, "chat_template", None):
+        assert render_ids(tiny_tokenizer, messages)
+    assert prompt_token_ids(tiny_tokenizer, "Say \ud800 twice.") == prompt_token_ids(tiny_tokenizer, "Say \ufffd twice.")
+
+
+def test_json_text_round_trips_lone_surrogates():
+    from mrtpo.textio import json_text
+
+    obj = {"r": "a\ud800b\udfffc \u00e9 \U0001F600", "k\udc80": ["\ud83d"]}
+    text = json_text(obj)
+    text.encode("utf-8")
+    assert json.loads(text) == obj and "\u00e9" in text  # other text stays readable
+
+
+# --- 16: output paths ------------------------------------------------------------------------------
+def test_eval_out_paths_that_cannot_be_written(tmp_path):
+    responses = _responses_file(tmp_path, "instruct")
+    (tmp_path / "afile").write_text("keep")
+    cases = {str(tmp_path): "is a directory", "/proc/x.jsonl": "cannot write",
+             str(tmp_path / "afile" / "sub.jsonl"): "is a file, not a directory"}
+    for out, why in cases.items():
+        r = CliRunner().invoke(app, ["eval", "instruct", "--responses", str(responses), "--missing", "skip",
+                                     "--out", out], env=ENV)
+        assert r.exit_code == 2 and why in r.output and out in r.output, (out, r.output)
+        assert "Traceback" not in r.output
+    assert (tmp_path / "afile").read_text() == "keep"
+
+
+def test_credit_html_directory_is_refused_before_the_work(tmp_path):
+    r = CliRunner().invoke(app, ["credit", "instruct", "--html", str(tmp_path)], env=ENV)
+    assert r.exit_code == 2 and "is a directory" in r.output and str(tmp_path) in r.output, r.output
+
+
+def test_write_text_atomic_keeps_the_old_file_on_failure(tmp_path):
+    from mrtpo.textio import OutputPathError, write_text_atomic
+
+    target = tmp_path / "o.jsonl"
+    target.write_text("old\n")
+    with pytest.raises(UnicodeEncodeError):
+        write_text_atomic(target, "new \ud800\n")  # callers escape first; nothing is written
+    assert target.read_text() == "old\n" and not list(tmp_path.glob(".o.jsonl.*"))
+    with pytest.raises(OutputPathError, match="/proc/x.html"):
+        write_text_atomic("/proc/x.html", "<p>", "HTML page")
+    write_text_atomic(target, "new\n")
+    assert target.read_text() == "new\n"
