@@ -7,16 +7,15 @@ where text leaves Python does it need care:
   so reading the JSON back gives the same string;
 - `scrub` replaces lone surrogates with U+FFFD for what cannot carry them: a terminal, a
   tokenizer (Hugging Face tokenizers raise an opaque TypeError on them);
-- `write_text_atomic` writes a command's output file (`eval --out`, `credit --html`) to a
-  temporary file beside it, then renames it into place, so an error never leaves a partial
-  file; a path that cannot be written raises `OutputPathError` naming it and saying why.
+- `write_text_atomic` writes a command's output file (`eval --out`, `credit --html`) with
+  `mrtpo.harness.runfiles.write_atomic` (a temporary file beside it, renamed into place), so an
+  error never leaves a partial file; a path that cannot be written raises `OutputPathError`
+  naming it and saying why (`runfiles.unwritable`).
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,41 +56,21 @@ class OutputPathError(ValueError):
 
 
 def write_text_atomic(path: str | Path, text: str, what: str = "output file") -> Path:
-    """Write `text` (UTF-8) to `path` whole or not at all: a temporary file in the same directory,
-    then `os.replace`. Missing parent directories are created. Raises `OutputPathError` for a
-    path that is a directory, under a file, or not writable (e.g. /proc), naming the path."""
+    """Write `text` (UTF-8) to `path` whole or not at all (`mrtpo.harness.runfiles.write_atomic`:
+    a new temporary file beside it, then a rename), creating missing parent directories. Raises
+    `OutputPathError` for a directory, a path under a file or where nothing can be created (e.g.
+    /proc), naming the path and why."""
+    from mrtpo.harness.runfiles import unwritable, write_atomic
+
     path = Path(path)
     if path.is_dir():
-        raise OutputPathError(f"{path}: is a directory; give the {what} a file name, e.g. "
-                              f"{path / ('results.jsonl' if what.endswith('(JSONL)') else 'out.html')}")
-    data = text.encode("utf-8")  # before touching the disk: nothing is written if this fails
-    blocker = next((p for p in path.parents if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        raise OutputPathError(f"{path}: {blocker} is a file, not a directory; choose a path in a "
-                              "writable directory for the " + what)
-    tmp = None
+        example = path / ("results.jsonl" if "JSONL" in what else "out.html")
+        raise OutputPathError(f"{path}: is a directory; give the {what} a file name, e.g. {example}")
+    text.encode("utf-8")  # a lone surrogate raises here, before anything is written
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, text)
     except OSError as exc:
-        raise OutputPathError(f"{path}: cannot write the {what} there ({exc.strerror or exc}); "
+        raise OutputPathError(f"{path}: cannot write the {what} there ({unwritable(path, exc)}); "
                               "choose a path in a writable directory") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     return path
-
-
-def _umask() -> int:
-    """The process umask (read by setting it and restoring it at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

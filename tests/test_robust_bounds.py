@@ -270,7 +270,7 @@ def test_eval_scores_lone_surrogates_and_writes_them_escaped(tmp_path, task_name
     r = CliRunner().invoke(app, ["eval", task_name, "--responses", str(responses), "--missing", "skip",
                                  "--json"], env=ENV)
     assert r.exit_code == 0 and json.JSONDecoder().raw_decode(r.output)[0]["n"] == 3, r.output
-    assert not list(tmp_path.glob(".o.jsonl.*")), "a temporary file was left behind"
+    assert not list(tmp_path.glob(".o.jsonl*")), "a temporary file was left behind"
 
 
 @pytest.mark.parametrize("style", ["--plain", "--rich", "--json", "--jsonl"])
@@ -308,7 +308,7 @@ def test_eval_out_paths_that_cannot_be_written(tmp_path):
     responses = _responses_file(tmp_path, "instruct")
     (tmp_path / "afile").write_text("keep")
     cases = {str(tmp_path): "is a directory", "/proc/x.jsonl": "cannot write",
-             str(tmp_path / "afile" / "sub.jsonl"): "is a file, not a directory"}
+             str(tmp_path / "afile" / "sub.jsonl"): "afile is a file, not a directory"}
     for out, why in cases.items():
         r = CliRunner().invoke(app, ["eval", "instruct", "--responses", str(responses), "--missing", "skip",
                                      "--out", out], env=ENV)
@@ -329,7 +329,7 @@ def test_write_text_atomic_keeps_the_old_file_on_failure(tmp_path):
     target.write_text("old\n")
     with pytest.raises(UnicodeEncodeError):
         write_text_atomic(target, "new \ud800\n")  # callers escape first; nothing is written
-    assert target.read_text() == "old\n" and not list(tmp_path.glob(".o.jsonl.*"))
+    assert target.read_text() == "old\n" and not list(tmp_path.glob(".o.jsonl*"))
     with pytest.raises(OutputPathError, match="/proc/x.html"):
         write_text_atomic("/proc/x.html", "<p>", "HTML page")
     write_text_atomic(target, "new\n")
