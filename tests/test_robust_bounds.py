@@ -334,3 +334,17 @@ def test_write_text_atomic_keeps_the_old_file_on_failure(tmp_path):
         write_text_atomic("/proc/x.html", "<p>", "HTML page")
     write_text_atomic(target, "new\n")
     assert target.read_text() == "new\n"
+
+
+def test_training_on_a_prompt_with_a_lone_surrogate(tiny_qwen2_dir, tmp_path):
+    import harness_task
+    from mrtpo.harness import TrainConfig, train
+
+    harness_task.register()
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "Write the word poem \\ud800 inside <answer></answer> tags.", "word": "poem"}\n'
+                    '{"prompt": "Write any word \\udfff in lowercase.", "word": null}\n')
+    train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(tmp_path / "run"), task="harness-words",
+                      data=str(data), steps=1, batch_prompts=2, num_generations=2, max_new_tokens=4,
+                      verify_workers=0, lora_r=4, save_every=0, mrtpo=True))
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
