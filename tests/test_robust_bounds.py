@@ -110,6 +110,26 @@ def test_word_tokenizer_equals_nltk():
         assert treebank_tokenize(s) == ref.tokenize(s), repr(s)
 
 
+def test_sentence_and_word_tokenizers_equal_nltk_on_repetitive_text(tmp_path):
+    """The per-call caches (a repeated sentence or sentence-end context decided once) change
+    nothing: text built from repeated units, as hostile text is."""
+    pytest.importorskip("nltk")
+    import nltk
+
+    from nltk_offline import use_offline_punkt
+    from mrtpo.verifiers.ifeval.sentences import split_sentences
+    from mrtpo.verifiers.ifeval.text import word_tokenize
+
+    use_offline_punkt(tmp_path / "nltk_data")
+    units = _texts(list(". \n!?'\"Aa1,:()") + ["Mr.", "e.g.", "U.S.", "The ", "1.", "A.", "...", "“", "»"],
+                   3000, 6, 6)
+    rng = random.Random(6)
+    for unit in units:
+        s = unit * rng.randint(1, 6) + rng.choice(["", "x", ". Then"])
+        assert split_sentences(s) == nltk.sent_tokenize(s), repr(s)
+        assert word_tokenize(s) == nltk.word_tokenize(s), repr(s)
+
+
 def test_line_indent_drops_blank_lines_exactly_as_ifbench():
     from mrtpo.verifiers.ifeval.ifbench_checks import _drop_blank_lines_as_ifbench
 

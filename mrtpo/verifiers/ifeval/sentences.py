@@ -201,8 +201,11 @@ def _end_contexts(text: str) -> Iterator[tuple[re.Match, str]]:
 def _slices(text: str) -> Iterator[slice]:
     params = _params()
     last_break = 0
+    seen: dict[str, bool] = {}  # the decision depends on the context alone: decide each once
     for match, context in _end_contexts(text):
-        if _contains_sentbreak(context, params):
+        if context not in seen:
+            seen[context] = _contains_sentbreak(context, params)
+        if seen[context]:
             yield slice(last_break, match.end())
             last_break = match.start("next_tok") if match.group("next_tok") else match.end()
     yield slice(last_break, len(text.rstrip()))
