@@ -366,5 +366,14 @@ def test_training_on_a_prompt_with_a_lone_surrogate(tiny_qwen2_dir, tmp_path):
                     '{"prompt": "Write any word \\udfff in lowercase.", "word": null}\n')
     train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(tmp_path / "run"), task="harness-words",
                       data=str(data), steps=1, batch_prompts=2, num_generations=2, max_new_tokens=4,
-                      verify_workers=0, lora_r=4, save_every=0, mrtpo=True))
-    assert (tmp_path / "run" / "metrics.jsonl").is_file()
+                      verify_workers=0, lora_r=4, save_every=0, mrtpo=True, log_completions_every=1))
+    run = tmp_path / "run"
+    assert (run / "metrics.jsonl").is_file()
+    # the run's log feeds `credit`: its page is written whole, in UTF-8; bad --html paths are named
+    page = tmp_path / "credit.html"
+    r = CliRunner().invoke(app, ["credit", str(run), "--html", str(page), "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    page.read_bytes().decode("utf-8")
+    for bad, why in (("/proc/x.html", "cannot write the HTML page"), (str(run), "is a directory")):
+        r = CliRunner().invoke(app, ["credit", str(run), "--html", bad, "--quiet"], env=ENV)
+        assert r.exit_code == 2 and why in r.output and bad in r.output, r.output
