@@ -103,11 +103,9 @@ class _Token:
         return self.tok[0].islower()
 
 
-def _tokens(text: str) -> Iterator[_Token]:
-    for line in text.split("\n"):
-        if line.strip():
-            for tok in _WORD_RE.findall(line):
-                yield _Token(tok)
+def _token_texts(text: str) -> list[str]:
+    """Punkt's word tokens of `text`, line by line."""
+    return [tok for line in text.split("\n") if line.strip() for tok in _WORD_RE.findall(line)]
 
 
 def _first_pass(tok: _Token, abbrevs: frozenset) -> None:
@@ -164,14 +162,26 @@ def _second_pass(tok1: _Token, tok2: _Token, params) -> None:
 
 
 def _contains_sentbreak(context: str, params) -> bool:
-    """True when a token other than the last one in `context` ends a sentence."""
-    toks = list(_tokens(context))
-    for t in toks:
-        _first_pass(t, params[0])
-    for i, t in enumerate(toks[:-1]):
-        _second_pass(t, toks[i + 1], params)
-        if t.sentbreak:
+    """True when a token other than the last one in `context` ends a sentence.
+
+    NLTK annotates every token (first pass), then each with the next one (second pass). Only
+    two kinds of token can end up a sentence break: "?" and "!" (the first pass marks them and
+    the second leaves them), and a token ending in a period (both passes decide, reading the
+    next token). So only those, and the token after each, are annotated: the same decisions,
+    without building an object per token of a context that may be 100 KB of one "word".
+    """
+    toks = _token_texts(context)
+    for i in range(len(toks) - 1):
+        text = toks[i]
+        if text in ("?", "!"):
             return True
+        if text.endswith("."):
+            tok, nxt = _Token(text), _Token(toks[i + 1])
+            _first_pass(tok, params[0])
+            _first_pass(nxt, params[0])
+            _second_pass(tok, nxt, params)
+            if tok.sentbreak:
+                return True
     return False
 
 
