@@ -14,6 +14,7 @@ where text leaves Python does it need care:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -28,9 +29,13 @@ def scrub(text: str) -> str:
 
 
 def scrub_all(obj: Any) -> Any:
-    """`obj` with `scrub` applied to every string in it (dict keys and values, list items)."""
+    """`obj` with `scrub` applied to every string in it (dict keys and values, list and tuple
+    items, dataclass fields); anything else is returned as it is."""
     if isinstance(obj, str):
         return scrub(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: scrub_all(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
     if isinstance(obj, dict):
         return {scrub_all(k): scrub_all(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -43,6 +43,7 @@ HOSTILE = {
     "many-exclamations": "! " * (N // 2),
     "many-initials": "A.B.C. " * (N // 7),
     "question-marks": "?" * N,
+    "one-sentence-of-tiny-tokens": "~:]Mr.;" * (N // 7),
     "phrase-without-end": "The " * (N // 4),
     "csv-punctuation": ("ProductID,Category,Brand,Price,Stock\n" + "a,b,c,d,e\n" * 13 + 'a,b,c,d,"'
                         + "!" * N),
@@ -106,7 +107,7 @@ def test_word_tokenizer_equals_nltk():
     alphabet = list("aAn't ..,:;\"'`«“‘„»”’()[]{}<>--?!*@#$%&\u2013\n\t\u00a0") + [
         "can", "not", "gim", "me", "gon", "na", "wan", "d'ye", "more'n", "'tis", "'twas", "İ", "K",
         "n't", "'ll", "'S", "1"]
-    for s in _texts(alphabet, 20_000, 12, 1):
+    for s in _texts(alphabet, 8_000, 12, 1):
         assert treebank_tokenize(s) == ref.tokenize(s), repr(s)
 
 
@@ -199,17 +200,31 @@ def test_near_matching_still_pairs_a_reworded_prompt():
 
 
 # --- 12: every reader of user files caps a file and a line --------------------------------------
-def test_dev_zero_is_refused_at_once_by_the_responses_readers(tmp_path):
-    from mrtpo.blocks.probes import ResponsesFileError, read_responses as read_probes
-    from mrtpo.evaluation.responses import ResponsesError, read_responses
+# Reading /dev/zero in full never ends: the old readers reached 22 GB. These run in a child
+# process with its address space capped at 2 GB, so a regression fails instead of exhausting
+# the machine.
+_CAPPED = """
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+"""
 
-    readers = [lambda: read_responses("/dev/zero"),
-               lambda: read_probes("/dev/zero", [])]
-    for read in readers:
-        with time_limit(10.0, "reading /dev/zero"):
-            with pytest.raises((ResponsesError, ResponsesFileError, ValueError)) as info:
-                read()
-        assert "/dev/zero, line 1" in str(info.value) and "MiB" in str(info.value)
+
+def test_dev_zero_is_refused_at_once_with_bounded_memory():
+    from limits import peak_rss_mb
+
+    code = _CAPPED + """
+from mrtpo.blocks.probes import ResponsesFileError, read_responses as read_probes
+from mrtpo.evaluation.responses import ResponsesError, read_responses
+for read in (lambda: read_responses("/dev/zero"), lambda: read_probes("/dev/zero", [])):
+    try:
+        read()
+    except (ResponsesError, ResponsesFileError) as exc:
+        print("REFUSED", exc)
+"""
+    rss, out = peak_rss_mb(code, timeout=60)
+    refused = [line for line in out.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 2 and all("/dev/zero, line 1: longer than 64 MiB" in r for r in refused), out
+    assert rss < 600, f"peak RSS {rss:.0f} MB"
 
 
 def test_file_and_line_caps_name_the_file_and_line(tmp_path, monkeypatch):
@@ -251,9 +266,13 @@ def test_credit_reads_its_log_through_the_capped_reader(tmp_path, monkeypatch):
 
 
 def test_eval_responses_dev_zero_exits_2():
-    with time_limit(60.0, "mrtpo eval toolcall --responses /dev/zero"):
-        r = CliRunner().invoke(app, ["eval", "toolcall", "--responses", "/dev/zero"], env=ENV)
-    assert r.exit_code == 2 and "/dev/zero, line 1" in r.output, r.output
+    import subprocess
+    import sys
+
+    code = _CAPPED + "from mrtpo.cli import main; main()"
+    r = subprocess.run([sys.executable, "-c", code, "eval", "toolcall", "--responses", "/dev/zero"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "/dev/zero, line 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 # --- 13: lone surrogates in model output -----------------------------------------------------------
@@ -362,7 +381,7 @@ def test_training_on_a_prompt_with_a_lone_surrogate(tiny_qwen2_dir, tmp_path):
 
     harness_task.register()
     data = tmp_path / "data.jsonl"
-    data.write_text('{"prompt": "Write the word poem \\ud800 inside <answer></answer> tags.", "word": "poem"}\n'
+    data.write_text('{"prompt": "Write the word poem \\ud800 inside <answer></answer> tags.", "word": "po\\udfffem"}\n'
                     '{"prompt": "Write any word \\udfff in lowercase.", "word": null}\n')
     train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(tmp_path / "run"), task="harness-words",
                       data=str(data), steps=1, batch_prompts=2, num_generations=2, max_new_tokens=4,
@@ -374,6 +393,9 @@ def test_training_on_a_prompt_with_a_lone_surrogate(tiny_qwen2_dir, tmp_path):
     r = CliRunner().invoke(app, ["credit", str(run), "--html", str(page), "--quiet"], env=ENV)
     assert r.exit_code == 0, r.output
     page.read_bytes().decode("utf-8")
+    for view in ("--plain", "--json", "--rich"):
+        r = CliRunner().invoke(app, ["credit", str(run), view], env=ENV)
+        assert r.exit_code == 0, (view, r.output)
     for bad, why in (("/proc/x.html", "cannot write the HTML page"), (str(run), "is a directory")):
         r = CliRunner().invoke(app, ["credit", str(run), "--html", bad, "--quiet"], env=ENV)
         assert r.exit_code == 2 and why in r.output and bad in r.output, r.output

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         from mrtpo.credit import terminal
         from mrtpo.credit.records import CreditError
 
-        from mrtpo.textio import OutputPathError
+        from mrtpo.textio import OutputPathError, scrub_all
 
         console = Console()
         path = Path(target)
@@ -83,6 +83,7 @@ def register(app: typer.Typer) -> None:
                     temperature, device, dtype)
             if not records:
                 _fail("no completions to show")
+            records = scrub_all(records)  # for the terminal and the page: lone surrogates as U+FFFD
             shown = [] if quiet else records
             view = dict(summary_of=records, task=task_name, model=model_name, heading=heading, note=note)
             if as_json:
