@@ -102,13 +102,14 @@ _CONTRACTIONS = [re.compile(p) for p in (
     r"(?i)\b(more)(?#X)('n)\b", r"(?i)\b(wan)(?#X)(na)(?=\s)",  # NLTK's CONTRACTIONS2
     r"(?i) ('t)(?#X)(is)\b", r"(?i) ('t)(?#X)(was)\b",  # CONTRACTIONS3
 )]
+_BEFORE_PADDING = _STARTING_QUOTES + _PUNCTUATION + [_PARENS_BRACKETS, _DOUBLE_DASHES]
 #: what every contraction match contains (same case folding), to skip all ten at once
 _CONTRACTION_HINT = re.compile(r"(?i)cannot|d'ye|gimme|gonna|gotta|lemme|more'n|wanna|'tis|'twas")
 
 
 def treebank_tokenize(text: str) -> list[str]:
     """NLTK's `NLTKWordTokenizer().tokenize` on one sentence."""
-    for step in _STARTING_QUOTES + _PUNCTUATION + [_PARENS_BRACKETS, _DOUBLE_DASHES]:
+    for step in _BEFORE_PADDING:
         text = step(text)
     text = " " + text + " "
     for step in _ENDING_QUOTES:
