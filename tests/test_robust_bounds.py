@@ -312,6 +312,15 @@ def test_eval_scores_lone_surrogates_and_writes_them_escaped(tmp_path, task_name
     assert not list(tmp_path.glob(".o.jsonl*")), "a temporary file was left behind"
 
 
+def test_every_checker_scores_lone_surrogates():
+    from mrtpo.verifiers.ifeval import verify
+
+    for text in ("Hello \ud800 world. Das ist gut \udfff.", "\ud800" * 100, "A\ud800B.\n\n* x \udfff\n"):
+        for iid in supported_ids():
+            ok, feedback = verify(iid, EXAMPLE_KWARGS[iid], text, "Describe the sea.", loose=True)
+            assert isinstance(ok, bool) and isinstance(feedback, str)
+
+
 @pytest.mark.parametrize("style", ["--plain", "--rich", "--json", "--jsonl"])
 def test_blocks_preview_shows_lone_surrogates(tmp_path, style):
     responses = _responses_file(tmp_path, "toolcall")
