@@ -60,22 +60,45 @@ class OutputPathError(ValueError):
     """An output path that cannot be written: names it, says why and what to do."""
 
 
-def write_text_atomic(path: str | Path, text: str, what: str = "output file") -> Path:
-    """Write `text` (UTF-8) to `path` whole or not at all (`mrtpo.harness.runfiles.write_atomic`:
-    a new temporary file beside it, then a rename), creating missing parent directories. Raises
-    `OutputPathError` for a directory, a path under a file or where nothing can be created (e.g.
-    /proc), naming the path and why."""
-    from mrtpo.harness.runfiles import unwritable, write_atomic
+def check_writable(path: str | Path, what: str = "output file") -> Path:
+    """Raise `OutputPathError` now where `write_text_atomic(path, ...)` would fail on the path
+    (a directory, a path under a file, a directory that refuses new files, e.g. /proc), so a long
+    command (`eval --model`) stops before its work, not after. Creates missing parent
+    directories and tries a temporary file there, which it removes."""
+    from mrtpo.harness.runfiles import write_atomic
 
     path = Path(path)
     if path.is_dir():
         example = path / ("results.jsonl" if "JSONL" in what else "out.html")
         raise OutputPathError(f"{path}: is a directory; give the {what} a file name, e.g. {example}")
-    text.encode("utf-8")  # a lone surrogate raises here, before anything is written
+    probe = path.parent / f".{path.name}.mrtpo-write-check"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(probe, "")
+        probe.unlink()
+    except OSError as exc:
+        raise _unwritable(path, what, exc) from None
+    return path
+
+
+def _unwritable(path: Path, what: str, exc: OSError) -> OutputPathError:
+    from mrtpo.harness.runfiles import unwritable
+
+    return OutputPathError(f"{path}: cannot write the {what} there ({unwritable(path, exc)}); "
+                           "choose a path in a writable directory")
+
+
+def write_text_atomic(path: str | Path, text: str, what: str = "output file") -> Path:
+    """Write `text` (UTF-8) to `path` whole or not at all (`mrtpo.harness.runfiles.write_atomic`:
+    a new temporary file beside it, then a rename), creating missing parent directories. Raises
+    `OutputPathError` as `check_writable` does, naming the path and why."""
+    from mrtpo.harness.runfiles import write_atomic
+
+    path = Path(path)
+    text.encode("utf-8")  # a lone surrogate raises here, before anything is written
+    check_writable(path, what)
+    try:
         write_atomic(path, text)
     except OSError as exc:
-        raise OutputPathError(f"{path}: cannot write the {what} there ({unwritable(path, exc)}); "
-                              "choose a path in a writable directory") from None
+        raise _unwritable(path, what, exc) from None
     return path

@@ -363,6 +363,11 @@ def test_eval_out_paths_that_cannot_be_written(tmp_path):
         assert r.exit_code == 2 and why in r.output and out in r.output, (out, r.output)
         assert "Traceback" not in r.output
     assert (tmp_path / "afile").read_text() == "keep"
+    # checked before the work: a model that does not exist is not even looked at
+    r = CliRunner().invoke(app, ["eval", "instruct", "--model", str(tmp_path / "nope"), "--out",
+                                 "/proc/x.jsonl"], env=ENV)
+    assert r.exit_code == 2 and "--out /proc/x.jsonl" in r.output and "nope" not in r.output, r.output
+    assert not list(tmp_path.glob(".*"))  # no probe or temporary file left behind
 
 
 def test_credit_html_directory_is_refused_before_the_work(tmp_path):

@@ -56,12 +56,15 @@ def register(app: typer.Typer) -> None:
         from mrtpo.credit import terminal
         from mrtpo.credit.records import CreditError
 
-        from mrtpo.textio import OutputPathError, scrub_all
+        from mrtpo.textio import OutputPathError, check_writable, scrub_all
 
         console = Console()
         path = Path(target)
-        if html_out is not None and html_out.is_dir():  # before the work, not after it
-            _fail(f"--html {html_out}: is a directory; give a file name, e.g. --html {html_out / 'credit.html'}")
+        if html_out is not None:  # before the work, not after it
+            try:
+                check_writable(html_out, "HTML page")
+            except OutputPathError as exc:
+                _fail(f"--html {exc}")
         try:
             if path.is_dir():
                 for flag, value in (("--model", model), ("--data", data), ("--responses", responses),

@@ -65,8 +65,13 @@ def register(app: typer.Typer) -> None:
 
         if (responses is None) == (model is None):
             _fail("give exactly one of --responses FILE and --model PATH")
-        if out is not None and out.is_dir():  # before the work, not after it
-            _fail(f"--out {out}: is a directory; give a file name, e.g. --out {out / 'results.jsonl'}")
+        if out is not None:  # before the work, not after it
+            from mrtpo.textio import OutputPathError, check_writable
+
+            try:
+                check_writable(out, "per-example results (JSONL)")
+            except OutputPathError as exc:
+                _fail(f"--out {exc}")
         try:
             t = get_task(task, **parse_task_options(task_options))
         except (TypeError, ValueError, TaskNotFound, TaskLoadError) as exc:  # TypeError: bad -o
@@ -85,8 +90,6 @@ def register(app: typer.Typer) -> None:
         except (ResponsesError, ValueError, FileNotFoundError) as exc:
             _fail(str(exc))
         if out is not None:
-            from mrtpo.textio import OutputPathError
-
             try:
                 report.write_jsonl(out)
             except OutputPathError as exc:
