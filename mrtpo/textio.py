@@ -71,6 +71,8 @@ def check_writable(path: str | Path, what: str = "output file") -> Path:
     if path.is_dir():
         example = path / ("results.jsonl" if "JSONL" in what else "out.html")
         raise OutputPathError(f"{path}: is a directory; give the {what} a file name, e.g. {example}")
+    if _written_in_place(path):
+        return path
     probe = path.parent / f".{path.name}.mrtpo-write-check"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +81,13 @@ def check_writable(path: str | Path, what: str = "output file") -> Path:
     except OSError as exc:
         raise _unwritable(path, what, exc) from None
     return path
+
+
+def _written_in_place(path: Path) -> bool:
+    """True for a link or an existing non-regular file (/dev/stdout, /dev/null, a pipe): written
+    through, as `open(path, "w")` does, since renaming a file over it would replace the link or
+    the device itself."""
+    return path.is_symlink() or (path.exists() and not path.is_file())
 
 
 def _unwritable(path: Path, what: str, exc: OSError) -> OutputPathError:
@@ -90,15 +99,20 @@ def _unwritable(path: Path, what: str, exc: OSError) -> OutputPathError:
 
 def write_text_atomic(path: str | Path, text: str, what: str = "output file") -> Path:
     """Write `text` (UTF-8) to `path` whole or not at all (`mrtpo.harness.runfiles.write_atomic`:
-    a new temporary file beside it, then a rename), creating missing parent directories. Raises
-    `OutputPathError` as `check_writable` does, naming the path and why."""
+    a new temporary file beside it, then a rename), creating missing parent directories; a link
+    or a device (`--out /dev/stdout`) is written through instead. Raises `OutputPathError` as
+    `check_writable` does, naming the path and why."""
     from mrtpo.harness.runfiles import write_atomic
 
     path = Path(path)
-    text.encode("utf-8")  # a lone surrogate raises here, before anything is written
+    data = text.encode("utf-8")  # a lone surrogate raises here, before anything is written
     check_writable(path, what)
     try:
-        write_atomic(path, text)
+        if _written_in_place(path):
+            with open(path, "wb") as f:
+                f.write(data)
+        else:
+            write_atomic(path, text)
     except OSError as exc:
         raise _unwritable(path, what, exc) from None
     return path

@@ -387,6 +387,11 @@ def test_write_text_atomic_keeps_the_old_file_on_failure(tmp_path):
         write_text_atomic("/proc/x.html", "<p>", "HTML page")
     write_text_atomic(target, "new\n")
     assert target.read_text() == "new\n"
+    # a link (like /dev/stdout) is written through, not replaced by a file
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    write_text_atomic(link, "via link\n")
+    assert link.is_symlink() and target.read_text() == "via link\n"
 
 
 def test_training_on_a_prompt_with_a_lone_surrogate(tiny_qwen2_dir, tmp_path):
