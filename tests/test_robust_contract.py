@@ -64,3 +64,59 @@ def test_systemexit_in_process_scores_the_floor_too():
     with Scorer(task, workers=0) as scorer:
         s = scorer.score(task.load()[:1], ["die"])
     assert "the verifier died" in s.verdicts[0][-1].feedback
+
+
+# --- 8: data scripts build under the sandbox ---------------------------------------------------
+from limits import time_limit  # noqa: E402
+from mrtpo.tasks.text2sql_data import DataError, build_database, read_rows  # noqa: E402
+
+HANG = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c;"
+
+
+@pytest.mark.parametrize("script, message", [
+    ("CREATE TABLE t (a);\n" + HANG, "ran past the 1 s limit"),
+    ("CREATE TABLE t (a); WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+     "INSERT INTO t SELECT zeroblob(9000) FROM c;", "byte cap"),
+    ("ATTACH 'evil.db' AS e; CREATE TABLE e.t (a);", "ATTACH of 'evil.db' is not allowed"),
+    ("CREATE TABLE t (a); VACUUM INTO 'evil.db';", "is not allowed"),
+    ("PRAGMA max_page_count = 1000000000; CREATE TABLE t (a);", "PRAGMA max_page_count"),
+    ("PRAGMA temp_store_directory = '/tmp'; CREATE TABLE t (a);", "PRAGMA temp_store_directory"),
+    ("SELECT load_extension('x');", "load_extension() is not allowed"),
+])
+def test_a_data_script_runs_in_the_sandbox_and_leaves_nothing(tmp_path, monkeypatch, script, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.sql").write_text(script)
+    cache = tmp_path / "cache"
+    with time_limit(20.0, "build_database"):
+        with pytest.raises(DataError, match="evil.sql: the SQL script fails") as err:
+            build_database(tmp_path / "evil.sql", cache, timeout=1.0, max_bytes=4_000_000)
+    assert message in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "evil.sql"]  # no evil.db
+    assert list((cache / "text2sql").iterdir()) == []  # no .building file left
+
+
+def test_jsonl_rows_with_a_script_database_are_sandboxed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MRTPO_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "shop.sql").write_text("ATTACH 'outside.db' AS o; CREATE TABLE o.t (a);")
+    (tmp_path / "q.jsonl").write_text('{"question": "q", "query": "SELECT 1", "db_id": "shop"}\n')
+    with pytest.raises(DataError, match="not allowed in a data script"):
+        read_rows(tmp_path / "q.jsonl")
+    assert not (tmp_path / "outside.db").exists()
+
+
+def test_an_interrupted_build_cleans_up_and_a_killed_ones_leftover_goes(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "text2sql").mkdir(parents=True)
+    dead = cache / "text2sql" / ".shop-999999999-abc123.building"  # a builder killed outright
+    dead.write_text("half")
+    (tmp_path / "shop.sql").write_text("CREATE TABLE t (a);\n" + HANG)
+    with pytest.raises(KeyboardInterrupt):
+        with time_limit(30.0):
+            import threading
+            threading.Timer(0.5, lambda: signal.raise_signal(signal.SIGINT)).start()
+            build_database(tmp_path / "shop.sql", cache, timeout=20.0)
+    assert list((cache / "text2sql").iterdir()) == []
+    (tmp_path / "ok.sql").write_text("CREATE TABLE t (a); INSERT INTO t VALUES (1); PRAGMA foreign_keys = ON;")
+    built = build_database(tmp_path / "ok.sql", cache)
+    assert [p.name for p in (cache / "text2sql").iterdir()] == [built.name]
