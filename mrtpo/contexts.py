@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mrtpo.tasks.base import Example, Task, Verdict
+from mrtpo.tasks.contract import checked_block
 
 Messages = list[dict[str, str]]
 _BULLET = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])")  # a list marker with nothing after it
@@ -48,13 +49,7 @@ def block_texts(task: Task, example: Example, verdicts: Sequence[Verdict]) -> li
     if len(verdicts) != len(rewards):
         raise ValueError(f"{len(verdicts)} verdicts for {len(rewards)} rewards of task {task.name!r} "
                          f"(example {example.id!r}); pass task.score(example, response) unchanged")
-    texts = []
-    for reward, verdict in zip(rewards, verdicts):
-        text = reward.block(example, verdict)
-        if not isinstance(text, str):
-            raise TypeError(f"block of reward {reward.name!r} returned {type(text).__name__}, not str")
-        texts.append(text)
-    return texts
+    return [checked_block(task, reward, example, verdict) for reward, verdict in zip(rewards, verdicts)]
 
 
 def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tuple[Messages, list[Messages]]:

@@ -120,3 +120,131 @@ def test_an_interrupted_build_cleans_up_and_a_killed_ones_leftover_goes(tmp_path
     (tmp_path / "ok.sql").write_text("CREATE TABLE t (a); INSERT INTO t VALUES (1); PRAGMA foreign_keys = ON;")
     built = build_database(tmp_path / "ok.sql", cache)
     assert [p.name for p in (cache / "text2sql").iterdir()] == [built.name]
+
+
+# --- 19 and 25b: a custom task that breaks the contract, on every command ---------------------
+import json  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from mrtpo.cli import app  # noqa: E402
+from mrtpo.tasks import register_task  # noqa: E402
+
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+
+
+class ContractTask(WordTask):
+    """WordTask whose 'fragile' reward (or block, or reference, or reward list) breaks the
+    contract in the way `mode` says (`-o mode=...`)."""
+
+    name = "robust-contract"
+
+    def __init__(self, mode: str = "ok", n: int = 2):
+        super().__init__(n)
+        self.mode = mode
+
+    def rewards(self, example):
+        if self.mode == "norewards":
+            return []
+
+        def verify(ex, response):
+            bad = {"none": None, "tuple": (Verdict(1.0), "x"), "string": "1.0",
+                   "nan": Verdict(float("nan"))}
+            if self.mode == "raise":
+                raise KeyError("gold")
+            if self.mode == "systemexit":
+                raise SystemExit(3)
+            if self.mode in bad:
+                return bad[self.mode]
+            return Verdict(1.0, "fine")
+
+        def block(ex, v):
+            return {"block_int": 7, "block_none": None}.get(self.mode, "Say the word.")
+
+        return super().rewards(example) + [Reward("fragile", verify, block)]
+
+    def reference(self, example):
+        return None if self.mode == "noref" else super().reference(example)
+
+
+register_task("robust-contract")(ContractTask)
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args], env=ENV, prog_name="mrtpo")
+    return result, result.output + (result.stderr if result.stderr_bytes is not None else "")
+
+
+def assert_clean_error(result, out, *names):
+    assert result.exit_code == 2, (result.exit_code, out, result.exception)
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), out
+    assert "Traceback" not in out, out
+    for name in names:
+        assert name in out, (name, out)
+
+
+@pytest.fixture
+def responses_file(tmp_path):
+    path = tmp_path / "responses.jsonl"
+    path.write_text("".join(json.dumps({"id": f"w{i}", "response": "<answer>select</answer>"}) + "\n"
+                            for i in range(2)))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["raise", "none", "tuple", "string", "nan", "systemexit"])
+def test_eval_refuses_a_verify_that_breaks_the_contract(responses_file, mode):
+    result, out = invoke("eval", "robust-contract", "-o", f"mode={mode}", "--responses", responses_file)
+    assert_clean_error(result, out, "'fragile'", "'robust-contract'", "example 'w0'")
+    assert "n/a" not in out
+
+
+@pytest.mark.parametrize("mode, words", [("block_int", "returned int"), ("block_none", "returned NoneType"),
+                                         ("norewards", "no rewards")])
+def test_the_contract_helpers_name_task_reward_and_example(mode, words):
+    from mrtpo.contexts import block_texts
+    from mrtpo.tasks.contract import RewardError, checked_rewards
+
+    task = ContractTask(mode)
+    ex = task.load()[0]
+    with pytest.raises(RewardError, match=words) as err:
+        if mode == "norewards":
+            checked_rewards(task, ex)
+        else:
+            block_texts(task, ex, [Verdict(1.0)] * len(task.rewards(ex)))
+    assert "'robust-contract'" in str(err.value) and "'w0'" in str(err.value)
+    if mode != "norewards":
+        assert "'fragile'" in str(err.value)
+
+
+@pytest.mark.parametrize("mode, words", [("norewards", "no rewards"), ("block_int", "returned int"),
+                                         ("systemexit", None)])
+def test_train_refuses_a_task_that_breaks_the_contract(tiny_qwen2_dir, tmp_path, mode, words):
+    result, out = invoke("train", "--task", "robust-contract", "-o", f"mode={mode}", "--model", tiny_qwen2_dir,
+                         "--output-dir", tmp_path / "run", "--steps", 1, "--batch-prompts", 2,
+                         "--num-generations", 2, "--max-new-tokens", 4, "--verify-workers", 0)
+    if words is None:  # a SystemExit verifier is a dead verifier: the floor, and training goes on
+        assert result.exit_code == 0, out
+        return
+    assert result.exit_code in (1, 2), (result.exit_code, out)
+    assert "Traceback" not in out and not isinstance(result.exception, (TypeError, RuntimeError)), out
+    assert words in out and "'robust-contract'" in out and "example" in out, out
+
+
+def test_probe_names_a_task_without_references(tiny_qwen2_dir):
+    result, out = invoke("probe", "robust-contract", "-o", "mode=noref", "--model", tiny_qwen2_dir,
+                         "--no-control")
+    assert_clean_error(result, out, "'robust-contract'")
+    assert "reference" in out
+
+
+@pytest.mark.parametrize("mode, check", [("none", "bad-verdict"), ("noref", "no-reference"),
+                                         ("block_none", "not-text"), ("norewards", "no-rewards")])
+def test_lint_reports_what_training_refuses(mode, check):
+    result, out = invoke("blocks", "lint", "robust-contract", "-o", f"mode={mode}")
+    assert "Traceback" not in out and not isinstance(result.exception, Exception), out
+    assert check in out, out
+
+
+def test_preview_of_a_verifier_raising_systemexit_shows_it():
+    result, out = invoke("blocks", "preview", "robust-contract", "-o", "mode=systemexit")
+    assert "SystemExit" in out and "fragile" in out, (result.exit_code, out)

@@ -21,22 +21,17 @@ programming error (bad *model output* must score the floor instead): it stops th
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import signal
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from numbers import Real
 
 import torch
 
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
-
-
-class RewardError(RuntimeError):
-    """A reward function broke its contract; the message names it."""
+from mrtpo.tasks.contract import RewardError, _where, check_verdict, checked_rewards  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -61,23 +56,6 @@ def reward_names(rewards: list[Reward]) -> list[str]:
         seen[r.name] = seen.get(r.name, 0) + 1
         out.append(r.name if seen[r.name] == 1 else f"{r.name}#{seen[r.name]}")
     return out
-
-
-def check_verdict(reward: Reward, result, example: Example, response: str) -> Verdict:
-    """The contract: exactly one Verdict with a finite real score."""
-    where = f"reward {reward.name!r} on example {example.id!r} ({example.source or 'no source'})"
-    if isinstance(result, (list, tuple)):
-        raise RewardError(f"{where} returned {len(result)} scores for one response; verify must "
-                          "return exactly one Verdict(score, feedback)")
-    if not isinstance(result, Verdict):
-        raise RewardError(f"{where} returned {type(result).__name__} {result!r:.80}; verify must "
-                          "return a Verdict(score, feedback)")
-    if isinstance(result.score, bool) or not isinstance(result.score, Real) \
-            or not math.isfinite(float(result.score)):
-        raise RewardError(f"{where} returned the non-finite or non-numeric score {result.score!r} "
-                          f"for the response {response[:80]!r}; bad model output must score the "
-                          "reward's floor, with the reason in the feedback")
-    return result
 
 
 # --- worker side ------------------------------------------------------------------------------
@@ -280,7 +258,7 @@ class Scorer:
     def score(self, examples: list[Example], responses: list[str]) -> Scored:
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples for {len(responses)} responses")
-        rewards = [self.task.rewards(ex) for ex in examples]  # N lists
+        rewards = [checked_rewards(self.task, ex) for ex in examples]  # N lists
         jobs = [(i, k) for i, rs in enumerate(rewards) for k in range(len(rs))]
         results = self._run(jobs, examples, responses)
         verdicts: list[list[Verdict]] = [[None] * len(rs) for rs in rewards]  # type: ignore[list-item]
@@ -289,15 +267,14 @@ class Scorer:
             reward = rewards[i][k]
             seconds[reward.name] = seconds.get(reward.name, 0.0) + secs
             if status == "error":
-                raise RewardError(f"reward {reward.name!r} raised on example {examples[i].id!r} "
-                                  f"({examples[i].source or 'no source'}) with the response "
-                                  f"{responses[i][:80]!r}; verify must never raise on model "
-                                  f"output (score the floor and say why): {value}")
+                raise RewardError(f"{_where(reward.name, examples[i], self.task, 'raised')} with the "
+                                  f"response {responses[i][:80]!r}; verify must never raise on "
+                                  f"model output (score the floor and say why): {value}")
             if status == "timeout":
                 value = Verdict(float(reward.floor), f"timed out after {self.timeout:g} s")
             elif status == "died":
                 value = Verdict(float(reward.floor), value)
-            verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i])
+            verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i], self.task)
         return self._table(rewards, verdicts, seconds)
 
     def _run(self, jobs, examples, responses) -> list[tuple]:
