@@ -248,3 +248,52 @@ def test_lint_reports_what_training_refuses(mode, check):
 def test_preview_of_a_verifier_raising_systemexit_shows_it():
     result, out = invoke("blocks", "preview", "robust-contract", "-o", "mode=systemexit")
     assert "SystemExit" in out and "fragile" in out, (result.exit_code, out)
+
+
+# --- 20: a --model that is not a model says what it lacks and what --model takes ---------------
+@pytest.fixture
+def not_models(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.jsonl").write_text("{}\n")
+    run = tmp_path / "runs" / "x"  # a run directory with no checkpoint yet
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("steps: 1\n")
+    no_tok = tmp_path / "no_tokenizer"
+    no_tok.mkdir()
+    (no_tok / "config.json").write_text("{}")
+    (no_tok / "model.safetensors").write_bytes(b"")
+    return {"data": (data, "no config.json"), "run": (run, "run directory"),
+            "no_tok": (no_tok, "no tokenizer files"), "nope": (tmp_path / "nope", "no such local directory"),
+            "file": (data / "rows.jsonl", "is a file")}
+
+
+@pytest.mark.parametrize("which", ["data", "run", "no_tok", "nope", "file"])
+@pytest.mark.parametrize("command", ["eval", "probe", "credit", "train"])
+def test_a_model_argument_that_is_not_a_model_is_explained(not_models, responses_file, tmp_path,
+                                                           command, which):
+    path, lacks = not_models[which]
+    args = {"eval": ["eval", "robust-contract", "--model", path],
+            "probe": ["probe", "robust-contract", "--model", path],
+            "credit": ["credit", "robust-contract", "--model", path],
+            "train": ["train", "--task", "robust-contract", "--model", path,
+                      "--output-dir", tmp_path / "out", "--steps", 1]}[command]
+    result, out = invoke(*args)
+    assert_clean_error(result, out, "--model takes a model directory", "hub id")
+    assert lacks in out, out
+    assert "sentencepiece" not in out and "tiktoken" not in out
+
+
+# --- 24: credit says what it replayed ----------------------------------------------------------
+def test_credit_header_says_a_single_response_was_replayed_without_references(tiny_qwen2_dir):
+    result, out = invoke("credit", "robust-contract", "-o", "mode=noref", "--model", tiny_qwen2_dir,
+                         "--plain")
+    assert result.exit_code == 0, out
+    assert "reference + corrupted copy" not in out, out
+    assert "a single empty response (no reference) per example" in out, out
+
+
+def test_credit_header_with_references_names_both(tiny_qwen2_dir):
+    result, out = invoke("credit", "robust-contract", "--model", tiny_qwen2_dir, "--plain")
+    assert result.exit_code == 0, out
+    assert "reference + corrupted copy per example" in out, out

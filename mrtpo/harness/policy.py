@@ -113,9 +113,11 @@ def check_model_arg(model: str | None) -> None:
     if not model:
         raise PolicyLoadError("--model is required: a local directory saved with save_pretrained "
                               "(model + tokenizer with a chat template) or a hub id.")
-    if _looks_local(model) and not Path(model).expanduser().exists():
-        raise PolicyLoadError(f"--model {model!r}: no such local directory. Pass a directory saved "
-                              "with save_pretrained (config.json, weights, tokenizer files) or a hub id.")
+    from mrtpo.models.trained import model_arg_problem
+
+    problem = model_arg_problem(model, trained=False)
+    if problem:
+        raise PolicyLoadError(problem)
 
 
 def load_tokenizer(name: str):
