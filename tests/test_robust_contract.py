@@ -148,6 +148,9 @@ class ContractTask(WordTask):
             return []
 
         def verify(ex, response):
+            if self.mode.startswith("feedback"):  # feedback of 14.7 KB or 4 MB, echoed as the block
+                size = 4_000_000 if self.mode == "feedback4mb" else 14_700
+                return Verdict(0.0, ("the response " + response + " differs: ") * (size // 30))
             bad = {"none": None, "tuple": (Verdict(1.0), "x"), "string": "1.0",
                    "nan": Verdict(float("nan"))}
             if self.mode == "raise":
@@ -159,12 +162,20 @@ class ContractTask(WordTask):
             return Verdict(1.0, "fine")
 
         def block(ex, v):
+            if self.mode.startswith("feedback"):
+                return v.feedback
             return {"block_int": 7, "block_none": None}.get(self.mode, "Say the word.")
 
         return super().rewards(example) + [Reward("fragile", verify, block)]
 
     def reference(self, example):
         return None if self.mode == "noref" else super().reference(example)
+
+    def messages(self, example):
+        msgs = super().messages(example)
+        if self.mode == "longprompt":  # a prompt past the tiny model's 2,048 positions
+            msgs[-1]["content"] += " Some more words to read." * 700
+        return msgs
 
 
 register_task("robust-contract")(ContractTask)
@@ -297,3 +308,44 @@ def test_credit_header_with_references_names_both(tiny_qwen2_dir):
     result, out = invoke("credit", "robust-contract", "--model", tiny_qwen2_dir, "--plain")
     assert result.exit_code == 0, out
     assert "reference + corrupted copy per example" in out, out
+
+
+# --- 6: every block and context is bounded -----------------------------------------------------
+from mrtpo.contexts import CUT_MARKER, MAX_BLOCK_CHARS, build_item, cut_block  # noqa: E402
+
+
+def test_a_huge_block_is_cut_with_a_visible_marker():
+    text = "x" * 4_000_000
+    out = cut_block(text)
+    assert len(out) <= MAX_BLOCK_CHARS and out.endswith(" more characters cut]")
+    assert f"{4_000_000 - out.index(' [...'):,}" in out
+    assert cut_block("short") == "short"
+
+
+@pytest.mark.parametrize("mode", ["feedback", "feedback4mb"])
+def test_contexts_fit_the_models_positions(tiny_qwen2_dir, mode):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_qwen2_dir)
+    task = ContractTask(mode)
+    ex = task.load()[0]
+    response = tok.encode("<answer>select</answer>", add_special_tokens=False)
+    verdicts = [r.verify(ex, "x") for r in task.rewards(ex)]
+    with time_limit(60.0, "build_item"):
+        item = build_item(task, tok, ex, response, verdicts, max_positions=2048)
+    assert max(len(c) for c in item.context_ids) + len(response) <= 2048
+    assert item.blocks[-1].endswith(" more characters cut]"), item.blocks[-1][-80:]
+    assert len(item.context_ids[0]) > len(item.context_ids[-1])  # the cut block is still there
+
+
+def test_training_on_huge_feedback_cuts_it_and_a_too_long_prompt_is_refused(tiny_qwen2_dir, tmp_path):
+    tiny = ["--model", tiny_qwen2_dir, "--steps", 1, "--batch-prompts", 2, "--num-generations", 2,
+            "--max-new-tokens", 16, "--verify-workers", 0]
+    result, out = invoke("train", "--task", "robust-contract", "-o", "mode=feedback",
+                         "--output-dir", tmp_path / "a", *tiny)
+    assert result.exit_code == 0, out
+    rows = [json.loads(x) for x in (tmp_path / "a" / "completions.jsonl").read_text().splitlines()]
+    assert any("more characters cut]" in json.dumps(r) for r in rows)
+    result, out = invoke("train", "--task", "robust-contract", "-o", "mode=longprompt",
+                         "--output-dir", tmp_path / "b", *tiny)
+    assert_clean_error(result, out, "'robust-contract'", "example 'w0'", "2,048 positions")

@@ -242,7 +242,9 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
             rows.append((g, ex, name, text, response_ids(tokenizer, text), verdicts))
     if not rows:
         return []
-    items = [build_item(task, tokenizer, ex, ids, v) for _, ex, _, _, ids, v in rows]
+    from mrtpo.contexts import model_positions
+
+    items = [build_item(task, tokenizer, ex, ids, v, model_positions(model)) for _, ex, _, _, ids, v in rows]
     k_max = max(it.num_rewards for it in items)
     t_max = max(1, max(len(r[4]) for r in rows))
     parts = []
