@@ -349,3 +349,36 @@ def test_training_on_huge_feedback_cuts_it_and_a_too_long_prompt_is_refused(tiny
     result, out = invoke("train", "--task", "robust-contract", "-o", "mode=longprompt",
                          "--output-dir", tmp_path / "b", *tiny)
     assert_clean_error(result, out, "'robust-contract'", "example 'w0'", "2,048 positions")
+
+
+def test_sql_workers_killed_while_idle_are_replaced(tmp_path):
+    import sqlite3
+
+    from mrtpo.verifiers.sql_pool import SQLPool
+
+    db = tmp_path / "t.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (a)")
+    conn.close()
+    pool = SQLPool(2)
+    try:
+        pool.run([(str(db), "SELECT 1")] * 2)
+        for w in pool._workers:  # the OOM killer takes both idle workers
+            os.kill(w.pid, signal.SIGKILL)
+        with time_limit(30.0, "the pool after its workers died"):
+            res = pool.run([(str(db), "SELECT 2")] * 3)
+        assert [r.rows for r in res] == [[(2,)]] * 3
+    finally:
+        pool.close()
+
+
+def test_verifier_workers_killed_while_idle_are_replaced_and_nothing_is_blamed():
+    task = DyingTask("exit")
+    ex = task.load()
+    with Scorer(task, workers=2, timeout=60.0) as scorer:
+        scorer.score([ex[0]], ["ok"])
+        for proc in scorer._pool.procs:  # the OOM killer takes both idle workers
+            os.kill(proc.pid, signal.SIGKILL)
+        with time_limit(30.0, "scoring after the workers died"):
+            s = scorer.score([ex[0], ex[1], ex[0]], ["ok", "ok", "ok"])
+    assert s.scores[:, s.column("fragile")].tolist() == [1.0, 1.0, 1.0]

@@ -104,6 +104,7 @@ def _serve(conn) -> None:
             return
         if job is None:
             return
+        conn.send("started")  # so a death before this point is not blamed on the job
         result = _run_job(*job)
         try:
             conn.send(result)
@@ -131,13 +132,16 @@ class _ForkPool:
 
     Unlike `multiprocessing.Pool` (which loses the job of a worker that dies and lets its
     caller wait for it forever), each worker here has its own pipe: a death shows at once as
-    end-of-file, the job gets ("died", how, seconds) and a fresh worker is forked for it.
+    end-of-file, the job gets ("died", how, seconds) and a fresh worker is forked for it. A
+    worker that died before it took its job (killed while idle) is replaced and the job runs
+    again, since the job is not to blame.
     """
 
     def __init__(self, size: int):
         self.ctx = mp.get_context("fork")
         self.procs: list = []
         self.conns: list = []
+        self.started: set[int] = set()  # busy slots whose worker said it took its job
         for _ in range(size):
             self._add()
 
@@ -165,12 +169,14 @@ class _ForkPool:
         out: list[tuple | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))[::-1]
         busy: dict[int, tuple[int, float]] = {}  # slot -> (job index, start time)
+        self.started = set()
+        retries: dict[int, int] = {}
         try:
             while todo or busy:
                 for slot in range(len(self.procs)):
                     if todo and slot not in busy:
                         i = todo.pop()
-                        self.conns[slot].send(jobs[i])
+                        self._send(slot, jobs[i])
                         busy[slot] = (i, time.monotonic())
                 limit = None if hard_timeout is None else max(
                     0.0, min(t for _, t in busy.values()) + hard_timeout - time.monotonic())
@@ -178,9 +184,18 @@ class _ForkPool:
                 for slot in list(busy):
                     i, started = busy[slot]
                     result = self._collect(slot, started, hard_timeout)
-                    if result is not None:
+                    if result == "retry":
+                        retries[i] = retries.get(i, 0) + 1
+                        if retries[i] > 2:  # workers die as soon as they start: say so
+                            out[i] = ("died", "the verifier died: its worker process died three "
+                                      "times before it could take this job", 0.0)
+                        else:
+                            todo.append(i)
+                        del busy[slot]
+                    elif result is not None:
                         out[i] = result
                         del busy[slot]
+                        self.started.discard(slot)
         except BaseException:
             for slot in busy:  # a worker still busy would answer the next call with this one's result
                 self._kill(slot)
@@ -188,10 +203,23 @@ class _ForkPool:
             raise
         return out  # type: ignore[return-value]
 
+    def _send(self, slot: int, job: tuple) -> None:
+        """Give `job` to the worker in `slot`, replacing it first if its pipe is closed."""
+        try:
+            self.conns[slot].send(job)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._kill(slot)
+            self._add(slot)
+            self.conns[slot].send(job)
+
     def _collect(self, slot: int, started: float, hard_timeout: float | None) -> tuple | None:
         """The result of the job in `slot` if it is over (answered, died, or overran), else None."""
         conn = self.conns[slot]
         try:
+            if slot not in self.started and conn.poll():
+                if conn.recv() != "started":
+                    raise EOFError("the worker answered out of turn")
+                self.started.add(slot)
             if conn.poll():
                 return conn.recv()
             overran = hard_timeout is not None and time.monotonic() - started > hard_timeout
@@ -202,6 +230,9 @@ class _ForkPool:
         seconds = time.monotonic() - started
         exitcode = self._kill(slot)
         self._add(slot)
+        if slot not in self.started and not overran:
+            return "retry"
+        self.started.discard(slot)
         if overran:
             return ("timeout", None, seconds)
         return ("died", _died_message(exitcode), seconds)

@@ -151,6 +151,7 @@ class SQLPool:
         new = [_Worker() for _ in range(min(self.size, len(items)) - len(self._workers))]
         self._workers += [w.wait_ready() for w in new]  # started together, then greeted
         busy: dict[int, tuple[int, float]] = {}  # worker slot -> (job index, hard deadline)
+        started: set[int] = set()  # busy slots whose worker said it began its job
         while todo or busy:
             for slot in range(len(self._workers)):
                 if not todo:
@@ -159,9 +160,7 @@ class SQLPool:
                     continue
                 i = todo.popleft()
                 db, sql = items[i]
-                if not self._workers[slot].alive():
-                    self._replace(slot)
-                self._workers[slot].send_conn.send((str(db), sql, timeout, max_rows))
+                self._send(slot, (str(db), sql, timeout, max_rows))
                 busy[slot] = (i, time.monotonic() + hard)
                 self._running[i] = self._workers[slot].pid
             soonest = min(d for _, d in busy.values())
@@ -172,8 +171,16 @@ class SQLPool:
                 i, deadline = busy[slot]
                 w = self._workers[slot]
                 got, eof = self._receive(w)
+                if got == "started":
+                    started.add(slot)
+                    got, eof = self._receive(w)
                 if got is not None:
                     results[i] = got
+                elif (eof or not w.alive()) and slot not in started:
+                    # it died before taking the job (killed while idle): the query is not to
+                    # blame, so it runs again on a fresh worker
+                    self._replace(slot)
+                    todo.appendleft(i)
                 elif eof or not w.alive():
                     try:
                         w.proc.wait(timeout=1.0)
@@ -191,6 +198,7 @@ class SQLPool:
                 else:
                     continue
                 del busy[slot]
+                started.discard(slot)
                 self._running.pop(i, None)
         return results  # type: ignore[return-value]
 
@@ -203,6 +211,17 @@ class SQLPool:
         except (EOFError, OSError):
             return None, True
         return None, False
+
+    def _send(self, slot: int, job: tuple) -> None:
+        """Give `job` to the worker in `slot`; one that died while idle (the OOM killer) is
+        replaced first, or when the send finds its pipe closed."""
+        if not self._workers[slot].alive():
+            self._replace(slot)
+        try:
+            self._workers[slot].send_conn.send(job)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._replace(slot)
+            self._workers[slot].send_conn.send(job)
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
@@ -274,6 +293,7 @@ def _serve(fd_in: int, fd_out: int) -> None:
         if job is None:
             return
         db, sql, timeout, max_rows = job
+        send.send("started")  # so a death before this point is not blamed on the query
         send.send(execute(db, sql, timeout, max_rows))
 
 
