@@ -382,3 +382,10 @@ def test_verifier_workers_killed_while_idle_are_replaced_and_nothing_is_blamed()
         with time_limit(30.0, "scoring after the workers died"):
             s = scorer.score([ex[0], ex[1], ex[0]], ["ok", "ok", "ok"])
     assert s.scores[:, s.column("fragile")].tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", ["raise", "nan", "block_int"])
+def test_credit_refuses_a_task_that_breaks_the_contract(tiny_qwen2_dir, mode):
+    result, out = invoke("credit", "robust-contract", "-o", f"mode={mode}", "--model", tiny_qwen2_dir,
+                         "--plain")
+    assert_clean_error(result, out, "'fragile'", "'robust-contract'", "example 'w0'")

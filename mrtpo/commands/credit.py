@@ -128,6 +128,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.models.trained import TrainedModelError
     from mrtpo.tasks import get_task
+    from mrtpo.tasks.contract import RewardError
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
     if model is None:
@@ -147,7 +148,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
         with _replay_progress(model) as on_progress:
             records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
                             on_progress=on_progress)
-    except (PolicyLoadError, TrainedModelError) as exc:
+    except (PolicyLoadError, TrainedModelError, RewardError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else _replayed(records)
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "
