@@ -389,3 +389,12 @@ def test_credit_refuses_a_task_that_breaks_the_contract(tiny_qwen2_dir, mode):
     result, out = invoke("credit", "robust-contract", "-o", f"mode={mode}", "--model", tiny_qwen2_dir,
                          "--plain")
     assert_clean_error(result, out, "'fragile'", "'robust-contract'", "example 'w0'")
+
+
+def test_a_hub_id_with_dots_is_not_taken_for_a_missing_directory():
+    from mrtpo.models.trained import model_arg_problem
+
+    assert model_arg_problem("Qwen/Qwen2.5-0.5B-Instruct", trained=False) is None
+    assert model_arg_problem("gpt2", trained=True) is None
+    assert "no such local directory" in model_arg_problem("./nope", trained=True)
+    assert "no such local directory" in model_arg_problem("weights.v2", trained=False)

@@ -103,8 +103,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def _looks_local(name: str) -> bool:
+    """Whether a --model value that does not exist was meant as a local path, not a hub id.
+    A hub id is `name` or `org/name`, and its name may hold dots (`Qwen/Qwen2.5-0.5B-Instruct`),
+    so a suffix only counts without an org."""
     p = Path(name).expanduser()
-    return (name.startswith((".", "/", "~")) or name.count("/") > 1 or p.suffix != ""
+    return (name.startswith((".", "/", "~")) or name.count("/") > 1
+            or ("/" not in name and p.suffix != "")
             or ("/" in name and p.parent.is_dir()))  # e.g. runs/x when ./runs exists
 
 

@@ -46,7 +46,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from mrtpo.advantages import Credit, estimate, place
-from mrtpo.contexts import build_item, only_rewards
+from mrtpo.contexts import build_item, model_positions, only_rewards
 from mrtpo.harness.distributed import local_credit
 from mrtpo.harness.scoring import reward_names
 from mrtpo.tasks.contract import checked_verify
@@ -351,7 +351,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             example = self.mrtpo_examples[row[INDEX_COLUMN]]
             row_names = reward_names(self.mrtpo_task.rewards(example))
             verdicts = [self._mrtpo_state.verdicts[name][i] for name in row_names]
-            item = build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts)
+            item = build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts,
+                              model_positions(self.model))  # blocks cut to fit the positions
             if credit is not None:
                 item = only_rewards(item, [bool(credit[i, names.index(name)] != 0) for name in row_names])
             items.append(item)
