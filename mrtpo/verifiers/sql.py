@@ -15,11 +15,11 @@ syntax error`), or a refusal that names what was refused. The sandbox, in layers
 - the read-only table-valued functions `json_each`, `json_tree` and the schema
   `pragma_<name>(...)` functions of `_READ_PRAGMAS` are allowed (their virtual tables are
   set up before the authorizer is installed); every other virtual table stays refused;
-- a progress handler enforces the deadline (a runaway recursive CTE stops on time), and a
-  query that still ends past it (a slow scalar function such as `printf('%.*c', 1e9, 'x')`
-  runs between two progress checks) is reported as a timeout, never as a success; the
-  worker pool (`sql_pool.py`) kills a worker that overruns, so a call there returns within
-  `timeout + hard_grace(timeout)`;
+- a progress handler enforces the deadline (a runaway recursive CTE stops on time). SQLite
+  checks it only at jumps, so straight-line code (one row, many calls) runs unchecked; a
+  query that ends past the deadline that way (hundreds of `x LIKE p` on a 1 MB value, ~0.1 s
+  each) is reported as a timeout, never as a success; the worker pool (`sql_pool.py`) kills
+  a worker that overruns, so a call there returns within `timeout + hard_grace(timeout)`;
 - no single SQLite function call may run long, since nothing interrupts one: the built-ins
   whose time is not bounded by the size of what they return are replaced on each connection
   (`_BoundedFunctions`): `printf`/`format` refuse a width or precision over MAX_VALUE_BYTES

@@ -5,9 +5,9 @@ but a crash in C code, or a hang outside the VM, would take the caller down with
 each query runs in a worker process; the dispatcher gives every query a hard deadline
 (`timeout + hard_grace(timeout)`), kills a worker that passes it or dies, records a timeout
 (or, for a death, an error) for that one query and starts a fresh worker. Other queries are
-unaffected. This is what bounds a query whose time goes into one SQLite function call
-(`printf('%.*c', 1000000000, 'x')` on every row), which the in-process progress handler
-cannot interrupt. Each worker also caps SQLite's heap (`PRAGMA hard_heap_limit`,
+unaffected. This is what bounds a query whose time goes into SQLite function calls with no
+progress check between them (hundreds of `x LIKE p` on a 1 MB value in one row), which the
+in-process progress handler cannot interrupt. Each worker also caps SQLite's heap (`PRAGMA hard_heap_limit`,
 WORKER_HEAP_BYTES), so a query that would fill memory fails with "out of memory" instead.
 
 Workers are fresh interpreters (`python -m mrtpo.verifiers.sql_pool <fd_in> <fd_out>`),
@@ -276,7 +276,7 @@ def _close_shared() -> None:
 
 
 def _serve(fd_in: int, fd_out: int) -> None:
-    """Worker loop: receive `(db, sql, timeout, max_rows)`, send back an ExecResult."""
+    """Worker loop: receive `(db, sql, timeout, max_rows)`, send "started", then an ExecResult."""
     import sqlite3
 
     recv = Connection(fd_in, writable=False)
