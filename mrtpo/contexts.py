@@ -11,6 +11,13 @@ own (`Reward.in_prompt`, e.g. the tool schema that P0 lists): its block is not a
 P_without_k is P_all with the block's text (line by line) removed from the prompt. An empty
 block gives P_without_k == P_all, hence q = 0.
 
+Every context is bounded (docs/writing-blocks.md, "How long a block may be"): a block built
+from a verifier's feedback or the model's output can be any length, so an appended block
+longer than MAX_BLOCK_CHARS is cut with a visible marker, and when the model's positions are
+known (`build_item(..., max_positions=...)`) the appended blocks are cut further until
+P_all plus the response fits. A prompt P0 that does not fit is a data problem; the rollout
+refuses it (mrtpo.harness.rollout).
+
 Contexts are rendered through the tokenizer's chat template with `add_generation_prompt=True`
 and the response ids are carried exactly as sampled, never re-tokenised: decoding and
 re-encoding a response can change its tokens, and the replay must score the tokens the
@@ -23,9 +30,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mrtpo.tasks.base import Example, Task, Verdict
+from mrtpo.tasks.contract import checked_block
 from mrtpo.textio import scrub_all
 
 Messages = list[dict[str, str]]
+MAX_BLOCK_CHARS = 16_000  # an appended block longer than this is cut, with CUT_MARKER at the end
+CUT_MARKER = " [... {n:,} more characters cut]"
 _BULLET = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])")  # a list marker with nothing after it
 
 
@@ -49,13 +59,33 @@ def block_texts(task: Task, example: Example, verdicts: Sequence[Verdict]) -> li
     if len(verdicts) != len(rewards):
         raise ValueError(f"{len(verdicts)} verdicts for {len(rewards)} rewards of task {task.name!r} "
                          f"(example {example.id!r}); pass task.score(example, response) unchanged")
-    texts = []
-    for reward, verdict in zip(rewards, verdicts):
-        text = reward.block(example, verdict)
-        if not isinstance(text, str):
-            raise TypeError(f"block of reward {reward.name!r} returned {type(text).__name__}, not str")
-        texts.append(text)
-    return texts
+    texts = [checked_block(task, reward, example, verdict) for reward, verdict in zip(rewards, verdicts)]
+    return [cut_block(t) if _appended(task, r) else t for r, t in zip(rewards, texts)]
+
+
+def _appended(task: Task, reward) -> bool:
+    """Whether the reward's block is appended to P0 (and so may be cut): in-prompt blocks are
+    text of P0 itself, which must be removable verbatim."""
+    return task.placement == "append" and not reward.in_prompt
+
+
+def cut_block(text: str, limit: int = MAX_BLOCK_CHARS) -> str:
+    """`text` if it has at most `limit` characters, else its start with CUT_MARKER saying how
+    much was cut (so the cut is visible in previews, logs and the replayed context)."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - len(CUT_MARKER.format(n=len(text))))
+    return text[:keep].rstrip() + CUT_MARKER.format(n=len(text) - keep)
+
+
+def model_positions(model) -> int | None:
+    """The longest sequence `model` attends over (its config's position count), or None."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tuple[Messages, list[Messages]]:
@@ -150,10 +180,14 @@ def remove_sentence(text: str, sentence: str, where: str = "", reward: str = "")
 
 
 def build_item(task: Task, tokenizer, example: Example, response_ids: Sequence[int],
-               verdicts: Sequence[Verdict]) -> ReplayItem:
-    """Blocks, contexts and token ids of one sampled response (ids kept exactly as sampled)."""
+               verdicts: Sequence[Verdict], max_positions: int | None = None) -> ReplayItem:
+    """Blocks, contexts and token ids of one sampled response (ids kept exactly as sampled).
+
+    `max_positions` (the model's, see `model_positions`): the appended blocks are cut (with
+    CUT_MARKER) until P_all plus the response fits in it.
+    """
+    response = [int(t) for t in (response_ids.tolist() if hasattr(response_ids, "tolist") else response_ids)]
     blocks = block_texts(task, example, verdicts)
-    p_all, without = context_messages(task, example, blocks)
     rendered: dict[str, list[int]] = {}
 
     def ids(messages: Messages) -> list[int]:
@@ -162,12 +196,39 @@ def build_item(task: Task, tokenizer, example: Example, response_ids: Sequence[i
             rendered[key] = render_ids(tokenizer, messages)
         return rendered[key]
 
+    p_all, without = context_messages(task, example, blocks)
+    if max_positions is not None:
+        blocks, p_all, without = _fit(task, example, blocks, ids, p_all, without,
+                                      max_positions - len(response))
     return ReplayItem(
         context_ids=[ids(p_all)] + [ids(m) for m in without],
-        response_ids=[int(t) for t in (response_ids.tolist() if hasattr(response_ids, "tolist") else response_ids)],
+        response_ids=response,
         reward_names=[r.name for r in task.rewards(example)],
         blocks=list(blocks),
     )
+
+
+def _fit(task: Task, example: Example, blocks: list[str], ids, p_all: Messages,
+         without: list[Messages], budget: int):
+    """(blocks, P_all, P_without) with the appended blocks cut until P_all has at most `budget`
+    tokens. Each round shrinks every cuttable block by the share of tokens over budget (and a
+    margin); after a few rounds the blocks are cut to their markers. The prompt P0 itself is
+    never cut: a P0 that does not fit is refused by the rollout."""
+    rewards = task.rewards(example)
+    cuttable = [k for k, r in enumerate(rewards) if _appended(task, r) and blocks[k]]
+    original, limits = list(blocks), [len(b) for b in blocks]
+    for round_ in range(6):
+        n = len(ids(p_all))
+        if n <= budget or not cuttable:
+            break
+        block_tokens = max(1, n - len(ids(task.messages(example))))
+        keep = max(0.0, 1.0 - (n - budget) / block_tokens) * 0.9 if round_ < 5 else 0.0
+        blocks = list(blocks)
+        for k in cuttable:  # cut from the original text, so each marker counts what it hides
+            limits[k] = int(limits[k] * keep)
+            blocks[k] = cut_block(original[k], limits[k])
+        p_all, without = context_messages(task, example, blocks)
+    return blocks, p_all, without
 
 
 def only_rewards(item: ReplayItem, keep: Sequence[bool]) -> ReplayItem:

@@ -51,26 +51,68 @@ def test_leading_keyword_scan_is_linear_on_comment_then_spaces(db):
 
 
 # --- 2: a slow scalar function is a timeout, bounded by the worker's wall clock ----------------
-SLOW_PRINTF = "SELECT length(printf('%.*c', {n}+book_id, 'x')) FROM book"
+# Straight-line code (one row, many calls) runs no progress check; each LIKE of a 1 MB value
+# against a pattern at the length cap costs ~0.1 s, so this is the slowest query left.
+SLOW_LIKES = ("WITH t(x, p) AS (SELECT printf('%.*c', 999999, 'a'), '%' || printf('%.*c', 97, 'a') "
+              "|| 'b') SELECT {terms} FROM t")
+
+
+def slow_likes(n: int) -> str:
+    return SLOW_LIKES.format(terms=", ".join(["x LIKE p"] * n))
 
 
 def test_query_ending_past_its_deadline_is_a_timeout_in_process(db):
-    res = execute(db, SLOW_PRINTF.format(n=60_000_000), timeout=0.1)
+    res = execute(db, slow_likes(3), timeout=0.05)
     assert not res.ok and "time limit" in res.error, res
 
 
 def test_worker_kills_a_query_stuck_in_one_function_call(db):
-    sql = SLOW_PRINTF.format(n=1_000_000_000)  # ~4 s per row, between two progress checks
+    sql = slow_likes(200)  # ~20 s of calls with no progress check between them
     with time_limit(1.0 + hard_grace(1.0) + 4.0, "the pooled query"):
         (res,), secs = timed(execute_many, [(str(db), sql)], 1.0, 100, None)
     assert not res.ok and "time limit" in res.error, res
     assert secs < 1.0 + hard_grace(1.0) + 2.0
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT length(printf('%.*c', 1000000000 + book_id, 'x')) FROM book",  # the held-out check
+    "SELECT length(format('%.*c', 1000000000, 'x')) FROM book",
+    "SELECT length(printf('%!.*c', '1000000000 rows', 'x')) FROM book",
+    "SELECT length(printf('%.1000000000c', 'x'))",
+    "SELECT length(printf('%2000000000d', 1))",
+    "SELECT length(zeroblob(1000000000 + book_id)) FROM book",
+    "SELECT length(randomblob(1000000000))",
+    "SELECT length(replace(printf('%.*c', 999999, 'a'), 'a', 'aaaaaaaaaa'))",
+    "SELECT length(group_concat(printf('%.*c', 600000, 'a'))) FROM book",
+    "SELECT instr(printf('%.*c', 999999, 'a'), printf('%.*c', 499999, 'a') || 'b')",
+    "SELECT replace(printf('%.*c', 999999, 'a'), printf('%.*c', 499999, 'a') || 'b', '')",
+    "SELECT printf('%.*c', 999999, 'a') LIKE '%' || printf('%.*c', 5000, 'a') || 'b'",
+    "SELECT printf('%.*c', 999999, 'a') GLOB '*' || printf('%.*c', 5000, 'a') || 'b'",
+])
+def test_growing_or_quadratic_functions_stop_inside_the_library_call(db, sql):
+    """Issue 30: `execute` itself (no worker) keeps every query near its deadline."""
+    with time_limit(8.0, "execute"):
+        res, secs = timed(execute, db, sql, 2.0)
+    assert secs < 2.5, (sql, secs, res)
+
+
+def test_bounded_functions_keep_sqlite_semantics(db):
+    res = execute(db, "SELECT printf('%d %s %.2f %5.1s|%-4d|%%|%.*s', 3, 'ab', 2.555, 'xyz', 7, 2, "
+                      "'hello'), format('%q', 'it''s'), instr('hello', 'l'), instr(x'616263', x'63'), "
+                      "instr(12.5, '.'), instr(NULL, 'a'), replace(1.0, '.', ','), replace(5, '', 1), "
+                      "typeof(replace(5, '', 'x')), replace('abcabc', 'b', 'XY'), "
+                      "(SELECT title FROM book WHERE title LIKE 'd%')")
+    assert res.rows == [("3 ab 2.56     x|7   |%|he", "it''s", 3, 3, 3, None, "1,0", 5, "integer",
+                         "aXYcaXYc", "Dune")], res
+    over = execute(db, "SELECT length(printf('%.*c', 1000001, 'x'))")
+    assert over.error == "string or blob too big", over
+
+
 def test_task_scores_a_slow_function_as_a_timeout(sample):
     task, examples = sample
     ex = examples[0]
-    sql = "SELECT length(printf('%.*c', 1000000000 + rowid, 'x')) FROM sqlite_master"
+    sql = ("WITH t(x, p) AS (SELECT printf('%.*c', 999999, 'a'), '%' || printf('%.*c', 97, 'a') || "
+           "'b') SELECT " + ", ".join(["x LIKE p"] * 200) + " FROM t")
     with time_limit(task.timeout + hard_grace(task.timeout) + 6.0, "task.score"):
         fmt, executes, result = task.score(ex, fenced(sql))
     assert executes.score == 0.0 and "time limit" in executes.feedback, executes

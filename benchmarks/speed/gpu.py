@@ -138,7 +138,7 @@ def main() -> None:
         args.device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     if args.device != "cpu" and not torch.cuda.is_available():
         sys.exit("no CUDA device here; pass --smoke to run the same code on CPU at a tiny scale")
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parents[1]  # benchmarks/ (this script is in benchmarks/speed/)
     out_path = Path(args.out or (Path(os.environ["OUT"]) / "gpu.json" if os.environ.get("OUT")
                                  else here / "out" / "gpu-smoke.json" if args.smoke  # never taken for a GPU result
                                  else here / "results" / "gpu.json"))

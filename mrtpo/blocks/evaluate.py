@@ -3,7 +3,10 @@
 `evaluate` scores the response with every reward, builds the blocks and the replay contexts
 with `mrtpo.contexts` (the same functions the trainer uses), and runs every single-example
 check of `mrtpo.blocks.rules` on the result. Nothing a task does here may stop the preview
-or the lint: an exception in a verifier, a block builder or the contexts becomes a finding.
+or the lint: an exception in a verifier, a block builder or the contexts becomes a finding
+(so does a `sys.exit` in them: `USER_CODE_ERRORS`), and so does everything training refuses
+(`mrtpo.tasks.contract`): no rewards, a verdict that is None or not finite, a block that is
+not a str, a reference that is None.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from mrtpo import contexts
 from mrtpo.blocks import rules
 from mrtpo.blocks.rules import FULL_MARKS, Finding
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks.contract import USER_CODE_ERRORS
 
 Messages = list[dict[str, str]]
 
@@ -74,16 +78,19 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
         if task.messages(example) != ev.p0:
             add([Finding("R6", "p0-unstable", "task.messages(example) gives a different P0 on a "
                          "second call; sampling and replay must see the same prompt")])
-    except Exception as exc:
+    except USER_CODE_ERRORS as exc:
         add([Finding("R6", "messages-error", _raised("task.messages(example)", exc))])
         return ev
     try:
         ev.rewards = list(task.rewards(example))
         again = [getattr(r, "name", None) for r in task.rewards(example)]
-    except Exception as exc:
+    except USER_CODE_ERRORS as exc:
         add([Finding("R6", "rewards-error", _raised("task.rewards(example)", exc))])
         return ev
     add(rules.check_rewards(ev.rewards))
+    if not ev.rewards:
+        add([Finding("R6", "no-rewards", "task.rewards(example) lists no rewards; training refuses "
+                     "an example without rewards (there is nothing to score)")])
     ev.rewards = [r for r in ev.rewards if isinstance(r, Reward)]
     if again != [r.name for r in ev.rewards]:
         add([Finding("R6", "rewards-unstable", "task.rewards(example) lists different rewards on "
@@ -92,19 +99,25 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
     fmt = getattr(task, "format", None)
     try:
         reference = task.reference(example)
-    except Exception as exc:
+    except USER_CODE_ERRORS as exc:
         reference = None
         add([Finding("R5", "reference-error", _raised("task.reference(example)", exc))])
+    else:
+        if reference is None and probe_builders:  # once per example
+            add([Finding("R5", "no-reference", "task.reference(example) returned None: probe and "
+                         "credit have no correct response to replay, and preview and lint check "
+                         "an empty response instead; return the correct response in the task's "
+                         "format")])
 
     for r in ev.rewards:
         try:
             v = r.verify(example, response)
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             add([Finding("R6", "verify-raised", _raised("verify", exc) + "; a verifier never "
                          "raises on model output: it scores the floor and says why")], r.name)
             v = None
-        if v is not None:
-            add(rules.check_verdict(r, v), r.name)
+        else:
+            add(rules.check_verdict(r, v), r.name)  # None too: training refuses it
             if not isinstance(v, Verdict):
                 v = None
         ev.verdicts.append(v)
@@ -115,7 +128,7 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
     if ok:
         try:
             built = contexts.block_texts(task, example, ev.verdicts)
-        except Exception:
+        except USER_CODE_ERRORS:
             built = None
     if built is None:
         built = []
@@ -125,13 +138,15 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
                 continue
             try:
                 b = r.block(example, v)
-            except Exception as exc:
+            except USER_CODE_ERRORS as exc:
                 add([Finding("R1", "builder-error", _raised("the block builder", exc))], r.name)
                 b = None
-            if b is not None and not isinstance(b, str):
-                add([Finding("R6", "not-text", f"the block builder returned "
-                             f"{type(b).__name__}, not str")], r.name)
-                b = None
+            else:
+                if not isinstance(b, str):  # None too: training refuses it
+                    add([Finding("R6", "not-text", f"the block builder returned "
+                                 f"{type(b).__name__}, not str; return \"\" for no information")],
+                        r.name)
+                    b = None
             built.append(b)
     ev.blocks = built
 
@@ -152,7 +167,7 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
     if all(b is not None for b in ev.blocks):
         try:
             ev.p_all, ev.p_without = contexts.context_messages(task, example, ev.blocks)
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             add([Finding("R6", "contexts-error", _raised("building the contexts", exc))])
         else:
             # whole messages a task drops with an in-prompt block (Task.without_messages)
@@ -178,6 +193,6 @@ def _probe_dependence(reward: Reward, example: Example, verdict: Verdict, block:
     for v in (Verdict(reward.floor, "a different verdict's feedback"), Verdict(FULL_MARKS, "")):
         try:
             others.append(reward.block(example, v))
-        except Exception:
+        except USER_CODE_ERRORS:
             continue  # a builder may reject a verdict it cannot get; not a dependence
     return rules.check_declared_dependence(reward, others)

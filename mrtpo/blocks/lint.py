@@ -21,6 +21,7 @@ from mrtpo.blocks.evaluate import waivers as waivers_of
 from mrtpo.blocks.probes import Probe, probes
 from mrtpo.blocks.rules import Finding
 from mrtpo.tasks.base import Example, Reward, Task
+from mrtpo.tasks.contract import USER_CODE_ERRORS
 
 #: how many other examples each group of identical blocks is compared with (bounds the cost)
 MAX_PAIRS_PER_BLOCK = 4
@@ -122,7 +123,7 @@ def _collect(ev: Evaluation, reference: str | None, same) -> None:
 def _score(reward: Reward, example: Example, response: str) -> float | None:
     try:
         return float(reward.verify(example, response).score)
-    except Exception:
+    except USER_CODE_ERRORS:
         return None
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks.contract import USER_CODE_ERRORS
 from mrtpo.tasks.files import lines, read_text
 
 #: (name, response text)
@@ -43,7 +44,7 @@ def probes(task: Task, example: Example) -> list[Probe]:
     """The reference and a corrupted copy; an empty response when the task has no reference."""
     try:
         ref = task.reference(example)
-    except Exception as exc:  # a broken reference() should not stop the preview
+    except USER_CODE_ERRORS as exc:  # a broken reference() should not stop the preview
         ref = None
         err = f" (reference() raised {type(exc).__name__}: {exc})"
     else:
@@ -90,7 +91,7 @@ def _break_in_format(fmt, response: str, parsed) -> str:
         if old_body and response.count(old_body) == 1:
             return response.replace(old_body, new_body)
         return fmt.render(bad, think=parsed.think)
-    except Exception:  # a format that cannot render the broken answer
+    except USER_CODE_ERRORS:  # a format that cannot render the broken answer
         return response.swapcase()
 
 
@@ -146,7 +147,7 @@ def _misspell_sql(sql: str) -> str:
         from sqlglot.tokens import TokenType
 
         toks = sqlglot.tokenize(sql, read="sqlite")
-    except Exception:
+    except USER_CODE_ERRORS:
         return _misspell_first(sql)
     for i, t in enumerate(toks):
         nxt = toks[i + 1] if i + 1 < len(toks) else None

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from mrtpo.formats import CodeBlockFormat, Format, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Reward, Verdict
+from mrtpo.tasks.contract import USER_CODE_ERRORS
 
 #: rule id -> short title
 RULES: dict[str, str] = {
@@ -577,7 +578,7 @@ def has_format_payload(block: str, fmt: Format | None) -> bool:
         return False
     try:
         return fmt.parse(as_response(block, fmt)).answer is not None
-    except Exception:
+    except USER_CODE_ERRORS:
         return False
 
 
@@ -664,7 +665,7 @@ def probe_feedback_builder(reward: Reward, example: Example) -> list[Finding]:
     for score in sorted({reward.floor, FULL_MARKS}):
         try:
             text = reward.block(example, Verdict(score=score, feedback=""))
-        except Exception as exc:  # a builder that cannot handle "no feedback" is a finding
+        except USER_CODE_ERRORS as exc:  # a builder that cannot handle "no feedback" is a finding
             return [Finding("R4", "builder-error",
                             f"the block builder raised {type(exc).__name__}: {exc} when the "
                             "verdict has no feedback; it must return '' then")]
@@ -708,7 +709,7 @@ def check_reference(block: str, *, fmt: Format | None, reward: Reward | None = N
         return []
     try:
         verdict = reward.verify(example, response)
-    except Exception as exc:
+    except USER_CODE_ERRORS as exc:
         return [Finding("R5", "verify-error",
                         f"scoring the reference raised {type(exc).__name__}: {exc}")]
     if not (verdict.score >= FULL_MARKS):
@@ -753,7 +754,7 @@ def check_bare_answer(block: str, *, fmt: Format | None, reward: Reward | None,
         return []
     try:
         score = reward.verify(example, fmt.render(answer)).score
-    except Exception:
+    except USER_CODE_ERRORS:
         return []
     if score >= FULL_MARKS:
         return [Finding("R5", "not-policy-form",
@@ -806,7 +807,7 @@ def check_specific(block: str, *, kind: str, example: Example | None, verdict: V
 def _safe_rule(fmt: Format) -> str:
     try:
         return str(fmt.rule)
-    except Exception:
+    except USER_CODE_ERRORS:
         return ""
 
 

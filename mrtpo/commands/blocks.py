@@ -36,14 +36,16 @@ def _load(task_name: str, data: str | None, responses: str | None, limit: int | 
     from mrtpo.tasks import get_task
 
     kwargs = parse_task_options(options)  # a malformed KEY=VALUE is a usage error (exit 2)
+    from mrtpo.tasks.contract import USER_CODE_ERRORS
+
     try:
         task = get_task(task_name, **kwargs)
-    except Exception as exc:
+    except USER_CODE_ERRORS as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     try:
         examples = task.load(data)
-    except Exception as exc:  # data errors name file, row and field themselves
+    except USER_CODE_ERRORS as exc:  # data errors name file, row and field themselves
         where = data or "the bundled sample"
         typer.echo(f"error: could not load {where} for task {task_name!r}: {exc}", err=True)
         raise typer.Exit(2)

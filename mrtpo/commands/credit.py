@@ -138,6 +138,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.models.trained import TrainedModelError
     from mrtpo.tasks import get_task
+    from mrtpo.tasks.contract import RewardError
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
     if model is None:
@@ -157,12 +158,33 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
         with _replay_progress(model) as on_progress:
             records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
                             on_progress=on_progress)
-    except (PolicyLoadError, TrainedModelError) as exc:
+    except (PolicyLoadError, TrainedModelError, RewardError) as exc:
         _fail(str(exc))
-    source = f"responses from {responses}" if responses else "reference + corrupted copy per example"
+    source = f"responses from {responses}" if responses else _replayed(records)
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "
                f"{estimator} credit per example")
     return records, task.name, model, heading, ""
+
+
+_PROBE_WORDS = {"reference": "reference", "corrupted": "corrupted copy",
+                "empty": "a single empty response (no reference)"}
+
+
+def _replayed(records) -> str:
+    """What was replayed per example, from the records' names: "reference + corrupted copy per
+    example" when every example had both, else what each share of the examples had (a task
+    without references replays a single empty response)."""
+    from collections import Counter
+
+    per_example: dict[str, list[str]] = {}
+    for r in records:
+        per_example.setdefault(r.example_id, []).append(r.name.split(" (")[0])
+    shapes = Counter(" + ".join(_PROBE_WORDS.get(n, n) for n in names) for names in per_example.values())
+    if not shapes:
+        return "no responses replayed"
+    if len(shapes) == 1:
+        return f"{next(iter(shapes))} per example"
+    return "; ".join(f"{shape} for {_count(n, 'example')}" for shape, n in shapes.most_common())
 
 
 class _replay_progress:

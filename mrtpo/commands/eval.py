@@ -61,6 +61,7 @@ def register(app: typer.Typer) -> None:
         """
         from mrtpo.evaluation import GenerationConfig, ResponsesError, run_eval, validate_options
         from mrtpo.tasks import get_task
+        from mrtpo.tasks.contract import RewardError
         from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
         if (responses is None) == (model is None):
@@ -87,7 +88,7 @@ def register(app: typer.Typer) -> None:
             report = run_eval(t, examples, responses_path=responses, model_path=model,
                               missing=missing.value, generation=gen, progress=progress,
                               **options)
-        except (ResponsesError, ValueError, FileNotFoundError) as exc:
+        except (ResponsesError, ValueError, FileNotFoundError, RewardError) as exc:
             _fail(str(exc))
         if out is not None:
             try:

@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         from mrtpo.harness.policy import PolicyLoadError, load_policy
         from mrtpo.models.default import resolve_model
         from mrtpo.tasks import get_task
+        from mrtpo.tasks.contract import RewardError, checked_reference
         from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
         try:
@@ -60,6 +61,15 @@ def register(app: typer.Typer) -> None:
         if not examples:
             _fail(f"no examples to probe in {data or 'the bundled sample'}")
         try:
+            with_reference = sum(checked_reference(task, ex) is not None for ex in examples)
+        except RewardError as exc:
+            _fail(str(exc))
+        if not with_reference:
+            _fail(f"task {task.name!r} has no reference for any of the {len(examples)} examples "
+                  "(task.reference(example) returned None); the probe edits each example's "
+                  "reference, so define Task.reference (and Task.probe_edits) as "
+                  "docs/custom-tasks.md shows")
+        try:
             path = resolve_model(model)
             policy = load_policy(path, lora=False, device=device, dtype=dtype)
         except PolicyLoadError as exc:
@@ -68,7 +78,7 @@ def register(app: typer.Typer) -> None:
         print(f"probing {task.name} with {model}: {len(examples)} examples ...", file=sys.stderr, flush=True)
         try:
             report = probe.run(task, examples, policy.model, policy.tokenizer, model_name=shown, control=control)
-        except ValueError as exc:
+        except (ValueError, RewardError) as exc:
             _fail(str(exc))
         if not report.edits:
             _fail(f"task {task.name!r} made no probe edit that lowers its reward on these examples; "

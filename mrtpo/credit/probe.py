@@ -256,14 +256,22 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
     from mrtpo.credit.records import response_ids
     from mrtpo.replay import distances
 
+    from mrtpo.tasks.contract import (USER_CODE_ERRORS, RewardError, checked_reference,
+                                      checked_rewards, checked_score)
+
     rows, skipped = [], []
     for ex in examples:
-        ref = task.reference(ex)
+        ref = checked_reference(task, ex)
         if ref is None:
             continue
-        names = [r.name for r in task.rewards(ex)]
-        ref_scores = dict(zip(names, (v.score for v in task.score(ex, ref))))
-        for edit in task.probe_edits(ex):
+        names = [r.name for r in checked_rewards(task, ex)]
+        ref_scores = dict(zip(names, (v.score for v in checked_score(task, ex, ref))))
+        try:
+            edits = list(task.probe_edits(ex))
+        except USER_CODE_ERRORS as exc:
+            raise RewardError(f"task {task.name!r} on example {ex.id!r}: task.probe_edits(example) "
+                              f"raised {type(exc).__name__}: {exc}") from exc
+        for edit in edits:
             if edit.reward not in names:
                 raise ValueError(f"task {task.name!r}: probe edit {edit.kind!r} of example {ex.id!r} names reward "
                                  f"{edit.reward!r}, which is not one of its rewards {names}")
@@ -271,7 +279,7 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
             if not (0 <= s < e <= len(edit.response)):
                 raise ValueError(f"task {task.name!r}: probe edit {edit.kind!r} of example {ex.id!r} has span "
                                  f"{edit.span} outside its response of {len(edit.response)} characters")
-            verdicts = task.score(ex, edit.response)
+            verdicts = checked_score(task, ex, edit.response)
             scores = dict(zip(names, (v.score for v in verdicts)))
             if not scores[edit.reward] < ref_scores[edit.reward] - 1e-9:
                 skipped.append(f"{ex.id}: {edit.kind} ({edit.reward} {scores[edit.reward]:g}, "

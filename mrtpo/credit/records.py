@@ -233,17 +233,18 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
     import torch
 
     from mrtpo.advantages import estimate, place, token_weights
-    from mrtpo.contexts import build_item
+    from mrtpo.contexts import build_item, model_positions
     from mrtpo.replay import distances
+    from mrtpo.tasks.contract import checked_score
 
     rows: list[tuple[int, Any, str, str, list[int], list]] = []  # (group, example, name, text, ids, verdicts)
     for g, ex in enumerate(e for e in examples if responses.get(e.id)):
         for name, text in responses[ex.id]:
-            verdicts = task.score(ex, text)
+            verdicts = checked_score(task, ex, text)  # the contract, as in training
             rows.append((g, ex, name, text, response_ids(tokenizer, text), verdicts))
     if not rows:
         return []
-    items = [build_item(task, tokenizer, ex, ids, v) for _, ex, _, _, ids, v in rows]
+    items = [build_item(task, tokenizer, ex, ids, v, model_positions(model)) for _, ex, _, _, ids, v in rows]
     k_max = max(it.num_rewards for it in items)
     t_max = max(1, max(len(r[4]) for r in rows))
     parts = []

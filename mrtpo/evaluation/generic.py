@@ -1,6 +1,8 @@
 """Metrics for any task without a benchmark of its own (plugins): each reward's mean.
 
-Every response goes through the task's own rewards (`task.score`); the summary gives
+Every response goes through the task's own rewards, each checked against the contract as in
+training (`mrtpo.tasks.contract`: a reward that raises or returns no finite Verdict stops the
+evaluation with a RewardError naming it); the summary gives
 `rewards/<name>/mean` over the examples a reward applies to (names as TRL logs them) and
 `reward`, the mean weighted sum, so a plugin task is evaluated the way it is trained.
 """
@@ -10,17 +12,15 @@ from typing import Sequence
 
 from mrtpo.evaluation.report import EvalReport, mean
 from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks.contract import checked_rewards, checked_verify
 
 
 def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) -> EvalReport:
     per_reward: dict[str, list[float]] = {}
     totals, records = [], []
     for ex, response in zip(examples, responses):
-        rewards = task.rewards(ex)
-        verdicts = task.score(ex, response)
-        if len(verdicts) != len(rewards):
-            raise RuntimeError(f"task {task.name!r}: {len(verdicts)} verdicts for {len(rewards)} "
-                               f"rewards on example {ex.id!r}")
+        rewards = checked_rewards(task, ex)  # the contract, checked as training checks it
+        verdicts = [checked_verify(task, r, ex, response) for r in rewards]
         for r, v in zip(rewards, verdicts):
             per_reward.setdefault(r.name, []).append(v.score)
         totals.append(sum(r.weight * v.score for r, v in zip(rewards, verdicts)))

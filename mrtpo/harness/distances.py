@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from mrtpo.contexts import block_texts, build_item, only_rewards
+from mrtpo.contexts import block_texts, build_item, model_positions, only_rewards
 
 
 def blocks_for(task, rollout, scored) -> list[list[str]]:
@@ -30,7 +30,8 @@ def replay_distances(policy, task, rollout, scored, temperature: float,
     (advantages.Credit on the same rows and columns): skip the pairs whose credit is 0."""
     from mrtpo.replay import distances
 
-    items = [build_item(task, policy.tokenizer, ex, ids, v)
+    positions = model_positions(policy.model)  # blocks are cut so that P_all + response fits
+    items = [build_item(task, policy.tokenizer, ex, ids, v, positions)
              for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts)]
     if credit is not None:
         items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0) for name in names])

@@ -103,8 +103,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def _looks_local(name: str) -> bool:
+    """Whether a --model value that does not exist was meant as a local path, not a hub id.
+    A hub id is `name` or `org/name`, and its name may hold dots (`Qwen/Qwen2.5-0.5B-Instruct`),
+    so a suffix only counts without an org."""
     p = Path(name).expanduser()
-    return (name.startswith((".", "/", "~")) or name.count("/") > 1 or p.suffix != ""
+    return (name.startswith((".", "/", "~")) or name.count("/") > 1
+            or ("/" not in name and p.suffix != "")
             or ("/" in name and p.parent.is_dir()))  # e.g. runs/x when ./runs exists
 
 
@@ -113,9 +117,11 @@ def check_model_arg(model: str | None) -> None:
     if not model:
         raise PolicyLoadError("--model is required: a local directory saved with save_pretrained "
                               "(model + tokenizer with a chat template) or a hub id.")
-    if _looks_local(model) and not Path(model).expanduser().exists():
-        raise PolicyLoadError(f"--model {model!r}: no such local directory. Pass a directory saved "
-                              "with save_pretrained (config.json, weights, tokenizer files) or a hub id.")
+    from mrtpo.models.trained import model_arg_problem
+
+    problem = model_arg_problem(model, trained=False)
+    if problem:
+        raise PolicyLoadError(problem)
 
 
 def load_tokenizer(name: str):

@@ -4,7 +4,9 @@ Prompts are P0 (`task.messages(example)`) rendered through the tokenizer's chat 
 with the generation prompt; sampling always uses P0 (blocks only enter the replay). Rows are
 grouped: completions `g*G .. g*G+G-1` answer prompt g, which is the layout the advantage
 estimators expect. A completion ends at the first stop token (kept, as it was sampled and
-the policy is trained to emit it) or is `truncated` at `max_new_tokens`.
+the policy is trained to emit it) or is `truncated` at `max_new_tokens`. A prompt whose
+tokens plus `max_new_tokens` do not fit in the model's positions is refused (`check_prompt`):
+it is a data problem, and cutting the prompt would train on a question the data never asked.
 """
 from __future__ import annotations
 
@@ -99,6 +101,21 @@ def prompt_token_ids(tokenizer, text: str) -> list[int]:
     return tokenizer(scrub(text), add_special_tokens=False)["input_ids"]
 
 
+def check_prompt(task: Task, example: Example, prompt_tokens: int, max_new_tokens: int,
+                 positions: int | None) -> None:
+    """Refuse (DataError naming the task and example) a prompt that leaves no room for the
+    response in the model's `positions`."""
+    if positions is None or prompt_tokens + max_new_tokens <= positions:
+        return
+    from mrtpo.harness.data import DataError
+
+    raise DataError(f"task {task.name!r}, example {example.id!r} ({example.source or 'no source'}): "
+                    f"the prompt is {prompt_tokens:,} tokens, and with --max-new-tokens "
+                    f"{max_new_tokens} it does not fit in the model's {positions:,} positions. "
+                    "Shorten or drop that example, lower --max-new-tokens, or use a model with "
+                    "more positions.")
+
+
 @torch.no_grad()
 def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
@@ -114,6 +131,11 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     g = 1 if greedy else num_generations
     texts = [render_prompt(tok, task, ex) for ex in examples]
     ids = [prompt_token_ids(tok, t) for t in texts]
+    from mrtpo.contexts import model_positions
+
+    positions = model_positions(policy.model)
+    for ex, x in zip(examples, ids):
+        check_prompt(task, ex, len(x), max_new_tokens, positions)
     p = max(len(x) for x in ids)
     input_ids = torch.full((len(ids), p), policy.pad_id, dtype=torch.long)  # [B, P]
     attn = torch.zeros((len(ids), p), dtype=torch.long)  # [B, P]

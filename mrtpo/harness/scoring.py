@@ -5,12 +5,15 @@ same reward on every row (instruction following has one reward per constraint an
 per prompt: a reward that does not apply to a row is NaN there). SAW's batch statistics and
 the `rewards/<name>/...` metrics rely on that.
 
-Verifiers run in a pool of forked worker processes (`workers > 0`): one job per
+Verifiers run in a pool of forked worker processes (`workers > 0`, `_ForkPool`): one job per
 (completion, reward), each with a deadline (`timeout` seconds, enforced inside the worker
-with an interval timer, and by the parent for the whole batch as a backstop, which then
-replaces the pool). A reward that runs out of time scores its floor with feedback
-"timed out after ...". Forking lets workers use the task object as it is (closures,
-test-defined tasks), with no pickling of verify functions.
+with an interval timer, and by the parent per job as a backstop, which then kills and
+replaces that worker). A reward that runs out of time scores its floor with feedback
+"timed out after ...". A worker that dies while verifying (`os._exit`, `SystemExit`, a
+segfault, the OOM killer) is seen at once (its pipe closes): the job scores the floor with
+feedback saying the verifier died, and a fresh worker takes its place. Forking lets workers
+use the task object as it is (closures, test-defined tasks), with no pickling of verify
+functions.
 
 A reward that raises, returns something other than one `Verdict`, or a non-finite score is a
 programming error (bad *model output* must score the floor instead): it stops the run with a
@@ -18,21 +21,17 @@ programming error (bad *model output* must score the floor instead): it stops th
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import signal
 import time
 import traceback
 from dataclasses import dataclass
-from numbers import Real
+from multiprocessing.connection import wait
 
 import torch
 
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
-
-
-class RewardError(RuntimeError):
-    """A reward function broke its contract; the message names it."""
+from mrtpo.tasks.contract import RewardError, _where, check_verdict, checked_rewards  # noqa: F401 (re-exported)
 
 
 #: the feedback of a reward that ran past the scorer's deadline (`Scorer.score` writes it)
@@ -75,23 +74,6 @@ def reward_names(rewards: list[Reward]) -> list[str]:
     return out
 
 
-def check_verdict(reward: Reward, result, example: Example, response: str) -> Verdict:
-    """The contract: exactly one Verdict with a finite real score."""
-    where = f"reward {reward.name!r} on example {example.id!r} ({example.source or 'no source'})"
-    if isinstance(result, (list, tuple)):
-        raise RewardError(f"{where} returned {len(result)} scores for one response; verify must "
-                          "return exactly one Verdict(score, feedback)")
-    if not isinstance(result, Verdict):
-        raise RewardError(f"{where} returned {type(result).__name__} {result!r:.80}; verify must "
-                          "return a Verdict(score, feedback)")
-    if isinstance(result.score, bool) or not isinstance(result.score, Real) \
-            or not math.isfinite(float(result.score)):
-        raise RewardError(f"{where} returned the non-finite or non-numeric score {result.score!r} "
-                          f"for the response {response[:80]!r}; bad model output must score the "
-                          "reward's floor, with the reason in the feedback")
-    return result
-
-
 # --- worker side ------------------------------------------------------------------------------
 _TASK: Task | None = None  # set in the parent before forking, inherited by the workers
 
@@ -119,10 +101,168 @@ def _run_job(example: Example, response: str, index: int, timeout: float | None)
         return ("timeout", None, time.perf_counter() - start)
     except Exception as exc:  # reported to the parent, which stops the run with the name
         return ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", time.perf_counter() - start)
+    except SystemExit as exc:  # the verifier tried to end its process: it died, as in a worker
+        return ("died", f"the verifier died: it raised SystemExit({exc.code!r}) while verifying "
+                        "this response", time.perf_counter() - start)
     finally:
         if use_timer:
             signal.setitimer(signal.ITIMER_REAL, 0)
     return ("ok", result, time.perf_counter() - start)
+
+
+def _serve(conn) -> None:
+    """Worker loop (in a forked child): run each job received, send back its result."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        conn.send("started")  # so a death before this point is not blamed on the job
+        result = _run_job(*job)
+        try:
+            conn.send(result)
+        except Exception as exc:  # e.g. a verdict that cannot be pickled
+            conn.send(("error", f"its result could not be returned from the worker: "
+                                f"{type(exc).__name__}: {exc}", result[2]))
+
+
+def _died_message(exitcode: int | None) -> str:
+    """Feedback for a job whose worker died: how it died, in words."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+        if -exitcode == signal.SIGKILL:
+            how += " (out of memory, or killed from outside)"
+    else:
+        how = f"exited with code {exitcode}"
+    return f"the verifier died: its worker process {how} while verifying this response"
+
+
+class _ForkPool:
+    """Forked worker processes that run `_run_job`, one job each at a time.
+
+    Unlike `multiprocessing.Pool` (which loses the job of a worker that dies and lets its
+    caller wait for it forever), each worker here has its own pipe: a death shows at once as
+    end-of-file, the job gets ("died", how, seconds) and a fresh worker is forked for it. A
+    worker that died before it took its job (killed while idle) is replaced and the job runs
+    again, since the job is not to blame.
+    """
+
+    def __init__(self, size: int):
+        self.ctx = mp.get_context("fork")
+        self.procs: list = []
+        self.conns: list = []
+        self.started: set[int] = set()  # busy slots whose worker said it took its job
+        for _ in range(size):
+            self._add()
+
+    def _add(self, slot: int | None = None) -> None:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
+        proc.start()
+        child.close()  # so the parent's end reads EOF when the worker dies
+        if slot is None:
+            self.procs.append(proc)
+            self.conns.append(parent)
+        else:
+            self.procs[slot], self.conns[slot] = proc, parent
+
+    def _kill(self, slot: int) -> int | None:
+        proc = self.procs[slot]
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5.0)
+        self.conns[slot].close()
+        return proc.exitcode
+
+    def run(self, jobs: list[tuple], hard_timeout: float | None) -> list[tuple]:
+        """Results of `_run_job(*job)` for each job, in order; see the class docstring."""
+        out: list[tuple | None] = [None] * len(jobs)
+        todo = list(range(len(jobs)))[::-1]
+        busy: dict[int, tuple[int, float]] = {}  # slot -> (job index, start time)
+        self.started = set()
+        retries: dict[int, int] = {}
+        try:
+            while todo or busy:
+                for slot in range(len(self.procs)):
+                    if todo and slot not in busy:
+                        i = todo.pop()
+                        self._send(slot, jobs[i])
+                        busy[slot] = (i, time.monotonic())
+                limit = None if hard_timeout is None else max(
+                    0.0, min(t for _, t in busy.values()) + hard_timeout - time.monotonic())
+                wait([self.conns[s] for s in busy], timeout=limit)
+                for slot in list(busy):
+                    i, started = busy[slot]
+                    result = self._collect(slot, started, hard_timeout)
+                    if result == "retry":
+                        retries[i] = retries.get(i, 0) + 1
+                        if retries[i] > 2:  # workers die as soon as they start: say so
+                            out[i] = ("died", "the verifier died: its worker process died three "
+                                      "times before it could take this job", 0.0)
+                        else:
+                            todo.append(i)
+                        del busy[slot]
+                    elif result is not None:
+                        out[i] = result
+                        del busy[slot]
+                        self.started.discard(slot)
+        except BaseException:
+            for slot in busy:  # a worker still busy would answer the next call with this one's result
+                self._kill(slot)
+                self._add(slot)
+            raise
+        return out  # type: ignore[return-value]
+
+    def _send(self, slot: int, job: tuple) -> None:
+        """Give `job` to the worker in `slot`, replacing it first if its pipe is closed."""
+        try:
+            self.conns[slot].send(job)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._kill(slot)
+            self._add(slot)
+            self.conns[slot].send(job)
+
+    def _collect(self, slot: int, started: float, hard_timeout: float | None) -> tuple | None:
+        """The result of the job in `slot` if it is over (answered, died, or overran), else None."""
+        conn = self.conns[slot]
+        try:
+            if slot not in self.started and conn.poll():
+                if conn.recv() != "started":
+                    raise EOFError("the worker answered out of turn")
+                self.started.add(slot)
+            if conn.poll():
+                return conn.recv()
+            overran = hard_timeout is not None and time.monotonic() - started > hard_timeout
+            if self.procs[slot].is_alive() and not overran:
+                return None
+        except (EOFError, OSError):
+            overran = False
+        seconds = time.monotonic() - started
+        exitcode = self._kill(slot)
+        self._add(slot)
+        if slot not in self.started and not overran:
+            return "retry"
+        self.started.discard(slot)
+        if overran:
+            return ("timeout", None, seconds)
+        return ("died", _died_message(exitcode), seconds)
+
+    def close(self) -> None:
+        for slot in range(len(self.procs)):
+            try:
+                self.conns[slot].send(None)
+            except OSError:
+                pass
+        for slot in range(len(self.procs)):
+            self.procs[slot].join(1.0)
+            self._kill(slot)
+        self.procs, self.conns = [], []
 
 
 # --- parent side ------------------------------------------------------------------------------
@@ -152,21 +292,20 @@ class Scorer:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
+            self._pool.close()
             self._pool = None
 
     def _get_pool(self):
         global _TASK
         if self._pool is None:
             _TASK = self.task
-            self._pool = mp.get_context("fork").Pool(self.workers)
+            self._pool = _ForkPool(self.workers)
         return self._pool
 
     def score(self, examples: list[Example], responses: list[str]) -> Scored:
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples for {len(responses)} responses")
-        rewards = [self.task.rewards(ex) for ex in examples]  # N lists
+        rewards = [checked_rewards(self.task, ex) for ex in examples]  # N lists
         jobs = [(i, k) for i, rs in enumerate(rewards) for k in range(len(rs))]
         results = self._run(jobs, examples, responses)
         verdicts: list[list[Verdict]] = [[None] * len(rs) for rs in rewards]  # type: ignore[list-item]
@@ -175,13 +314,14 @@ class Scorer:
             reward = rewards[i][k]
             seconds[reward.name] = seconds.get(reward.name, 0.0) + secs
             if status == "error":
-                raise RewardError(f"reward {reward.name!r} raised on example {examples[i].id!r} "
-                                  f"({examples[i].source or 'no source'}) with the response "
-                                  f"{responses[i][:80]!r}; verify must never raise on model "
-                                  f"output (score the floor and say why): {value}")
+                raise RewardError(f"{_where(reward.name, examples[i], self.task, 'raised')} with the "
+                                  f"response {responses[i][:80]!r}; verify must never raise on "
+                                  f"model output (score the floor and say why): {value}")
             if status == "timeout":
                 value = Verdict(float(reward.floor), TIMEOUT_FEEDBACK.format(timeout=self.timeout))
-            verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i])
+            elif status == "died":
+                value = Verdict(float(reward.floor), value)
+            verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i], self.task)
         return self._table(rewards, verdicts, seconds)
 
     def _run(self, jobs, examples, responses) -> list[tuple]:
@@ -189,24 +329,11 @@ class Scorer:
             global _TASK
             _TASK = self.task
             return [_run_job(examples[i], responses[i], k, None) for i, k in jobs]
-        pool = self._get_pool()
-        pending = [pool.apply_async(_run_job, (examples[i], responses[i], k, self.timeout)) for i, k in jobs]
-        # backstop: every job gets its own timeout inside the worker; if a verifier blocks in C
-        # code the timer cannot interrupt, stop waiting after the whole batch's worth of time
-        deadline = time.monotonic() + self.timeout * (math.ceil(len(jobs) / self.workers) + 1) + 5
-        out, stuck = [], False
-        for job in pending:
-            try:
-                out.append(job.get(timeout=max(0.0, deadline - time.monotonic())))
-            except mp.TimeoutError:
-                out.append(("timeout", None, self.timeout))
-                stuck = True
-            except Exception as exc:  # e.g. a verdict that cannot be sent back (not picklable)
-                out.append(("error", f"its result could not be returned from the worker: "
-                                     f"{type(exc).__name__}: {exc}", 0.0))
-        if stuck:  # workers may still be busy with the stuck jobs: start a fresh pool next time
-            self.close()
-        return out
+        # backstop: every job has its own timer inside the worker; one blocked in C code that the
+        # timer cannot interrupt is killed (with its worker) a little after that
+        hard = None if self.timeout is None else self.timeout + max(5.0, 0.5 * self.timeout)
+        return self._get_pool().run([(examples[i], responses[i], k, self.timeout) for i, k in jobs],
+                                    hard)
 
     def _table(self, rewards: list[list[Reward]], verdicts, seconds) -> Scored:
         row_names = [reward_names(rs) for rs in rewards]

@@ -46,9 +46,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from mrtpo.advantages import Credit, estimate, place
-from mrtpo.contexts import build_item, only_rewards
+from mrtpo.contexts import build_item, model_positions, only_rewards
 from mrtpo.harness.distributed import local_credit
-from mrtpo.harness.scoring import RewardError, check_verdict, reward_names
+from mrtpo.harness.scoring import reward_names
+from mrtpo.tasks.contract import checked_verify
 from mrtpo.tasks import TaskLoadError, TaskNotFound, get_task
 from mrtpo.tasks.base import Example, Task, Verdict
 
@@ -132,13 +133,7 @@ class TaskReward:
                 verdicts.append(None)
                 continue
             reward = rewards[names.index(self.__name__)]
-            try:
-                result = reward.verify(example, text)
-            except Exception as exc:  # a bug in the verifier, not bad model output
-                raise RewardError(f"reward {reward.name!r} raised on example {example.id!r} "
-                                  f"({example.source or 'no source'}) with the response {text[:80]!r}; "
-                                  f"verify must never raise on model output: {type(exc).__name__}: {exc}") from exc
-            verdict = check_verdict(reward, result, example, text)
+            verdict = checked_verify(self.task, reward, example, text)
             scores.append(float(verdict.score))
             verdicts.append(verdict)
         self.state.verdicts[self.__name__] = verdicts
@@ -356,7 +351,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             example = self.mrtpo_examples[row[INDEX_COLUMN]]
             row_names = reward_names(self.mrtpo_task.rewards(example))
             verdicts = [self._mrtpo_state.verdicts[name][i] for name in row_names]
-            item = build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts)
+            item = build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts,
+                              model_positions(self.model))  # blocks cut to fit the positions
             if credit is not None:
                 item = only_rewards(item, [bool(credit[i, names.index(name)] != 0) for name in row_names])
             items.append(item)

@@ -75,6 +75,48 @@ def _has_tokenizer(path: Path) -> bool:
     return any((path / f).is_file() for f in TOKENIZER_FILES)
 
 
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
+
+
+def model_arg_problem(model: str, *, trained: bool) -> str | None:
+    """Why a local `--model` value cannot be a model, in words (None when it may be one).
+
+    A value that names a local path must be a directory holding a model: `config.json`,
+    weights and tokenizer files (what `save_pretrained` writes). Anything else is left to
+    the loader (a built-in policy name, a hub id). `trained`: the command also accepts a run
+    directory, a checkpoint or an adapter (eval, credit, export), which the caller checked first.
+    """
+    from mrtpo.harness.policy import _looks_local
+    from mrtpo.models.default import RECIPES
+
+    path = Path(model).expanduser()
+    accepts = ("--model takes a model directory (config.json, weights and tokenizer files, as "
+               f"save_pretrained writes them), a built-in policy ({', '.join(RECIPES)}), "
+               + ("a run directory (config.yaml + checkpoints/), a checkpoint "
+                  "(checkpoints/step-N/), an adapter directory (adapter_config.json) "
+                  if trained else "")
+               + "or a hub id (org/name)")
+    if not path.exists():
+        if model in RECIPES or not _looks_local(model):
+            return None
+        return f"--model {model!r}: no such local directory. {accepts}."
+    if not path.is_dir():
+        return f"--model {model!r} is a file, not a model directory. {accepts}."
+    if (path / "config.yaml").is_file() and not trained:
+        return (f"--model {model!r} is an mrtpo run directory; this command needs a model. Export "
+                f"it first (mrtpo export {model} OUT), or give its base model. {accepts}.")
+    if (path / "config.yaml").is_file() and not (path / "checkpoints").is_dir():
+        return f"--model {model!r} looks like a run directory but has no checkpoints/ yet. {accepts}."
+    lacks = [what for what, ok in (
+        ("config.json", (path / "config.json").is_file()),
+        ("weights (*.safetensors or pytorch_model*.bin)", any(any(path.glob(g)) for g in WEIGHT_PATTERNS)),
+        ("tokenizer files (" + ", ".join(TOKENIZER_FILES) + ")", _has_tokenizer(path)),
+    ) if not ok]
+    if lacks:
+        return f"--model {model!r} is a directory but not a model: it has no {' and no '.join(lacks)}. {accepts}."
+    return None
+
+
 def locate(name_or_path: str | Path, step: int | None = None, build: bool = True) -> Located:
     """Resolve a `--model` value (see the module docstring); `step` picks a run's checkpoint.
 
@@ -112,6 +154,9 @@ def locate(name_or_path: str | Path, step: int | None = None, build: bool = True
         return _adapter(path, build)
     from mrtpo.models.default import resolve_model
 
+    problem = model_arg_problem(str(name_or_path), trained=True)
+    if problem:
+        raise TrainedModelError(problem)
     base = resolve_model(str(name_or_path)) if build else str(name_or_path)
     return Located(base, None, base, str(name_or_path), what=f"model {name_or_path}")
 

@@ -24,6 +24,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 
 from mrtpo.cache import cache_dir as _cache_root
 from mrtpo.tasks.files import lines, read_text
-from mrtpo.verifiers.sql import MODES
+from mrtpo.verifiers.sql import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, MODES, _describe
 
 
 class DataError(ValueError):
@@ -60,12 +61,28 @@ def cache_dir() -> Path:
     return _cache_root()
 
 
-def build_database(script: Path, cache: Path | None = None) -> Path:
+BUILD_TIMEOUT_S = 60.0  # a data script that builds for longer than this is refused
+BUILD_MAX_BYTES = 1 << 30  # the largest database a data script may build
+#: PRAGMAs a data script may set: they only shape the database being built (no files, no paths,
+#: no page size or page count, which would move the size cap)
+_BUILD_PRAGMAS = _READ_PRAGMAS | {"foreign_keys", "encoding", "user_version", "application_id",
+                                  "recursive_triggers", "defer_foreign_keys", "legacy_alter_table",
+                                  "ignore_check_constraints", "case_sensitive_like", "auto_vacuum"}
+_ATTACH, _DETACH, _PRAGMA, _FUNCTION = 24, 25, 19, 31
+
+
+def build_database(script: Path, cache: Path | None = None, *, timeout: float = BUILD_TIMEOUT_S,
+                   max_bytes: int = BUILD_MAX_BYTES) -> Path:
     """The SQLite file built from a `.sql` script, building it on first use.
 
     The file name carries a hash of the script, so an edited script builds a new file. The
     build writes a temporary file in the cache directory and renames it into place, so a
-    reader never sees a half-built database and concurrent builders do not collide.
+    reader never sees a half-built database and concurrent builders do not collide. The script
+    is untrusted data and runs in a sandbox (`_sandbox`): it may create and fill tables, but not
+    ATTACH other files, load extensions, call file functions or set PRAGMAs that reach outside
+    the database; it must finish within `timeout` seconds and build at most `max_bytes`. On any
+    failure (or an interruption) the temporary file is removed; leftovers of builders that
+    were killed outright are removed by the next build.
     """
     script = Path(script)
     text = script.read_text(encoding="utf-8")
@@ -75,24 +92,96 @@ def build_database(script: Path, cache: Path | None = None) -> Path:
     if target.is_file():
         return target
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{script.stem}-", suffix=".building", dir=out_dir)
+    _remove_dead_builds(out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=f".{script.stem}-{os.getpid()}-", suffix=".building",
+                               dir=out_dir)
     os.close(fd)
     try:
-        conn = sqlite3.connect(tmp)
-        try:
-            conn.executescript(text)
-            conn.commit()
-        except sqlite3.Error as exc:
-            raise DataError(f"{script}: the SQL script fails to build a database: {exc}. "
-                            "Fix the script (it is run with sqlite3's executescript).") from exc
-        finally:
-            conn.close()
+        _run_script(script, text, tmp, timeout, max_bytes)
         os.chmod(tmp, 0o444)  # a built database is never written again
         os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
     return target
+
+
+def _run_script(script: Path, text: str, path: str, timeout: float, max_bytes: int) -> None:
+    """Run the data script into the database file `path` under the sandbox; DataError if it fails."""
+    refused: list[str] = []
+    deadline = time.monotonic() + timeout
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        _sandbox(conn, refused, deadline, max_bytes)
+        conn.executescript(text)
+    except sqlite3.Error as exc:
+        if str(exc) == "interrupted" and time.monotonic() < deadline:
+            # Ctrl-C inside SQLite's progress callback comes out as "interrupted": pass it on
+            raise KeyboardInterrupt from None
+        raise DataError(f"{script}: the SQL script fails to build a database: "
+                        f"{_build_failure(exc, refused, deadline, timeout, max_bytes)}. Fix the "
+                        "script (it is run with sqlite3's executescript, without ATTACH, extensions "
+                        f"or file functions, for at most {timeout:g} s and {max_bytes:,} bytes).") from exc
+    finally:
+        conn.close()
+
+
+def _sandbox(conn: sqlite3.Connection, refused: list[str], deadline: float, max_bytes: int) -> None:
+    """Bound a build connection: no attached files, a value and file size cap, a deadline, and
+    an authorizer refusing ATTACH, file and extension functions and outward-reaching PRAGMAs."""
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
+
+    def auth(action, arg1, arg2, _db, _trigger):
+        if action in (_ATTACH, _DETACH) \
+                or (action == _PRAGMA and str(arg1).lower() not in _BUILD_PRAGMAS) \
+                or (action == _FUNCTION and str(arg2).lower() in _DENIED_FUNCTIONS):
+            refused.append(f"the function {arg2}()" if action == _FUNCTION else _describe(action, arg1, arg2))
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(auth)
+
+
+def _build_failure(exc: sqlite3.Error, refused: list[str], deadline: float, timeout: float,
+                   max_bytes: int) -> str:
+    """Why a build failed, in words: SQLite's message, or the sandbox rule that stopped it."""
+    msg = str(exc)
+    if refused and ("not authorized" in msg or "authorization denied" in msg):
+        return f"{refused[0]} is not allowed in a data script"
+    if msg == "interrupted" and time.monotonic() >= deadline:
+        return f"it ran past the {timeout:g} s limit"
+    if "full" in msg:  # "database or disk is full": max_page_count reached
+        return f"{msg}: the database would exceed the {max_bytes:,}-byte cap"
+    return msg
+
+
+def _remove_dead_builds(out_dir: Path) -> None:
+    """Delete `.building` files whose builder process is gone (killed before it could clean up)."""
+    for leftover in out_dir.glob(".*.building*"):
+        try:
+            pid = int(leftover.name.split(".building")[0].rsplit("-", 2)[-2])
+        except (ValueError, IndexError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def bundled_dir() -> Path:

@@ -15,11 +15,18 @@ syntax error`), or a refusal that names what was refused. The sandbox, in layers
 - the read-only table-valued functions `json_each`, `json_tree` and the schema
   `pragma_<name>(...)` functions of `_READ_PRAGMAS` are allowed (their virtual tables are
   set up before the authorizer is installed); every other virtual table stays refused;
-- a progress handler enforces the deadline (a runaway recursive CTE stops on time), and a
-  query that still ends past it (a slow scalar function such as `printf('%.*c', 1e9, 'x')`
-  runs between two progress checks) is reported as a timeout, never as a success; the
-  worker pool (`sql_pool.py`) kills a worker that overruns, so a call there returns within
-  `timeout + hard_grace(timeout)`;
+- a progress handler enforces the deadline (a runaway recursive CTE stops on time). SQLite
+  checks it only at jumps, so straight-line code (one row, many calls) runs unchecked; a
+  query that ends past the deadline that way (hundreds of `x LIKE p` on a 1 MB value, ~0.1 s
+  each) is reported as a timeout, never as a success; the worker pool (`sql_pool.py`) kills
+  a worker that overruns, so a call there returns within `timeout + hard_grace(timeout)`;
+- no single SQLite function call may run long, since nothing interrupts one: the built-ins
+  whose time is not bounded by the size of what they return are replaced on each connection
+  (`_BoundedFunctions`): `printf`/`format` refuse a width or precision over MAX_VALUE_BYTES
+  (`printf('%.*c', 1e9, 'x')` loops a billion times in SQLite 3.40 to return NULL), `instr`
+  and `replace` search in linear time (SQLite's search is quadratic on `'aaa...'`), and a
+  LIKE/GLOB pattern may hold at most MAX_LIKE_PATTERN characters (its match costs the value's
+  length times the pattern's);
 - rows are capped (`max_rows`), so is the size of any one value (`SQLITE_LIMIT_LENGTH`) and
   the size of the whole result (MAX_RESULT_BYTES, counted as Python objects of every type,
   numbers and NULLs included).
@@ -49,6 +56,7 @@ DEFAULT_TIMEOUT = 5.0  # seconds per query
 DEFAULT_MAX_ROWS = 100_000  # rows kept per result; more marks the result truncated
 MAX_VALUE_BYTES = 1_000_000  # SQLITE_LIMIT_LENGTH: no string/blob larger than this
 MAX_SQL_CHARS = 100_000  # SQLITE_LIMIT_SQL_LENGTH
+MAX_LIKE_PATTERN = 100  # SQLITE_LIMIT_LIKE_PATTERN_LENGTH: a match costs value x pattern length
 MAX_RESULT_BYTES = 64_000_000  # bytes of Python objects kept per result (all types); more truncates
 _PROGRESS_EVERY = 1000  # VM instructions between deadline checks
 _MAX_PERMUTATIONS = 100_000  # column permutations tried by the bag comparison
@@ -189,10 +197,120 @@ def _connect(db_path: PathLike, refused: list[str], timeout: float) -> sqlite3.C
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, MAX_LIKE_PATTERN)
+    _BoundedFunctions().install(conn)
     for fn in _TABLE_FUNCTIONS:
         conn.execute(f"SELECT 1 FROM {fn} LIMIT 0").fetchall()
     conn.set_authorizer(_authorizer(refused))
     return conn
+
+
+#: printf conversions whose precision only cuts their argument short (costs nothing when large)
+_CUTTING_CONVERSIONS = set("sqQwz")
+_PRINTF_SPEC_RE = re.compile(r"%([-+ #0!,]*)(\*|\d*)(?:\.(\*|\d*))?(l{0,2})(.)", re.DOTALL)
+_LEADING_INT_RE = re.compile(r"\s*([+-]?\d+)")
+
+
+class _BoundedFunctions:
+    """Replacements for the SQLite built-ins whose run time is not bounded by their result.
+
+    The deadline is checked between VM instructions, so one long function call overruns it
+    (and the length limit only caps what a call returns, not the work it does first). Each
+    replacement does the same thing as the built-in in time linear in its inputs, raising
+    OverflowError ("string or blob too big") where the built-in would build an oversized
+    value. Arguments the fast paths do not cover (numbers, mixed text and blobs) are
+    delegated to the built-in on a private in-memory connection, after the size checks.
+    """
+
+    def __init__(self) -> None:
+        self._builtin = sqlite3.connect(":memory:", check_same_thread=False)
+        self._builtin.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        self._builtin.text_factory = _lenient_text
+
+    def install(self, conn: sqlite3.Connection) -> None:
+        """Register the replacements on `conn` (they shadow the built-ins of the same name)."""
+        for name in ("printf", "format"):
+            conn.create_function(name, -1, self.printf, deterministic=True)
+        conn.create_function("instr", 2, self.instr, deterministic=True)
+        conn.create_function("replace", 3, self.replace, deterministic=True)
+
+    def _call(self, name: str, args: tuple):
+        marks = ", ".join("?" * len(args))
+        return self._builtin.execute(f"SELECT {name}({marks})", args).fetchone()[0]
+
+    def _text(self, value) -> str:
+        """A value as SQLite's text (numbers formatted as SQLite does, blobs decoded leniently)."""
+        if isinstance(value, str):
+            return value
+        return self._builtin.execute("SELECT CAST(? AS TEXT)", (value,)).fetchone()[0]
+
+    def printf(self, *args):
+        """printf(FORMAT, ...), refusing a width or precision that makes an oversized value."""
+        if args and args[0] is not None:
+            _check_printf_sizes(self._text(args[0]), args[1:])
+        return self._call("printf", args)
+
+    def instr(self, haystack, needle):
+        """1-based position of `needle` in `haystack` (bytes for two blobs, else characters)."""
+        if haystack is None or needle is None:
+            return None
+        if not (isinstance(haystack, bytes) and isinstance(needle, bytes)):
+            haystack, needle = self._text(haystack), self._text(needle)
+        return haystack.find(needle) + 1
+
+    def replace(self, value, pattern, replacement):
+        """`value` with every `pattern` replaced; the value unchanged for an empty pattern."""
+        if value is None or pattern is None or replacement is None:
+            return None
+        text, old = self._text(value), self._text(pattern)
+        if not old:
+            return value
+        new = self._text(replacement)
+        if len(new) > len(old) and text.count(old) * (len(new) - len(old)) + len(text) > MAX_VALUE_BYTES:
+            raise OverflowError("string or blob too big")
+        out = text.replace(old, new)
+        if len(out.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
+            raise OverflowError("string or blob too big")
+        return out
+
+
+def _check_printf_sizes(fmt: str, args: tuple) -> None:
+    """Raise OverflowError when a width or precision in `fmt` exceeds MAX_VALUE_BYTES.
+
+    Follows SQLite's argument use: each `*` takes the next argument as a number, each
+    conversion but `%%` and `%n` takes one more. A precision only cuts a string conversion
+    short, so it is not counted there.
+    """
+    i = 0
+    for m in _PRINTF_SPEC_RE.finditer(fmt):
+        width, precision, conversion = m.group(2), m.group(3), m.group(5)
+        if conversion == "%" and not width and precision is None:
+            continue
+        sizes = []
+        for part, counts in ((width, True), (precision, conversion not in _CUTTING_CONVERSIONS)):
+            if part == "*":
+                value, i = (args[i] if i < len(args) else 0), i + 1
+                part = _as_int(value)
+            if counts and part:
+                sizes.append(abs(int(part)))
+        if conversion not in "%n":
+            i += 1
+        if any(n > MAX_VALUE_BYTES for n in sizes):
+            raise OverflowError("string or blob too big")
+
+
+def _as_int(value) -> int:
+    """A printf `*` argument as SQLite reads it: an integer, a float's integer part, a leading int."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value == value and abs(value) < 1e18 else 1 << 62
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "ignore")
+    if isinstance(value, str):
+        m = _LEADING_INT_RE.match(value)
+        return int(m.group(1)) if m else 0
+    return 0
 
 
 def _lenient_text(b: bytes) -> str:

@@ -5,9 +5,9 @@ but a crash in C code, or a hang outside the VM, would take the caller down with
 each query runs in a worker process; the dispatcher gives every query a hard deadline
 (`timeout + hard_grace(timeout)`), kills a worker that passes it or dies, records a timeout
 (or, for a death, an error) for that one query and starts a fresh worker. Other queries are
-unaffected. This is what bounds a query whose time goes into one SQLite function call
-(`printf('%.*c', 1000000000, 'x')` on every row), which the in-process progress handler
-cannot interrupt. Each worker also caps SQLite's heap (`PRAGMA hard_heap_limit`,
+unaffected. This is what bounds a query whose time goes into SQLite function calls with no
+progress check between them (hundreds of `x LIKE p` on a 1 MB value in one row), which the
+in-process progress handler cannot interrupt. Each worker also caps SQLite's heap (`PRAGMA hard_heap_limit`,
 WORKER_HEAP_BYTES), so a query that would fill memory fails with "out of memory" instead.
 
 Workers are fresh interpreters (`python -m mrtpo.verifiers.sql_pool <fd_in> <fd_out>`),
@@ -151,6 +151,7 @@ class SQLPool:
         new = [_Worker() for _ in range(min(self.size, len(items)) - len(self._workers))]
         self._workers += [w.wait_ready() for w in new]  # started together, then greeted
         busy: dict[int, tuple[int, float]] = {}  # worker slot -> (job index, hard deadline)
+        started: set[int] = set()  # busy slots whose worker said it began its job
         while todo or busy:
             for slot in range(len(self._workers)):
                 if not todo:
@@ -159,9 +160,7 @@ class SQLPool:
                     continue
                 i = todo.popleft()
                 db, sql = items[i]
-                if not self._workers[slot].alive():
-                    self._replace(slot)
-                self._workers[slot].send_conn.send((str(db), sql, timeout, max_rows))
+                self._send(slot, (str(db), sql, timeout, max_rows))
                 busy[slot] = (i, time.monotonic() + hard)
                 self._running[i] = self._workers[slot].pid
             soonest = min(d for _, d in busy.values())
@@ -172,8 +171,16 @@ class SQLPool:
                 i, deadline = busy[slot]
                 w = self._workers[slot]
                 got, eof = self._receive(w)
+                if got == "started":
+                    started.add(slot)
+                    got, eof = self._receive(w)
                 if got is not None:
                     results[i] = got
+                elif (eof or not w.alive()) and slot not in started:
+                    # it died before taking the job (killed while idle): the query is not to
+                    # blame, so it runs again on a fresh worker
+                    self._replace(slot)
+                    todo.appendleft(i)
                 elif eof or not w.alive():
                     try:
                         w.proc.wait(timeout=1.0)
@@ -191,6 +198,7 @@ class SQLPool:
                 else:
                     continue
                 del busy[slot]
+                started.discard(slot)
                 self._running.pop(i, None)
         return results  # type: ignore[return-value]
 
@@ -203,6 +211,17 @@ class SQLPool:
         except (EOFError, OSError):
             return None, True
         return None, False
+
+    def _send(self, slot: int, job: tuple) -> None:
+        """Give `job` to the worker in `slot`; one that died while idle (the OOM killer) is
+        replaced first, or when the send finds its pipe closed."""
+        if not self._workers[slot].alive():
+            self._replace(slot)
+        try:
+            self._workers[slot].send_conn.send(job)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._replace(slot)
+            self._workers[slot].send_conn.send(job)
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
@@ -257,7 +276,7 @@ def _close_shared() -> None:
 
 
 def _serve(fd_in: int, fd_out: int) -> None:
-    """Worker loop: receive `(db, sql, timeout, max_rows)`, send back an ExecResult."""
+    """Worker loop: receive `(db, sql, timeout, max_rows)`, send "started", then an ExecResult."""
     import sqlite3
 
     recv = Connection(fd_in, writable=False)
@@ -274,6 +293,7 @@ def _serve(fd_in: int, fd_out: int) -> None:
         if job is None:
             return
         db, sql, timeout, max_rows = job
+        send.send("started")  # so a death before this point is not blamed on the query
         send.send(execute(db, sql, timeout, max_rows))
 
 
