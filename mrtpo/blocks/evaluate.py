@@ -103,7 +103,7 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
         reference = None
         add([Finding("R5", "reference-error", _raised("task.reference(example)", exc))])
     else:
-        if reference is None and probe_builders:  # once per example
+        if reference is None and probe_builders and not _reference_may_be_none(task):  # once per example
             add([Finding("R5", "no-reference", "task.reference(example) returned None: probe and "
                          "credit have no correct response to replay, and preview and lint check "
                          "an empty response instead; return the correct response in the task's "
@@ -196,3 +196,15 @@ def _probe_dependence(reward: Reward, example: Example, verdict: Verdict, block:
         except USER_CODE_ERRORS:
             continue  # a builder may reject a verdict it cannot get; not a dependence
     return rules.check_declared_dependence(reward, others)
+
+
+def _reference_may_be_none(task) -> bool:
+    """Whether the task declares that an example may lack a reference (`reference(...) -> str |
+    None`, as instruct does for IFEval rows): then None is data, not a broken contract."""
+    import typing
+
+    try:
+        ret = typing.get_type_hints(type(task).reference).get("return")
+    except Exception:  # an annotation that does not resolve: assume a reference is expected
+        return False
+    return ret is not None and type(None) in typing.get_args(ret)
