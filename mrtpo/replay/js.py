@@ -27,14 +27,7 @@ def js_distance(logits_a: torch.Tensor, logits_b: torch.Tensor, temperature: flo
     """
     if logits_a.shape != logits_b.shape:
         raise ValueError(f"logits shapes differ: {tuple(logits_a.shape)} vs {tuple(logits_b.shape)}")
-    lead, v = logits_a.shape[:-1], logits_a.shape[-1]
-    a = logits_a.reshape(-1, v)  # [M, V]
-    b = logits_b.reshape(-1, v)  # [M, V]
-    rows = max(1, chunk_bytes // (4 * v))
-    out = torch.empty(a.shape[0], dtype=torch.float32, device=a.device)  # [M]
-    for i in range(0, a.shape[0], rows):
-        out[i:i + rows] = _js_rows(a[i:i + rows], b[i:i + rows], temperature)
-    return out.view(lead)
+    return _by_chunks(logits_a, logits_b, chunk_bytes, lambda a, b: _js_rows(a, b, temperature))
 
 
 def js_distance_log_probs(logp_a: torch.Tensor, logp_b: torch.Tensor,
@@ -45,13 +38,19 @@ def js_distance_log_probs(logp_a: torch.Tensor, logp_b: torch.Tensor,
     """
     if logp_a.shape != logp_b.shape:
         raise ValueError(f"log-prob shapes differ: {tuple(logp_a.shape)} vs {tuple(logp_b.shape)}")
-    lead, v = logp_a.shape[:-1], logp_a.shape[-1]
-    a = logp_a.reshape(-1, v)  # [M, V]
-    b = logp_b.reshape(-1, v)  # [M, V]
+    return _by_chunks(logp_a, logp_b, chunk_bytes, lambda a, b: _js_log_probs(a.float(), b.float()))
+
+
+def _by_chunks(x_a: torch.Tensor, x_b: torch.Tensor, chunk_bytes: int, js_rows) -> torch.Tensor:
+    """`js_rows` ([r, V], [r, V] -> [r]) over chunks of the rows of `[..., V]` inputs, each
+    fp32 chunk at most `chunk_bytes` -> `[...]`."""
+    lead, v = x_a.shape[:-1], x_a.shape[-1]
+    a = x_a.reshape(-1, v)  # [M, V]
+    b = x_b.reshape(-1, v)  # [M, V]
     rows = max(1, chunk_bytes // (4 * v))
     out = torch.empty(a.shape[0], dtype=torch.float32, device=a.device)  # [M]
     for i in range(0, a.shape[0], rows):
-        out[i:i + rows] = _js_log_probs(a[i:i + rows].float(), b[i:i + rows].float())
+        out[i:i + rows] = js_rows(a[i:i + rows], b[i:i + rows])
     return out.view(lead)
 
 
