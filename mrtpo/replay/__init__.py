@@ -42,7 +42,7 @@ JS distance and the replay's JS step).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -59,7 +59,7 @@ if TYPE_CHECKING:  # items are duck-typed: the package imports nothing of mrtpo'
 __all__ = [
     "ItemPlan", "PaddingSide", "ReplayGroup", "ReplayOptions", "cache_kwarg", "decoder_of", "distances",
     "head_and_js", "head_of", "js_distance", "js_distance_log_probs", "output_cache", "plan_item",
-    "replay_groups", "replay_tokens", "takes_tree_mask",
+    "replay_groups", "replay_onto_columns", "replay_tokens", "takes_tree_mask",
 ]
 
 
@@ -140,4 +140,33 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
                     replay_plain(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:
         model.train(was_training)
+    return q
+
+
+def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]], shape: tuple[int, int, int],
+                        temperature: float = 1.0, rows: Sequence[int] | None = None, chunk: int | None = None,
+                        on_progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+    """q [N, K, T] = `shape` (float32, on the CPU) of a batch's reward columns: the step the
+    trainer (mrtpo.harness.distances), the TRL integration and `mrtpo credit` share.
+
+    Each item is one completion with its own rewards (instruction following has one reward
+    per constraint, so rows differ); the batch has one column per reward name. Item j's
+    reward k lands at `q[rows[j], columns[j][k]]`; a column a row does not have stays 0.
+
+    `columns[j]`: the column of each of item j's rewards, in its reward order; `rows[j]`: its
+    row (default: j). T = `shape[2]` must cover the longest response. `chunk` replays that
+    many items at a time and calls `on_progress(done, total)` after each (a progress display;
+    q is the same).
+    """
+    q = torch.zeros(shape)  # [N, K, T]
+    rows = range(len(items)) if rows is None else rows
+    step = chunk or max(1, len(items))
+    for start in range(0, len(items), step):
+        part = items[start:start + step]
+        q_part = distances(model, part, temperature=temperature, length=shape[2]).float().cpu()  # [c, K_part, T]
+        for j, q_item in enumerate(q_part, start=start):
+            for k, col in enumerate(columns[j]):
+                q[rows[j], col] = q_item[k]
+        if on_progress is not None:
+            on_progress(min(start + step, len(items)), len(items))
     return q
