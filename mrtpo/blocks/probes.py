@@ -22,15 +22,14 @@ None for this default).
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from mrtpo.edits import first_sql_name, misspell_first_word, respell, sentences, swap_letters, unknown_function
+from mrtpo.evaluation.responses import read_records
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Task
-from mrtpo.tasks.files import lines, read_text
 
 #: (name, response text)
 Probe = tuple[str, str]
@@ -160,7 +159,7 @@ def _break_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[Probe]]:
-    """Responses from a JSONL file, by example id.
+    """Responses from a JSONL file (read by `mrtpo.evaluation.responses.read_records`), by example id.
 
     Each row: `{"id": <example id>, "response": <text>}` or `{"id": ..., "responses":
     [<text>, ...]}`, optionally with `"name"` (shown instead of "response 1", "response 2").
@@ -171,12 +170,9 @@ def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[
         raise ResponsesFileError(f"{path}: no such file; {shape}")
     known = {e.id for e in examples}
     out: dict[str, list[Probe]] = {}
-    for n, line in lines(read_text(path, ResponsesFileError, "responses file (JSONL)")):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResponsesFileError(f"{path}, row {n}: not valid JSON ({exc}); each line is "
-                                     'one object {"id": ..., "response": ...}') from None
+    records = read_records(path, ResponsesFileError, where="row",
+                           hint='; each line is one object {"id": ..., "response": ...}')
+    for n, row in records:
         if not isinstance(row, dict):
             raise ResponsesFileError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object")
         ex_id = row.get("id", row.get("example_id"))
