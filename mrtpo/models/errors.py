@@ -213,8 +213,7 @@ def _wrong_argument(calls: list[dict], rng: random.Random) -> list[dict] | None:
 
 def _other_value(values: dict[str, list]):
     def edit(calls: list[dict], rng: random.Random) -> list[dict] | None:
-        options = [(c, k) for c in calls for k, v in c.get("arguments", {}).items()
-                   if any(o != v for o in values.get(k, []))]
+        options = [(calls[i], k) for i, k, v in call_arguments(calls) if any(o != v for o in values.get(k, []))]
         if not options:
             return None
         call, key = rng.choice(options)
