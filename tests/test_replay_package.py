@@ -9,7 +9,7 @@ import sys
 import torch
 
 from mrtpo.replay import ReplayOptions, distances, replay_onto_columns, replay_tokens
-from test_replay import TOL, _begin_alike_items, _load
+from test_replay import TOL, _begin_alike_items, _load, _one_thread  # noqa: F401 (a fixture: one torch thread)
 
 
 def test_one_js_distance_and_the_package_imports_only_itself():
