@@ -1,4 +1,4 @@
-"""Advantage estimators as per-reward credit, MRTPO token placement, and the JS distance.
+"""Advantage estimators as per-reward credit, MRTPO token placement (and the JS distance, re-exported).
 
 Pure torch, no I/O. Scores arrive as `[N, K]` floats: groups of `group_size` consecutive rows
 share a prompt; NaN marks a reward that does not apply (instruction following has one reward
@@ -10,11 +10,12 @@ mean equal to the response-level advantage.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from mrtpo.replay.js import js_distance, js_distance_log_probs  # noqa: F401 (the one implementation, re-exported)
 
 EPS = 1e-4  # TRL's and trl-GDPO's epsilon in the std denominators
 CV_EPS = 1e-8  # SAW's epsilon (released code)
@@ -231,76 +232,3 @@ def place(credit: Credit, distances: torch.Tensor | None = None, mask: torch.Ten
         raise ValueError(f"distances have K={w.shape[1]} rewards, credit has {credit.per_reward.shape[1]}")
     a = torch.einsum("nkt,nk->nt", w, credit.per_reward.to(w))  # [N, T]
     return (a + credit.offset.unsqueeze(-1)) * m  # [N, T]
-
-
-def js_distance(logits_a: torch.Tensor, logits_b: torch.Tensor, temperature: float = 1.0,
-                chunk_bytes: int = 64 * 2**20) -> torch.Tensor:
-    """Jensen-Shannon distance (base 2, in [0, 1]) between two next-token distributions.
-
-    Shapes `[..., V]` -> `[...]`. Computed in fp32 from log-softmax, over chunks of rows:
-    each fp32 `[rows, V]` buffer is at most `chunk_bytes`, and about ten are alive at once,
-    so peak extra memory is ~10 * chunk_bytes whatever the leading dimensions (chunks of
-    0.5-2 MB stay in cache and are fastest on CPU).
-    JSD = (KL(p||m) + KL(q||m)) / 2 with m = (p + q) / 2, written as a sum of non-negative
-    terms, sum_v m_v * KL(Bern(x_v) || Bern(1/2)) with x_v = p_v / (p_v + q_v), so that nearly
-    equal distributions do not cancel to rounding noise (the square root would turn 1e-8 of
-    noise into a distance of 1e-4); identical logits give exactly 0. Tokens of probability 0
-    in both (-inf logits) contribute 0.
-    """
-    if logits_a.shape != logits_b.shape:
-        raise ValueError(f"logits shapes differ: {tuple(logits_a.shape)} vs {tuple(logits_b.shape)}")
-    lead, v = logits_a.shape[:-1], logits_a.shape[-1]
-    a = logits_a.reshape(-1, v)  # [M, V]
-    b = logits_b.reshape(-1, v)  # [M, V]
-    rows = max(1, chunk_bytes // (4 * v))
-    out = torch.empty(a.shape[0], dtype=torch.float32, device=a.device)  # [M]
-    for i in range(0, a.shape[0], rows):
-        out[i:i + rows] = _js_rows(a[i:i + rows], b[i:i + rows], temperature)
-    return out.view(lead)
-
-
-def js_distance_log_probs(logp_a: torch.Tensor, logp_b: torch.Tensor,
-                          chunk_bytes: int = 64 * 2**20) -> torch.Tensor:
-    """`js_distance` for inputs already normalised: fp32 log-probabilities `[..., V]` (log-softmax
-    of logits / temperature) -> `[...]`. A caller comparing one distribution with several (the
-    replay: P_all against each P_without_k) normalises each once. Same numerics and chunking.
-    """
-    if logp_a.shape != logp_b.shape:
-        raise ValueError(f"log-prob shapes differ: {tuple(logp_a.shape)} vs {tuple(logp_b.shape)}")
-    lead, v = logp_a.shape[:-1], logp_a.shape[-1]
-    a = logp_a.reshape(-1, v)  # [M, V]
-    b = logp_b.reshape(-1, v)  # [M, V]
-    rows = max(1, chunk_bytes // (4 * v))
-    out = torch.empty(a.shape[0], dtype=torch.float32, device=a.device)  # [M]
-    for i in range(0, a.shape[0], rows):
-        out[i:i + rows] = _js_log_probs(a[i:i + rows].float(), b[i:i + rows].float())
-    return out.view(lead)
-
-
-def _js_rows(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    return _js_log_probs(_log_probs(a, temperature), _log_probs(b, temperature))
-
-
-def _log_probs(x: torch.Tensor, temperature: float) -> torch.Tensor:
-    x = x.float()
-    return torch.log_softmax(x if temperature == 1.0 else x / temperature, -1)
-
-
-def _js_log_probs(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
-    """[r, V] log-probs -> [r] JS distance.
-
-    Per token, with a = |log p - log q|, p + q = 2m and x = p / (p + q), the token's share of
-    the divergence is m * KL(Bern(x) || Bern(1/2)) = m * g(a) with
-    g(a) = -log1p(expm1(-a) / 2) - a * sigmoid(-a). Each of the two terms is computed to a
-    few ulps of itself and both are O(a), so the rounding error of g is O(eps * a) and that of
-    the distance at most a few eps, whatever the distributions: nearly equal ones do not
-    cancel to noise that the square root would amplify (1e-8 of noise is a distance of
-    1e-4), identical ones give exactly 0, one-hot against one-hot gives exactly 1. Tokens of
-    probability 0 in both (-inf) give a = 0; in one of them, a = 160, where g = log 2.
-    """
-    na = torch.sub(la, lb).abs_().neg_().nan_to_num_(nan=0.0, neginf=-160.0)  # [r, V] -a
-    h = torch.expm1(na).mul_(0.5).log1p_()  # [r, V] log((1 + e^-a) / 2) = -(first term)
-    h.sub_(torch.sigmoid(na).mul_(na))  # [r, V] -g(a) <= 0
-    m = la.exp().add_(lb.exp())  # [r, V] twice the mixture
-    jsd = torch.linalg.vecdot(m, h) * (-0.5 / math.log(2.0))  # [r] in bits, in [0, 1]
-    return jsd.clamp_(0.0, 1.0).sqrt_()

@@ -233,7 +233,7 @@ def test_response_ids_in_every_context_are_the_sampled_ids(items):
 def test_context_suffixes_shared_by_responses_are_fed_once(items):
     """Blocks that do not depend on the response give all responses of a prompt the same
     context after the prefix (here P_without_execution); that suffix is encoded once."""
-    from mrtpo.replay import _branches
+    from mrtpo.replay.planning import split_branches as _branches
 
     shared_rows = 0
     for group in replay_groups(items):
@@ -328,7 +328,7 @@ def test_toolcall_contexts_that_keep_p0_share_it(models, tiny_tokenizer):
     """toolcall's P_without_schema edits P0's tool list, so the prefix all contexts share is
     short; the three contexts that keep all of P0 share it after that prefix, and that part is
     encoded once (`_clusters`): the same distances as one forward per context, fewer tokens."""
-    from mrtpo.replay import _branches, _clusters
+    from mrtpo.replay.planning import cluster_suffixes as _clusters, split_branches as _branches
     from mrtpo.tasks import get_task
 
     task = get_task("toolcall")
@@ -386,7 +386,7 @@ def test_responses_that_begin_alike_are_fed_once_as_a_trie(models, tiny_tokenize
     for kw in ({"tree_tokens": 0}, {"tree_tokens": 12, "batch_tokens": 40, "chunk_tokens": 5},
                {"shared_prefix": False}):
         assert (distances(model, items, **kw) - trie).abs().max() <= TOL, kw
-    from mrtpo.replay import _branches
+    from mrtpo.replay.planning import split_branches as _branches
 
     def saved(seqs) -> int:  # fed tokens less their distinct beginnings
         return sum(map(len, seqs)) - len({tuple(s[:d + 1]) for s in seqs for d in range(len(s))})
@@ -412,7 +412,8 @@ def test_tree_attention_with_eager_attention(tiny_qwen2_dir, tiny_tokenizer):
 
 
 def test_tries_hold_each_sequence_once_per_beginning():
-    from mrtpo.replay import _tree_mask, _trees
+    from mrtpo.replay.planning import build_tries as _trees
+    from mrtpo.replay.shared import tree_mask as _tree_mask
 
     seqs = [[5, 1, 2], [5, 1, 2, 4], [5, 1], [], [5, 1, 2], [8], [5, 1, 2, 4, 9]]  # fed tokens
     members = list(enumerate(seqs))

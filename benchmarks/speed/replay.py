@@ -33,7 +33,7 @@ import torch
 
 from mrtpo.contexts import build_item
 from mrtpo.models.tiny import build_model, train_tokenizer
-from mrtpo.replay import _plan, distances, head_and_js, head_of, replay_tokens
+from mrtpo.replay import distances, head_and_js, head_of, plan_item, replay_tokens
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
 
 WORDS = ("singer concert stadium album track artist genre invoice customer employee order product "
@@ -132,7 +132,7 @@ def time_head_and_js(model, items, chunk_tokens: int = 256) -> float:
     k = max(it.num_rewards for it in items)
     q = torch.zeros(len(items), k, max(len(it.response_ids) for it in items), device=param.device)  # [N, K, T]
     g = torch.Generator(device=param.device).manual_seed(0)
-    plans = [_plan(item, n) for n, item in enumerate(items)]
+    plans = [plan_item(item, n) for n, item in enumerate(items)]
     hidden = [torch.randn(len(p.contexts), len(it.response_ids), width, generator=g, device=param.device,
                           dtype=param.dtype) for p, it in zip(plans, items)]  # [C, T, H] each
     t = time.perf_counter()

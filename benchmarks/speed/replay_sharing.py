@@ -4,17 +4,17 @@ The shared-prefix replay (`mrtpo.replay`) feeds each prompt's common prefix once
 three further kinds of sharing, each exact:
 
 - suffixes: context suffixes that begin alike (toolcall: P_without_schema edits P0's tool
-  list, the other three contexts keep all of P0) share that beginning (`replay._clusters`);
+  list, the other three contexts keep all of P0) share that beginning (`ReplayOptions.suffixes`);
 - tries: the responses that follow one context suffix, and the rows whose context suffix is
   theirs alone (a response-dependent block), are fed as token tries with a tree attention
-  mask, a beginning they share once (`replay._trees`; off: a row per sequence);
+  mask, a beginning they share once (`ReplayOptions.tries`; off: a row per sequence);
 - copies: positions whose distances an item with the same contexts and the same beginning
-  already has are copied, not sent through the head and the JS step (`replay._Computed`).
+  already has are copied, not sent through the head and the JS step (`ReplayOptions.copies`).
 
 This samples `--prompts` prompts x `--group-size` completions of the built-in policy (or
 `--model`) on `--task`, then times `replay.distances` on them with the sharing switched on
-one kind at a time, alternated in one process, and prints the tokens fed, the median times,
-each setting's time against the first one's, and the largest difference in q against the
+one kind at a time (`settings()`: `ReplayOptions`), alternated in one process, and prints the
+tokens fed, the median times, each setting's time against the first one's, and the largest difference in q against the
 plain method (one forward per context). The last line is the whole change: all sharing
 against none of the three. In every setting the prompt's common prefix is fed once and a
 row's last token (whose output predicts nothing) not at all.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from contextlib import contextmanager
 
 
 def parser() -> argparse.ArgumentParser:
@@ -42,30 +41,16 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-SETTINGS = {  # name -> (suffixes, tries, copies)
-    "none of the three": (False, False, False),
-    "suffixes": (True, False, False),
-    "suffixes + tries": (True, True, False),
-    "suffixes + tries + copies": (True, True, True),
-}
+def settings() -> dict:
+    """Setting name -> the `ReplayOptions` that switch the three kinds of sharing on or off."""
+    from mrtpo.replay import ReplayOptions
 
-
-@contextmanager
-def sharing(suffixes: bool, tries: bool, copies: bool):
-    """Switch the three kinds off by replacing the planning step with its 'alone' version."""
-    import mrtpo.replay as replay
-
-    saved = replay._clusters, replay._trees, replay._Computed.copy_shared
-    if not suffixes:
-        replay._clusters = lambda branches, min_shared=16: [([], [b]) for b in range(len(branches))]
-    if not tries:
-        replay._trees = lambda seqs, max_nodes, keys_per_token=0.0: saved[1](seqs, 0)  # a chain each
-    if not copies:
-        replay._Computed.copy_shared = lambda self, q, n, plan, response: 0
-    try:
-        yield
-    finally:
-        replay._clusters, replay._trees, replay._Computed.copy_shared = saved
+    return {
+        "none of the three": ReplayOptions(suffixes=False, tries=False, copies=False),
+        "suffixes": ReplayOptions(suffixes=True, tries=False, copies=False),
+        "suffixes + tries": ReplayOptions(suffixes=True, tries=True, copies=False),
+        "suffixes + tries + copies": ReplayOptions(suffixes=True, tries=True, copies=True),
+    }
 
 
 def main() -> None:
@@ -88,14 +73,15 @@ def main() -> None:
     items = [build_item(task, policy.tokenizer, ex, ids, task.score(ex, text))
              for ex, ids, text in zip(rollout.examples, rollout.response_ids, rollout.responses)]
     plain = replay.distances(model, items, shared_prefix=False)  # [N, K, T]
+    options = settings()
 
     def run(name: str):
-        with sharing(*SETTINGS[name]):
-            t0 = time.perf_counter()
-            q = replay.distances(model, items)  # [N, K, T]
-            return time.perf_counter() - t0, float((q - plain).abs().max()), replay.replay_tokens(items, model=model)
+        t0 = time.perf_counter()
+        q = replay.distances(model, items, options=options[name])  # [N, K, T]
+        return (time.perf_counter() - t0, float((q - plain).abs().max()),
+                replay.replay_tokens(items, model=model, options=options[name]))
 
-    names = list(SETTINGS)
+    names = list(options)
     results: dict[str, list] = {name: [] for name in names}
     for i in range(args.repeats):
         for name in (names if i % 2 == 0 else names[::-1]):

@@ -22,15 +22,15 @@ None for this default).
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from mrtpo.edits import first_sql_name, misspell_first_word, respell, sentences, swap_letters, unknown_function
+from mrtpo.evaluation.responses import read_records
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.contract import USER_CODE_ERRORS
-from mrtpo.tasks.files import lines, read_text
 
 #: (name, response text)
 Probe = tuple[str, str]
@@ -70,7 +70,7 @@ def corrupt(task: Task, example: Example, response: str) -> str:
         return response.swapcase()
     if isinstance(fmt, CodeBlockFormat):
         code = str(parsed.answer)
-        bad = _misspell_sql(code) if fmt.language.lower() in ("sql", "sqlite") else _misspell_first(code)
+        bad = _misspell_sql(code) if fmt.language.lower() in ("sql", "sqlite") else misspell_first_word(code)
         return fmt.render(bad, think=parsed.think)
     if isinstance(fmt, ToolCallFormat):
         return fmt.render(_break_calls(parsed.answer), think=parsed.think)
@@ -108,7 +108,7 @@ def break_answer(answer: Any) -> Any:
         m = re.search(r"\d+(?:\.\d+)?", answer)
         if m:
             return answer[:m.start()] + _bump(m.group(0)) + answer[m.end():]
-        return _misspell_first(answer) if re.search(r"[A-Za-z_]{3,}", answer) else answer + "?"
+        return misspell_first_word(answer) if re.search(r"[A-Za-z_]{3,}", answer) else answer + "?"
     if isinstance(answer, (list, tuple)):
         items = list(answer)
         for i, v in enumerate(items):
@@ -133,41 +133,14 @@ def _bump(number: str) -> str:
     return number[:-1] + str((int(last) + 1) % 10)
 
 
-def _swap(word: str) -> str:
-    for i in range(1, len(word) - 1):
-        if word[i] != word[i + 1]:
-            return word[:i] + word[i + 1] + word[i] + word[i + 2:]
-    return word + "x"
-
-
 def _misspell_sql(sql: str) -> str:
     """Swap two letters of the first table/column name (not a function) of a query."""
-    try:
-        import sqlglot
-        from sqlglot.tokens import TokenType
-
-        toks = sqlglot.tokenize(sql, read="sqlite")
-    except USER_CODE_ERRORS:
-        return _misspell_first(sql)
-    for i, t in enumerate(toks):
-        nxt = toks[i + 1] if i + 1 < len(toks) else None
-        if t.token_type == TokenType.VAR and len(t.text) >= 3 and not (
-                nxt is not None and nxt.token_type == TokenType.L_PAREN):
-            start, end = t.start, t.end + 1
-            if sql[start:end] == t.text:
-                return sql[:start] + _swap(t.text) + sql[end:]
-    return _misspell_first(sql)
-
-
-def _misspell_first(code: str) -> str:
-    m = re.search(r"[A-Za-z_]{3,}", code)
-    if not m:
-        return code + " ?"
-    return code[:m.start()] + _swap(m.group(0)) + code[m.end():]
+    span = first_sql_name(sql)
+    return respell(sql, span, swap_letters) if span else misspell_first_word(sql)
 
 
 def _break_text(text: str) -> str:
-    first = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+    first = (sentences(text.strip()) or [""])[0]
     words = first.split(" ", 1)
     if len(words) == 2:
         first = words[0] + ", " + words[1]
@@ -182,12 +155,12 @@ def _break_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 call["arguments"][key] = str(value)
                 return calls
     if calls:
-        calls[0]["name"] = calls[0]["name"] + "_v2"
+        calls[0]["name"] = unknown_function(calls[0]["name"])
     return calls
 
 
 def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[Probe]]:
-    """Responses from a JSONL file, by example id.
+    """Responses from a JSONL file (read by `mrtpo.evaluation.responses.read_records`), by example id.
 
     Each row: `{"id": <example id>, "response": <text>}` or `{"id": ..., "responses":
     [<text>, ...]}`, optionally with `"name"` (shown instead of "response 1", "response 2").
@@ -198,12 +171,9 @@ def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[
         raise ResponsesFileError(f"{path}: no such file; {shape}")
     known = {e.id for e in examples}
     out: dict[str, list[Probe]] = {}
-    for n, line in lines(read_text(path, ResponsesFileError, "responses file (JSONL)")):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResponsesFileError(f"{path}, row {n}: not valid JSON ({exc}); each line is "
-                                     'one object {"id": ..., "response": ...}') from None
+    records = read_records(path, ResponsesFileError, where="row",
+                           hint='; each line is one object {"id": ..., "response": ...}')
+    for n, row in records:
         if not isinstance(row, dict):
             raise ResponsesFileError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object")
         ex_id = row.get("id", row.get("example_id"))

@@ -226,7 +226,7 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
     """Score, replay and credit each example's responses (one group per example) -> records.
 
     The steps are the trainer's: `task.score` for the verdicts, `build_item` for the blocks and
-    contexts, `replay.distances` for q [N, K, T], `advantages.estimate` per group for credit,
+    contexts, `replay.replay_onto_columns` for q [N, K, T], `advantages.estimate` per group for credit,
     `token_weights` and `place` for where it lands. The replay runs `chunk` responses at a
     time and calls `on_progress(done, total)` after each (a progress display; q is the same).
     """
@@ -234,7 +234,7 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
 
     from mrtpo.advantages import estimate, place, token_weights
     from mrtpo.contexts import build_item, model_positions
-    from mrtpo.replay import distances
+    from mrtpo.replay import replay_onto_columns
     from mrtpo.tasks.contract import checked_score
 
     rows: list[tuple[int, Any, str, str, list[int], list]] = []  # (group, example, name, text, ids, verdicts)
@@ -247,13 +247,8 @@ def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
     items = [build_item(task, tokenizer, ex, ids, v, model_positions(model)) for _, ex, _, _, ids, v in rows]
     k_max = max(it.num_rewards for it in items)
     t_max = max(1, max(len(r[4]) for r in rows))
-    parts = []
-    for start in range(0, len(items), chunk):
-        parts.append(distances(model, items[start:start + chunk], temperature=temperature, k_max=k_max,
-                               length=t_max).float().cpu())  # [c, K_max, T]
-        if on_progress is not None:
-            on_progress(min(start + chunk, len(items)), len(items))
-    q = torch.cat(parts)  # [N, K_max, T]
+    q = replay_onto_columns(model, items, [range(it.num_rewards) for it in items], (len(items), k_max, t_max),
+                            temperature=temperature, chunk=chunk, on_progress=on_progress)  # [N, K_max, T]
     lengths = torch.tensor([len(r[4]) for r in rows])  # [N]
     mask = torch.arange(q.shape[-1]).unsqueeze(0) < lengths.unsqueeze(1)  # [N, T]
 

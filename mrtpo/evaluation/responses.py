@@ -72,25 +72,34 @@ def read_responses(path: str | Path) -> list[ResponseRow]:
     path = Path(path)
     if not path.exists():
         raise ResponsesError(f"{path}: no such responses file")
-    text = read_text(path, ResponsesError, "responses file (JSONL)")
+    rows = [_row(path, n, rec) for n, rec in read_records(path)]
+    if not rows:
+        raise ResponsesError(f"{path}: the file holds no responses (it is empty); write one JSON "
+                             f"object per line with an id and a {RESPONSE_FIELDS[0]!r}")
+    return rows
+
+
+def read_records(path: Path, error: type[Exception] = ResponsesError, where: str = "line",
+                 hint: str = "") -> list[tuple[int, Any]]:
+    """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or
+    by position in the array); this reader serves `mrtpo eval` and `mrtpo blocks`/`credit`
+    (mrtpo.blocks.probes), each with its own row fields. A bad line raises `error` naming the
+    file and the line (`where`: the word before its number), then `hint`."""
+    text = read_text(path, error, "responses file (JSONL)")
     records: list[tuple[int, Any]] = []
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ResponsesError(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
+            raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
         records = list(enumerate(data, 1))
     else:
         for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
             try:
                 records.append((n, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise ResponsesError(f"{path}, line {n}: not valid JSON ({exc})") from exc
-    rows = [_row(path, n, rec) for n, rec in records]
-    if not rows:
-        raise ResponsesError(f"{path}: the file holds no responses (it is empty); write one JSON "
-                             f"object per line with an id and a {RESPONSE_FIELDS[0]!r}")
-    return rows
+                raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
+    return records
 
 
 def _row(path: Path, n: int, rec: Any) -> ResponseRow:

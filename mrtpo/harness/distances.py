@@ -28,7 +28,7 @@ def replay_distances(policy, task, rollout, scored, temperature: float,
                      credit=None) -> tuple[torch.Tensor, list[list[str]]]:
     """(q [N, K, T] on the batch's reward columns, blocks per completion). `credit`
     (advantages.Credit on the same rows and columns): skip the pairs whose credit is 0."""
-    from mrtpo.replay import distances
+    from mrtpo.replay import replay_onto_columns
 
     positions = model_positions(policy.model)  # blocks are cut so that P_all + response fits
     items = [build_item(task, policy.tokenizer, ex, ids, v, positions)
@@ -36,18 +36,15 @@ def replay_distances(policy, task, rollout, scored, temperature: float,
     if credit is not None:
         items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0) for name in names])
                  for i, (item, names) in enumerate(zip(items, scored.row_names))]
-    t = max(1, rollout.max_length)
-    q = torch.zeros(len(items), len(scored.names), t)  # [N, K, T]
+    shape = (len(items), len(scored.names), max(1, rollout.max_length))
     if all(ctx == item.context_ids[0] for item in items for ctx in item.context_ids[1:]):
-        return q, [item.blocks for item in items]  # every pair has zero credit
+        return torch.zeros(shape), [item.blocks for item in items]  # every pair has zero credit
+    columns = [[scored.column(name) for name in names] for names in scored.row_names]
     was_training = policy.model.training
     policy.model.eval()
     try:
         with policy.merged() as model:  # LoRA folded into fp32 weights: one product per projection
-            q_rows = distances(model, items, temperature=temperature, length=t)  # [N, K_row_max, T]
+            q = replay_onto_columns(model, items, columns, shape, temperature=temperature)  # [N, K, T]
     finally:
         policy.model.train(was_training)
-    for i, names in enumerate(scored.row_names):
-        for k, name in enumerate(names):
-            q[i, scored.column(name)] = q_rows[i, k, :t].float().cpu()
     return q, [item.blocks for item in items]

@@ -74,7 +74,7 @@ def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.T
     per prompt rather than one per row. Not used under gradient checkpointing, which turns the
     KV cache off in training.
     """
-    from mrtpo.replay import cache_kwarg, decoder_of, head_of, output_cache
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of, output_cache
 
     n, t = input_ids.shape[0], num_response
     cut = input_ids.shape[1] - t - 1  # prefix columns

@@ -78,7 +78,7 @@ def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, r
     """KV cache of the B left-padded prompts [B, P] but their last token, each row repeated
     `repeats` times ([B*G, P - 1]): `generate` then runs only the last prompt token before
     decoding, instead of encoding every prompt G times. Positions as `generate` numbers them."""
-    from mrtpo.replay import output_cache
+    from mrtpo.replay.plumbing import output_cache
 
     pos = attention_mask.long().cumsum(-1) - 1  # [B, P]
     pos = pos.masked_fill(attention_mask == 0, 1)
@@ -159,7 +159,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         with policy.merged() as model:
             kwargs = {}
             if g > 1 and p > 1:  # each prompt encoded once for its G completions
-                from mrtpo.replay import cache_kwarg, decoder_of
+                from mrtpo.replay.plumbing import cache_kwarg, decoder_of
 
                 kwargs[cache_kwarg(decoder_of(model))] = prompt_cache(model, input_ids, attn, g)
             out = model.generate(input_ids=input_ids.repeat_interleave(g, 0),

@@ -337,13 +337,13 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def _replay(self, inputs: list[dict], out: dict, credit: torch.Tensor | None = None) -> torch.Tensor:
         """JS distances of this process's completions on the reward columns -> [B, K, T].
         `credit` [B, K]: the (completion, reward) pairs with credit 0 are not replayed (q 0)."""
-        from mrtpo.replay import distances
+        from mrtpo.replay import replay_onto_columns
 
         ids = out["completion_ids"].cpu()  # [B, T]
         valid = out["completion_mask"].cpu().bool()  # [B, T] the sampled tokens (up to EOS)
         names = self.reward_func_names
-        q = torch.zeros(ids.shape[0], len(names), ids.shape[1])  # [B, K, T]
-        items, rows = [], []
+        shape = (ids.shape[0], len(names), ids.shape[1])  # [B, K, T]
+        items, rows, columns = [], [], []
         for i, row in enumerate(inputs):
             response = ids[i][valid[i]].tolist()
             if not response:  # masked out (e.g. mask_truncated_completions): no loss, no replay
@@ -356,17 +356,14 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             if credit is not None:
                 item = only_rewards(item, [bool(credit[i, names.index(name)] != 0) for name in row_names])
             items.append(item)
-            rows.append((i, row_names))
+            rows.append(i)
+            columns.append([names.index(name) for name in row_names])
         if not items:
-            return q
+            return torch.zeros(shape)
         with profiling_context(self, "mrtpo.replay"), unwrap_model_for_generation(
                 self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model:
-            q_rows = distances(model, items, temperature=self.temperature, length=ids.shape[1])  # [n, K_row, T]
-        for (i, row_names), qi in zip(rows, q_rows.float().cpu()):
-            for k, name in enumerate(row_names):
-                q[i, names.index(name)] = qi[k]
-        return q
+            return replay_onto_columns(model, items, columns, shape, temperature=self.temperature, rows=rows)
 
     def _log_completions(self, step: int, inputs, out, scores: torch.Tensor, credit: Credit, rows: slice,
                          advantages: torch.Tensor, q: torch.Tensor | None, mask: torch.Tensor) -> None:

@@ -15,6 +15,8 @@ import random
 import re
 from typing import Any, Callable
 
+from mrtpo.edits import (SQL_KEYWORDS, call_arguments, drop_last_letter, other_string, respell, sentences,
+                         sql_names, sql_numbers)
 from mrtpo.formats import CodeBlockFormat, Format, TextFormat, ToolCallFormat, split_think
 
 Candidate = tuple[str, str]  # (kind of error, corrupted response)
@@ -121,11 +123,6 @@ def _on_text(edit):
 
 
 # SQL: wrong comparison, wrong literal, wrong order, dropped condition, misspelt column.
-_SQL_KEYWORDS = {
-    "select", "from", "where", "and", "or", "not", "order", "by", "group", "having", "limit",
-    "join", "on", "as", "in", "asc", "desc", "count", "avg", "sum", "max", "min", "distinct",
-    "like", "between", "is", "null", "union", "intersect", "except", "inner", "left", "outer",
-}
 _CMP_SWAP = {">": "<", "<": ">", ">=": "<=", "<=": ">=", "=": "!=", "!=": "="}
 
 
@@ -138,7 +135,7 @@ def _swap_comparison(sql: str, rng: random.Random) -> str | None:
 
 
 def _change_number(sql: str, rng: random.Random) -> str | None:
-    ms = list(re.finditer(r"(?<![\w.'])(\d+)(?![\w.'])", sql))
+    ms = sql_numbers(sql)
     if not ms:
         return None
     m = rng.choice(ms)
@@ -164,13 +161,8 @@ def _drop_condition(sql: str, rng: random.Random) -> str | None:
 
 
 def _misspell_column(sql: str, rng: random.Random) -> str | None:
-    idents = [m for m in re.finditer(r"(?<![\w'\"])([A-Za-z_][A-Za-z_]{3,})(?![\w'\"(])", sql)
-              if m.group(1).lower() not in _SQL_KEYWORDS]
-    if not idents:
-        return None
-    m = rng.choice(idents)
-    word = m.group(1)
-    return sql[:m.start()] + word[:-1] + sql[m.end():]
+    names = sql_names(sql, SQL_KEYWORDS)
+    return respell(sql, rng.choice(names), drop_last_letter) if names else None
 
 
 def _change_aggregate(sql: str, rng: random.Random) -> str | None:
@@ -189,7 +181,7 @@ _SQL_EDITS = [_swap_comparison, _change_number, _flip_order, _drop_condition, _m
 
 # Tool calls: wrong argument value, dropped or extra argument, wrong function name.
 def _pick_arg(calls: list[dict], rng: random.Random) -> tuple[dict, str] | None:
-    options = [(c, k) for c in calls for k in c.get("arguments", {})]
+    options = [(calls[i], k) for i, k, _ in call_arguments(calls)]
     return rng.choice(options) if options else None
 
 
@@ -201,10 +193,7 @@ def _wrong_value(value: Any, rng: random.Random) -> Any:
     if isinstance(value, float):
         return round(value * rng.choice([2.0, 0.5, 10.0]) + 1.0, 3)
     if isinstance(value, str):
-        words = value.split()
-        if len(words) > 1:
-            return " ".join(words[:-1])
-        return value[::-1] if len(value) > 2 and value[::-1] != value else value + "s"
+        return other_string(value, "s", min_reverse=3)
     if isinstance(value, list) and value:
         return value[:-1] if len(value) > 1 else [_wrong_value(value[0], rng)]
     if isinstance(value, dict) and value:
@@ -224,8 +213,7 @@ def _wrong_argument(calls: list[dict], rng: random.Random) -> list[dict] | None:
 
 def _other_value(values: dict[str, list]):
     def edit(calls: list[dict], rng: random.Random) -> list[dict] | None:
-        options = [(c, k) for c in calls for k, v in c.get("arguments", {}).items()
-                   if any(o != v for o in values.get(k, []))]
+        options = [(calls[i], k) for i, k, v in call_arguments(calls) if any(o != v for o in values.get(k, []))]
         if not options:
             return None
         call, key = rng.choice(options)
@@ -282,10 +270,6 @@ _CALL_EDITS = [_wrong_argument, _wrong_argument, _wrong_argument, _drop_argument
 
 
 # Text: edits that tend to break one instruction constraint (case, length, ending, structure).
-def _sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
-
-
 def _upper(text: str, rng: random.Random) -> str:
     return text.upper()
 
@@ -299,7 +283,7 @@ def _capitalise_words(text: str, rng: random.Random) -> str:
 
 
 def _drop_last_sentence(text: str, rng: random.Random) -> str | None:
-    s = _sentences(text)
+    s = sentences(text)
     return " ".join(s[:-1]) if len(s) > 1 else None
 
 

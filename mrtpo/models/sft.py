@@ -290,7 +290,7 @@ def shared_loss(model, batch: SharedBatch) -> tuple["torch.Tensor", float]:
     import torch
     import torch.nn.functional as F
 
-    from mrtpo.replay import cache_kwarg, output_cache
+    from mrtpo.replay.plumbing import cache_kwarg, output_cache
 
     pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
     out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=pos, use_cache=True)

@@ -28,8 +28,9 @@ import re
 import zlib
 from typing import Callable
 
+from mrtpo.edits import (SQL_WORDS, call_arguments, change_last_letter, other_string, respell, sql_literals,
+                         sql_names, unknown_function)
 from mrtpo.formats import split_think
-from mrtpo.models.errors import _SQL_KEYWORDS
 from mrtpo.tasks.base import Example, ProbeEdit
 
 
@@ -49,7 +50,7 @@ def toolcall_edits(task, example: Example) -> list[ProbeEdit]:
     if edited is not None:
         out.append(ProbeEdit.between("correct", "argument value", ref, task.format.render(edited)))
     named = copy.deepcopy(calls)
-    named[0]["name"] = named[0]["name"] + "_v2"
+    named[0]["name"] = unknown_function(named[0]["name"])
     out.append(ProbeEdit.between("schema", "function name", ref, task.format.render(named)))
     out.append(ProbeEdit.between("format", "tags", ref, ref.replace("<tool_call>", "[tool_call]", 1)))
     return [e for e in out if e is not None]
@@ -58,7 +59,7 @@ def toolcall_edits(task, example: Example) -> list[ProbeEdit]:
 def _other_argument_value(calls: list[dict], functions: list[dict], rng: random.Random) -> list[dict] | None:
     """The calls with one argument's value changed (strings first: names, places, dates)."""
     spec = {f["name"]: f.get("parameters", {}).get("properties", {}) for f in functions}
-    options = [(i, k, v) for i, c in enumerate(calls) for k, v in c.get("arguments", {}).items()
+    options = [(i, k, v) for i, k, v in call_arguments(calls)
                if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
     if not options:
         return None
@@ -69,8 +70,7 @@ def _other_argument_value(calls: list[dict], functions: list[dict], rng: random.
     if others:
         new = rng.choice(others)
     elif isinstance(value, str):
-        words = value.split()
-        new = " ".join(words[:-1]) if len(words) > 1 else (value[::-1] if value[::-1] != value else value + "x")
+        new = other_string(value, "x")
     elif isinstance(value, int):
         new = value + rng.choice([1, 2, 10])
     else:
@@ -98,13 +98,9 @@ def text2sql_edits(task, example: Example) -> list[ProbeEdit]:
     return [e for e in out if e is not None]
 
 
-# the SQL words the warm start's errors never misspell, and a few more the probe's queries use
-_SQL_WORDS = _SQL_KEYWORDS | {"case", "when", "then", "else", "end", "cast", "offset", "exists", "all", "any"}
-
-
 def _change_literal(sql: str, rng: random.Random) -> str | None:
     """A number (+1) or a quoted string (its last character changed) of the query."""
-    found = [m for m in re.finditer(r"'([^']+)'|(?<![\w.])(\d+)(?![\w.])", sql)]
+    found = sql_literals(sql)
     if not found:
         return None
     m = rng.choice(found)
@@ -117,14 +113,8 @@ def _change_literal(sql: str, rng: random.Random) -> str | None:
 
 def _misspell_column(sql: str, rng: random.Random) -> str | None:
     """One identifier (not a keyword, a function or inside quotes) with its last letter changed."""
-    quoted = [(m.start(), m.end()) for m in re.finditer(r"'[^']*'|\"[^\"]*\"", sql)]
-    idents = [m for m in re.finditer(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]{3,})(?![\w(])", sql)
-              if m.group(1).lower() not in _SQL_WORDS and not any(a <= m.start() < b for a, b in quoted)]
-    if not idents:
-        return None
-    m = rng.choice(idents)
-    word = m.group(1)
-    return sql[: m.start()] + word[:-1] + ("x" if word[-1].lower() != "x" else "z") + sql[m.end():]
+    names = sql_names(sql, SQL_WORDS, unqualified=True)
+    return respell(sql, rng.choice(names), change_last_letter) if names else None
 
 
 # ------------------------------------------------------------------------------ instruct

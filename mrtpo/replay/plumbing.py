@@ -1,0 +1,88 @@
+"""transformers plumbing the replay (and `mrtpo.models.sft`, `mrtpo.harness`) relies on.
+
+The decoder body and the vocabulary head of a causal LM, the name of the KV-cache argument
+and where a forward returns its cache (they changed in transformers 5), copies of a cache
+repeated over rows, and padded rows of token ids.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Literal, Sequence
+
+import torch
+
+PaddingSide = Literal["left", "right"]
+
+
+def device_of(model) -> torch.device:
+    """The device of the model's (first) parameters."""
+    return next(model.parameters()).device
+
+
+def decoder_of(model):
+    """The transformer body (hidden states after the final norm), LoRA layers included."""
+    try:
+        return model.get_decoder()
+    except (AttributeError, NotImplementedError) as err:
+        raise TypeError(f"{type(model).__name__} exposes no get_decoder(); the shared-prefix replay "
+                        "needs a transformers decoder-only causal LM (use shared_prefix=False)") from err
+
+
+def head_of(model):
+    """hidden [M, H] -> logits [M, V], as the model's forward computes them from hidden states."""
+    lm_head = model.get_output_embeddings()
+    config = model.config
+    softcap = getattr(config, "final_logit_softcapping", None)  # Gemma 2/3
+    scale = getattr(config, "logit_scale", None)  # Cohere
+
+    def head(hidden: torch.Tensor) -> torch.Tensor:
+        logits = lm_head(hidden)
+        if isinstance(scale, (int, float)) and scale != 1:
+            logits = logits * scale
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        return logits
+
+    return head
+
+
+def cache_kwarg(module) -> str:
+    """transformers >= 5 names the KV-cache argument `cache`; earlier versions `past_key_values`."""
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a forward pass with use_cache=True returned (`cache` or `past_key_values`)."""
+    for name in ("cache", "past_key_values"):
+        value = getattr(out, name, None)
+        if value is not None:
+            return value
+    raise RuntimeError("the decoder returned no KV cache although use_cache=True")
+
+
+def on_cache(cache_arg: str, base, base_len: int, rows: int, mask: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    """Decoder kwargs that put `rows` copies of the cache `base` (`base_len` positions; None:
+    no cache) before `mask` [rows, S], and the mask over both. `cache_arg`: `cache_kwarg`."""
+    if base is None:
+        return {}, mask
+    cache = copy.deepcopy(base)
+    cache.batch_repeat_interleave(rows)
+    return {cache_arg: cache, "use_cache": True}, torch.cat([mask.new_ones(rows, base_len), mask], 1)
+
+
+def pack(seqs: Sequence[Sequence[int]], side: PaddingSide, device, start: int = 0):
+    """Pad rows -> ids [R, S], mask [R, S], positions [R, S] (from `start`), left pads per row."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    pos = torch.full((len(seqs), width), start, dtype=torch.long)
+    offsets = []
+    for r, s in enumerate(seqs):
+        off = width - len(s) if side == "left" else 0
+        ids[r, off:off + len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+        mask[r, off:off + len(s)] = 1
+        pos[r, off:off + len(s)] = torch.arange(start, start + len(s))
+        offsets.append(off)
+    return ids.to(device), mask.to(device), pos.to(device), offsets

@@ -1,0 +1,59 @@
+"""mrtpo/replay/ as a package (issue 31): one JS distance, the package imports only itself,
+each `ReplayOptions` setting gives the plain method's distances, and the one batch replay
+onto reward columns (`replay_onto_columns`) that the trainer, TRL and `mrtpo credit` call."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+from mrtpo.replay import ReplayOptions, distances, replay_onto_columns, replay_tokens
+from test_replay import TOL, _begin_alike_items, _load, _one_thread  # noqa: F401 (a fixture: one torch thread)
+
+
+def test_one_js_distance_and_the_package_imports_only_itself():
+    import mrtpo.advantages
+    import mrtpo.replay
+
+    assert mrtpo.advantages.js_distance is mrtpo.replay.js_distance
+    code = ("import sys, mrtpo.replay, mrtpo.advantages; "
+            "print(sorted(m for m in sys.modules if m.startswith('mrtpo.') and not m.startswith('mrtpo.replay')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['mrtpo.advantages']"
+
+
+def test_every_option_gives_the_plain_distances(tiny_qwen2_dir, tiny_tokenizer):
+    model = _load(tiny_qwen2_dir)
+    items = _begin_alike_items(tiny_tokenizer)
+    plain = distances(model, items, shared_prefix=False)
+    fed = {}
+    for suffixes in (False, True):
+        for tries in (False, True):
+            for copies in (False, True):
+                options = ReplayOptions(suffixes=suffixes, tries=tries, copies=copies)
+                assert (distances(model, items, options=options) - plain).abs().max() <= TOL, options
+                fed[options] = replay_tokens(items, model=model, options=options)
+    assert fed[ReplayOptions(tries=False)] > fed[ReplayOptions()]  # the switch reaches the planning
+    assert fed[ReplayOptions(tries=False)] == replay_tokens(items, tree_tokens=0)
+
+
+def test_replay_onto_columns_lays_each_item_on_its_row_and_columns(tiny_qwen2_dir, tiny_tokenizer):
+    model = _load(tiny_qwen2_dir)
+    items = _begin_alike_items(tiny_tokenizer)
+    whole = distances(model, items)  # [N, K, T]
+    n, k, t = whole.shape
+    rows = [2 * j + 1 for j in range(n)]  # every other row: the rows between have no item
+    columns = [list(range(k))[::-1] if j % 2 else [c + 1 for c in range(k)] for j in range(n)]
+    calls = []
+    for chunk in (None, 2):
+        q = replay_onto_columns(model, items, columns, (2 * n + 1, k + 1, t + 3), rows=rows, chunk=chunk,
+                                on_progress=lambda done, total: calls.append((done, total)))
+        assert q.dtype == torch.float32 and q.device.type == "cpu"
+        expected = torch.zeros(2 * n + 1, k + 1, t + 3)
+        for j in range(n):
+            for r, col in enumerate(columns[j]):
+                expected[rows[j], col, :t] = whole[j, r]
+        assert (q - expected).abs().max() <= TOL, chunk
+    assert calls == [(n, n)] + [(min(s + 2, n), n) for s in range(0, n, 2)]
+    assert replay_onto_columns(model, [], [], (3, 2, 4)).eq(0).all()
