@@ -9,7 +9,7 @@ halfway from the common start (all methods' first tenth) to the maximum 1. It sa
 the curves with seed bands (min..max over seeds) when matplotlib is installed (the `plot`
 extra). Nothing is asserted: these are measured figures.
 
-    python benchmarks/learning.py [--tasks toolcall,text2sql,instruct] [--seeds 0,1,2]
+    python benchmarks/learning/learning.py [--tasks toolcall,text2sql,instruct] [--seeds 0,1,2]
         [--steps N] [--out benchmarks/out/learning] [--threads N] [--quick]
 
 Runs go to <out>/runs/<task>/<method>/seed<k>/; a finished run is read back instead of run

@@ -8,13 +8,13 @@ kind of byte-level BPE trained here on the bundled tasks' text in a few seconds)
 three steps of MRTPO (on GDPO) with `mrtpo train`'s loop on the bundled toolcall sample with
 B = 8 prompts x G = 8 completions and up to 256 new tokens (a random policy rarely stops, so
 most completions run to 256), LoRA r 16, then three GDPO steps (`--no-mrtpo`) for MRTPO's
-overhead, and runs `benchmarks/replay.py` on the same device. Printed: per step and phase
+overhead, and runs `benchmarks/speed/replay.py` on the same device. Printed: per step and phase
 the seconds, completion tokens and peak GPU memory; MRTPO's overhead; the replay speedup
 and its token-count ideal. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT
 is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
 
-    python benchmarks/gpu.py                 # on a machine with a CUDA GPU (~5 minutes on one H200)
-    python benchmarks/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
+    python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (~5 minutes on one H200)
+    python benchmarks/speed/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--no-gdpo", action="store_true", help="skip the GDPO steps (no overhead figure)")
-    ap.add_argument("--no-replay-bench", action="store_true", help="skip benchmarks/replay.py")
+    ap.add_argument("--no-replay-bench", action="store_true", help="skip benchmarks/speed/replay.py")
     ap.add_argument("--out", default=None, help="JSON summary path")
     return ap
 

@@ -12,7 +12,7 @@ the table gives the median over repeats of each run's seconds per 1,000 completi
 ratio is the median over repeats of that repeat's ratio (runs of one repeat are minutes
 apart, so on a shared machine they see about the same load).
 
-    python benchmarks/peer.py [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
+    python benchmarks/speed/peer.py [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
         [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--threads N] [--quick]
 
 Both sides do the same arithmetic: float32 on CPU and bf16 on a GPU, no gradient

@@ -7,7 +7,7 @@ layers, 256 wide, vocabulary about 8,000) with a byte-level BPE tokenizer traine
 nothing is downloaded. Both methods replay the same `ReplayItem`s built by mrtpo.contexts;
 the plain one pads every row on the left and keeps the last T + 1 logits, as trainers do.
 
-    python benchmarks/replay.py [--quick] [--repeats N] [--groups B] [--threads N]
+    python benchmarks/speed/replay.py [--quick] [--repeats N] [--groups B] [--threads N]
         [--device cuda] [--dtype bfloat16]
 
 Last line: `replay speedup S.SSx over one-forward-per-context (ideal I.IIx from token counts),

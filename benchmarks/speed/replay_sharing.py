@@ -19,7 +19,7 @@ plain method (one forward per context). The last line is the whole change: all s
 against none of the three. In every setting the prompt's common prefix is fed once and a
 row's last token (whose output predicts nothing) not at all.
 
-    python benchmarks/replay_sharing.py [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
+    python benchmarks/speed/replay_sharing.py [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
         [--group-size 8] [--repeats 6] [--threads 1]
 """
 from __future__ import annotations

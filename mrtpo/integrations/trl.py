@@ -494,7 +494,7 @@ def startup_line(trainer: MRTPOGRPOTrainer) -> str:
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> MRTPOGRPOTrainer:
     """Train as the flags say, save the model to --output_dir; returns the trainer.
 
-    `callbacks`: extra transformers `TrainerCallback`s (benchmarks/peer.py times steps with one).
+    `callbacks`: extra transformers `TrainerCallback`s (benchmarks/speed/peer.py times steps with one).
 
         accelerate launch --multi_gpu --num_processes 8 -m mrtpo.integrations.trl \\
             --model_name_or_path Qwen/Qwen2.5-1.5B-Instruct --task toolcall --output_dir runs/trl \\

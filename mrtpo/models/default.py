@@ -66,7 +66,7 @@ RECIPES: dict[str, Recipe | PackagedRecipe] = {DEFAULT_MODEL: Recipe(), SMOLLM2.
 #: (a LoRA on a few-million-parameter model wants a far larger learning rate than the
 #: trainer's default, which suits pretrained models; with the previous recipe 40 steps took
 #: 6.3 minutes on 2 cores and raised the total reward in each of 12 benchmark runs; see the
-#: README's learning benchmark for the current recipe's figures)
+#: learning tables in docs/results.md for the current figures)
 TRAIN_DEFAULTS: dict[str, dict] = {
     DEFAULT_MODEL: {"task": "toolcall", "steps": 40, "batch_prompts": 4, "num_generations": 8,
                     "max_new_tokens": 160, "lr": 2e-3},
