@@ -81,3 +81,18 @@ def test_repeated_reward_names_are_made_unique():
     other = Reward("length", lambda e, s: Verdict(1.0), lambda e, v: "")
     assert reward_names([r, other, r, r]) == ["keywords:existence", "length", "keywords:existence#2",
                                               "keywords:existence#3"]
+
+
+def test_the_pool_returns_a_verdict_for_every_job_call_after_call():
+    """A worker's "started" and its result can arrive between two polls of its pipe; the pool
+    must never take "started" for the result (it did, about one call in three, on toolcall)."""
+    from mrtpo.tasks import get_task
+
+    task = get_task("toolcall")
+    examples = task.load()[:4] * 2
+    responses = [task.reference(e) for e in examples[:4]] + ["no call"] * 4
+    plain = Scorer(task, workers=0).score(examples, responses)
+    with Scorer(task, workers=2, timeout=30) as scorer:
+        for _ in range(12):
+            table = scorer.score(examples, responses)
+            assert table.scores.tolist() == plain.scores.tolist()

@@ -232,12 +232,16 @@ class _ForkPool:
         """The result of the job in `slot` if it is over (answered, died, or overran), else None."""
         conn = self.conns[slot]
         try:
-            if slot not in self.started and conn.poll():
-                if conn.recv() != "started":
-                    raise EOFError("the worker answered out of turn")
-                self.started.add(slot)
-            if conn.poll():
-                return conn.recv()
+            # "started" then the result, each read as it comes: a message can arrive between two
+            # polls, so every message is looked at before it is taken for the result
+            while conn.poll():
+                message = conn.recv()
+                if slot not in self.started:
+                    if message != "started":
+                        raise EOFError("the worker answered out of turn")
+                    self.started.add(slot)
+                    continue
+                return message
             overran = hard_timeout is not None and time.monotonic() - started > hard_timeout
             if self.procs[slot].is_alive() and not overran:
                 return None
