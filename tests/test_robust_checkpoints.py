@@ -17,8 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 import harness_task
+from small_runs import small_config as _cfg, step_dir
 from mrtpo.cli import app
-from mrtpo.harness import ConfigError, TrainConfig, train
+from mrtpo.harness import ConfigError, train
 from mrtpo.harness import checkpoints
 from mrtpo.harness.metrics import JsonlLog
 from mrtpo.harness.runlock import RunLock
@@ -29,15 +30,9 @@ pytestmark = pytest.mark.timeout(300)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
-SMALL = dict(task="harness-words", batch_prompts=2, num_generations=2, max_new_tokens=6,
-             verify_workers=0, lr=5e-3, lora_r=4, log_completions_every=1, save_every=1, mrtpo=False)
 TINY_FLAGS = ["--task", "harness-words", "--steps", "1", "--batch-prompts", "2", "--num-generations", "2",
               "--max-new-tokens", "4", "--verify-workers", "0", "--no-mrtpo"]
 ADAPTER = "adapter/adapter_model.safetensors"
-
-
-def _cfg(model_dir, out, **kw):
-    return TrainConfig(model=str(model_dir), output_dir=str(out), **{**SMALL, **kw})
 
 
 def _invoke(*args):
@@ -62,10 +57,6 @@ def runs(tiny_qwen2_dir, tmp_path_factory):
 def run_a(runs, tmp_path):
     """A fresh copy of the LoRA run to damage."""
     return Path(shutil.copytree(runs / "lora", tmp_path / "a"))
-
-
-def step_dir(run: Path, step: int) -> Path:
-    return run / "checkpoints" / f"step-{step:06d}"
 
 
 def _truncate(p: Path):

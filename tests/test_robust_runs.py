@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import harness_task
-from mrtpo.harness import ConfigError, TrainConfig, train
+from small_runs import small_config as _cfg, step_dir
+from mrtpo.harness import ConfigError, train
 from mrtpo.harness import checkpoints
 from mrtpo.harness.metrics import JsonlLog
 from mrtpo.harness.runlock import RunDirLocked, RunLock
@@ -22,13 +23,7 @@ from mrtpo.harness.runlock import RunDirLocked, RunLock
 harness_task.register()
 pytestmark = pytest.mark.timeout(300)
 
-SMALL = dict(task="harness-words", batch_prompts=2, num_generations=2, max_new_tokens=6,
-             verify_workers=0, lr=5e-3, lora_r=4, log_completions_every=1, save_every=1, mrtpo=False)
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cfg(model_dir, out, **kw):
-    return TrainConfig(model=str(model_dir), output_dir=str(out), **{**SMALL, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +39,6 @@ def runs(tiny_qwen2_dir, tmp_path_factory):
 def run_a(runs, tmp_path):
     """A fresh copy of run A to damage."""
     return Path(shutil.copytree(runs / "a", tmp_path / "a"))
-
-
-def step_dir(run: Path, step: int) -> Path:
-    return run / "checkpoints" / f"step-{step:06d}"
 
 
 # --- 15: a torn last line is dropped with a warning -------------------------------------------

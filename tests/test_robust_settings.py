@@ -17,6 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 import harness_task
+from small_runs import small_config as _cfg
 from mrtpo.cli import app
 from mrtpo.harness import ConfigError, TrainConfig, resolve, train
 from mrtpo.harness.config import FIELDS
@@ -26,8 +27,6 @@ harness_task.register()
 pytestmark = pytest.mark.timeout(300)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
-SMALL = dict(task="harness-words", batch_prompts=2, num_generations=2, max_new_tokens=6,
-             verify_workers=0, lr=5e-3, lora_r=4, log_completions_every=1, save_every=1, mrtpo=False)
 NOWHERE = "/nonexistent/model"  # a model that cannot load: a setting refused later would say so
 
 
@@ -43,10 +42,6 @@ def _refused(result, out, *words):
     assert "Traceback" not in out
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "nonexistent" not in out  # refused before the model was looked at
-
-
-def _cfg(model_dir, out, **kw):
-    return TrainConfig(model=str(model_dir), output_dir=str(out), **{**SMALL, **kw})
 
 
 def _yaml(tmp_path, text: str | bytes) -> Path:
