@@ -325,3 +325,36 @@ def test_spider_json_file_and_bad_row(spider_root, tmp_path):
     (tmp_path / "database").symlink_to(spider_root / "database")
     with pytest.raises(DataError, match=r"dev\.json, row 5, field 'query': missing or empty"):
         task.load(tmp_path)
+
+
+def test_demo_shows_the_format_on_a_database_no_example_uses(sample, tmp_path):
+    """`demo=True`: one worked exchange before the user turn, about a made-up database whose
+    tables no bundled database has; its query runs on that schema in real SQLite and its answer
+    is strictly in the format; P_without_format drops the exchange with the sentence, the other
+    rewards keep it."""
+    from mrtpo.contexts import block_texts, context_messages
+    from mrtpo.tasks.text2sql import DEMO_SCHEMA, DEMO_SQL
+
+    _, examples = sample
+    task = get_task("text2sql", demo=True)
+    db = tmp_path / "demo.sqlite"
+    with sqlite3.connect(db) as con:
+        con.executescript(DEMO_SCHEMA)
+        demo_tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert con.execute(DEMO_SQL).fetchall() == [(0,)]
+    for ex in examples:
+        assert not any(f"CREATE TABLE {t} (" in ex.prompt for t in demo_tables)
+    ex = task.load()[0]
+    p0 = task.messages(ex)
+    assert [m["role"] for m in p0] == ["user", "assistant", "user"] and p0[-1]["content"] == ex.prompt
+    assert p0[0]["content"].endswith(task.format.instruction) and "Database schema:\n" + DEMO_SCHEMA in p0[0]["content"]
+    assert task.format.parse(p0[1]["content"]).strict and task.format.parse(p0[1]["content"]).answer == DEMO_SQL
+    blocks = block_texts(task, ex, task.score(ex, task.reference(ex)))
+    p_all, without = context_messages(task, ex, blocks)
+    names = [r.name for r in task.rewards(ex)]
+    assert p_all[:2] == p0[:2]
+    no_format = without[names.index("format")]
+    assert len(no_format) == 1 and task.format.instruction not in no_format[0]["content"]
+    for k in (names.index("executes"), names.index("result")):
+        assert without[k][:2] == p0[:2]
+    assert get_task("text2sql").messages(ex) == p0[2:]

@@ -13,7 +13,18 @@ ratio is the median over repeats of that repeat's ratio (runs of one repeat are 
 apart, so on a shared machine they see about the same load).
 
     python benchmarks/speed/peer.py [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
-        [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--threads N] [--quick]
+        [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--temperature 1.0]
+        [-o KEY=VALUE ...] [--grad-accum 1] [--threads N] [--quick]
+
+On SmolLM2-135M-Instruct (CPU-sized; its tool calls need the task's worked example):
+
+    python benchmarks/speed/peer.py --model smollm2-135m -o demo=true --batch-prompts 2 \
+        --num-generations 4 --max-new-tokens 64 --temperature 0.7 --lr 5e-5 --grad-accum 2 --threads 1
+
+(`--grad-accum 2`: both sides split the 8 completions into 2 micro-batches, the same gradient.
+TRL's single micro-batch runs the 8 prompt + completion sequences, about 860 tokens each,
+through the 30 layers with gradients at once: about 19 GB, which a 24 GB machine does not
+always have.)
 
 Both sides do the same arithmetic: float32 on CPU and bf16 on a GPU, no gradient
 checkpointing (TRL's GRPOConfig defaults to `bf16=True`, CPU autocast included, and to
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,7 +70,8 @@ def harness_worker(args, mrtpo: bool, out_dir: Path) -> list[dict]:
                       num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, lr=args.lr,
                       lora=True, lora_r=16, lora_alpha=32, lora_dropout=0.05, advantage="gdpo", mrtpo=mrtpo,
                       seed=args.seed, output_dir=str(out_dir), save_every=0, log_completions_every=0,
-                      device=args.device)
+                      device=args.device, temperature=args.temperature, task_args=task_options(args),
+                      grad_accum=args.grad_accum)
     steps = []
 
     def on_step(record: dict) -> None:
@@ -97,13 +110,18 @@ def trl_worker(args, mrtpo: bool, out_dir: Path) -> list[dict]:
 
     cuda = args.device != "cpu" and torch.cuda.is_available()
     argv = ["--model_name_or_path", args.model, "--task", args.task, "--output_dir", str(out_dir),
-            "--max_steps", str(args.steps), "--per_device_train_batch_size", str(args.batch_prompts * args.num_generations),
+            "--max_steps", str(args.steps),
+            "--per_device_train_batch_size", str(args.batch_prompts * args.num_generations // args.grad_accum),
+            "--gradient_accumulation_steps", str(args.grad_accum),  # one generation batch per step
             "--num_generations", str(args.num_generations), "--max_completion_length", str(args.max_new_tokens),
             "--learning_rate", str(args.lr), "--lr_scheduler_type", "constant", "--seed", str(args.seed),
             "--use_peft", "--lora_r", "16", "--lora_alpha", "32", "--lora_dropout", "0.05",
             "--lora_target_modules", "all-linear", "--multi_objective_aggregation", "normalize_then_sum",
             "--logging_steps", "1", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-            "--gradient_checkpointing", "false", "--bf16", "true" if cuda else "false"]
+            "--gradient_checkpointing", "false", "--bf16", "true" if cuda else "false",
+            "--temperature", str(args.temperature)]
+    if args.task_option:
+        argv += ["--task_args", *args.task_option]
     if not cuda:
         argv.append("--use_cpu")
     if not mrtpo:
@@ -124,21 +142,36 @@ def run_worker(args) -> None:
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
         fn = harness_worker if args.worker == "harness" else trl_worker
         steps = fn(args, args.mrtpo, Path(tmp) / "run")
-    Path(args.result).write_text(json.dumps(steps))
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+    Path(args.result).write_text(json.dumps({"steps": steps, "peak_rss_gb": peak_gb}))
+
+
+def task_options(args) -> dict:
+    """-o KEY=VALUE pairs -> the task's keyword arguments, parsed as `mrtpo train -o` parses them."""
+    from mrtpo.tasks.options import read_value
+
+    pairs = [pair.partition("=") for pair in args.task_option]
+    if any(not sep for _, sep, _ in pairs):
+        sys.exit(f"-o expects KEY=VALUE, got {args.task_option}")
+    return {key.strip(): read_value(value) for key, _, value in pairs}
 
 
 # ---------------------------------------------------------------------------------- driver
-def launch(args, side: str, mrtpo: bool, result: Path) -> list[dict]:
+def launch(args, side: str, mrtpo: bool, result: Path) -> tuple[list[dict], float]:
+    """One fresh worker process -> (its per-step records, its peak resident memory in GB)."""
     cmd = [sys.executable, __file__, "--worker", side, "--mrtpo" if mrtpo else "--no-mrtpo", "--result", str(result)]
     for name in ("model", "task", "steps", "batch_prompts", "num_generations", "max_new_tokens", "lr", "seed",
-                 "threads", "device"):
+                 "threads", "device", "temperature", "grad_accum"):
         cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for pair in args.task_option:
+        cmd += ["-o", pair]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                        os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{label(side, mrtpo)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(result.read_text())
+    out = json.loads(result.read_text())
+    return out["steps"], out["peak_rss_gb"]
 
 
 def per_1k(steps: list[dict], warmup: int, key=lambda s: s["seconds"]) -> float:
@@ -161,7 +194,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, both sides")
+    ap.add_argument("-o", "--task-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="the task's option, both sides (repeatable), e.g. -o demo=true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grad-accum", type=int, default=1,
+                    help="micro-batches per step, both sides (the same gradient, less memory)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per run (0: torch's default)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU (bf16 on both sides)")
     ap.add_argument("--only", default="", help="comma-separated subset: harness, trl")
@@ -192,26 +230,30 @@ def main() -> None:
     args.model = resolve_model(args.model)  # build the built-in policy once, before any timing
     runs = [r for r in RUNS if r[0] in sides]
     print(f"policy {args.model}, task {args.task}, {args.batch_prompts} prompts x {args.num_generations}, "
-          f"up to {args.max_new_tokens} new tokens, LoRA r16, {args.steps} steps per run ({args.warmup} warm-up), "
+          f"up to {args.max_new_tokens} new tokens, T={args.temperature}, task options {task_options(args)}, "
+          f"LoRA r16, {args.steps} steps per run ({args.warmup} warm-up), "
           f"{args.repeats} repeats, device {args.device}; load average {load()}", flush=True)
     results: dict[tuple[str, bool], list[list[dict]]] = {r: [] for r in runs}
+    peaks: dict[tuple[str, bool], list[float]] = {r: [] for r in runs}
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
         for rep in range(args.repeats):
             for side, mrtpo in (runs if rep % 2 == 0 else runs[::-1]):
                 t0 = time.perf_counter()
-                steps = launch(args, side, mrtpo, Path(tmp) / f"{side}-{mrtpo}-{rep}.json")
+                steps, peak = launch(args, side, mrtpo, Path(tmp) / f"{side}-{mrtpo}-{rep}.json")
                 results[side, mrtpo].append(steps)
+                peaks[side, mrtpo].append(peak)
                 print(f"  repeat {rep + 1}: {label(side, mrtpo)}: {per_1k(steps, args.warmup):.2f} s per 1k tokens "
-                      f"({time.perf_counter() - t0:.0f} s with start-up; load average {load()})", flush=True)
+                      f"({time.perf_counter() - t0:.0f} s with start-up; peak RSS {peak:.1f} GB; "
+                      f"load average {load()})", flush=True)
 
     med = {r: statistics.median(per_1k(s, args.warmup) for s in results[r]) for r in runs}
     print()
-    print("| run | s per 1k tokens | tokens per step | s per step |")
-    print("|---|---|---|---|")
+    print("| run | s per 1k tokens | tokens per step | s per step | peak RSS GB |")
+    print("|---|---|---|---|---|")
     for r in runs:
         kept = [st for s in results[r] for st in s[args.warmup:]]
         print(f"| {label(*r)} | {med[r]:.2f} | {statistics.median(s['tokens'] for s in kept):.0f} | "
-              f"{statistics.median(s['seconds'] for s in kept):.2f} |")
+              f"{statistics.median(s['seconds'] for s in kept):.2f} | {max(peaks[r]):.1f} |")
     for mrtpo in (False, True):
         if ("harness", mrtpo) not in results:
             continue

@@ -33,7 +33,8 @@ import torch
 
 from mrtpo.contexts import build_item
 from mrtpo.models.tiny import build_model, train_tokenizer
-from mrtpo.replay import distances, head_and_js, head_of, plan_item, replay_tokens
+from mrtpo.replay import distances, replay_tokens
+from timing import time_head_and_js
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
 
 WORDS = ("singer concert stadium album track artist genre invoice customer employee order product "
@@ -121,27 +122,6 @@ def build_inputs(groups: int, group_size: int, seed: int = 0):
             error = f"no such column: {rng.choice(WORDS)}_{rng.choice(WORDS)} near line {rng.randint(1, 9)}"
             items.append(build_item(task, tokenizer, ex, response, [Verdict(0.0), Verdict(0.0), Verdict(0.0, error)]))
     return tokenizer, model, items
-
-
-def time_head_and_js(model, items, chunk_tokens: int = 256) -> float:
-    """Seconds of the replay's work outside the model body (`mrtpo.replay.head_and_js`: the
-    vocabulary head and the JS step) on as many positions as `distances` computes: each
-    item's distinct contexts x its response tokens, from random hidden states (same cost)."""
-    head, width = head_of(model), model.config.hidden_size
-    param = next(model.parameters())
-    k = max(it.num_rewards for it in items)
-    q = torch.zeros(len(items), k, max(len(it.response_ids) for it in items), device=param.device)  # [N, K, T]
-    g = torch.Generator(device=param.device).manual_seed(0)
-    plans = [plan_item(item, n) for n, item in enumerate(items)]
-    hidden = [torch.randn(len(p.contexts), len(it.response_ids), width, generator=g, device=param.device,
-                          dtype=param.dtype) for p, it in zip(plans, items)]  # [C, T, H] each
-    t = time.perf_counter()
-    with torch.no_grad():
-        for n, (plan, h) in enumerate(zip(plans, hidden)):
-            head_and_js(q, n, plan, h, head, 1.0, chunk_tokens)
-    if q.is_cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
 
 
 def _time_pair(fn_a, fn_b, repeats: int):

@@ -20,13 +20,28 @@ against none of the three. In every setting the prompt's common prefix is fed on
 row's last token (whose output predicts nothing) not at all.
 
     python benchmarks/speed/replay_sharing.py [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
-        [--group-size 8] [--repeats 6] [--threads 1]
+        [--group-size 8] [--max-new-tokens 160] [--temperature 1.0] [-o KEY=VALUE ...]
+        [--repeats 6] [--threads 1]
+
+The line after the table splits the replay with all sharing on into its parts: the tokens
+fed through the model body (the prompts' common prefixes, then the context suffixes and the
+response tokens), and the vocabulary head and the JS step, timed on their own on as many
+positions (`timing.time_head_and_js`: each response token under each distinct context), with
+the share of the replay each takes. The last line but one gives the process's peak resident
+memory with the model and the rollout, after one shared replay of the batch (run first) and
+after the plain method's: what one batch's replay adds on top. On SmolLM2-135M-Instruct (its calls need the task's worked example):
+
+    python benchmarks/speed/replay_sharing.py --model smollm2-135m -o demo=true --prompts 2 \
+        --group-size 4 --max-new-tokens 64 --temperature 0.7 --repeats 4
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
+
+from timing import time_head_and_js
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling and replay temperature")
+    ap.add_argument("-o", "--task-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="the task's option (repeatable), e.g. -o demo=true")
     ap.add_argument("--repeats", type=int, default=6, help="timed runs of each setting, alternated")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     return ap
@@ -63,21 +81,30 @@ def main() -> None:
     from mrtpo.harness.rollout import sample
     from mrtpo.models.default import resolve_model
     from mrtpo.tasks import get_task
+    from mrtpo.tasks.options import read_value
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    task = get_task(args.task)
+    pairs = [pair.partition("=") for pair in args.task_option]
+    task = get_task(args.task, **{key.strip(): read_value(value) for key, _, value in pairs})
     policy = load_policy(resolve_model(args.model), lora=False)
     model = policy.model
-    rollout = sample(policy, task, task.load()[:args.prompts], args.group_size, max_new_tokens=args.max_new_tokens)
+    temp = args.temperature
+    rollout = sample(policy, task, task.load()[:args.prompts], args.group_size, max_new_tokens=args.max_new_tokens,
+                     temperature=temp)
     items = [build_item(task, policy.tokenizer, ex, ids, task.score(ex, text))
              for ex, ids, text in zip(rollout.examples, rollout.response_ids, rollout.responses)]
-    plain = replay.distances(model, items, shared_prefix=False)  # [N, K, T]
     options = settings()
+    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # noqa: E731 GB (kB on Linux)
+    rss_before = peak()
+    replay.distances(model, items, options=options[list(options)[-1]], temperature=temp)  # all sharing first
+    rss_shared = peak()
+    plain = replay.distances(model, items, shared_prefix=False, temperature=temp)  # [N, K, T]
+    rss_plain = peak()
 
     def run(name: str):
         t0 = time.perf_counter()
-        q = replay.distances(model, items, options=options[name])  # [N, K, T]
+        q = replay.distances(model, items, options=options[name], temperature=temp)  # [N, K, T]
         return (time.perf_counter() - t0, float((q - plain).abs().max()),
                 replay.replay_tokens(items, model=model, options=options[name]))
 
@@ -95,6 +122,16 @@ def main() -> None:
         print(f"{name:>26}: {results[name][0][2]:6d} tokens, median {med:.3f} s of {args.repeats} "
               f"({med / base:.2f}x), max |dq| vs plain {max(r[1] for r in results[name]):.1e}")
     last = statistics.median(r[0] for r in results[names[-1]])
+    head_js = statistics.median(time_head_and_js(model, items, temperature=temp) for _ in range(args.repeats))
+    fed = results[names[-1]][0][2]
+    print(f"parts, all sharing: model body {fed} tokens fed ({fed - n_resp} of contexts and prefixes, "
+          f"{n_resp} response tokens once per distinct context at most), {max(last - head_js, 0.0):.3f} s "
+          f"({max(last - head_js, 0.0) / last:.0%}); vocabulary head + JS step on "
+          f"{sum(len(replay.plan_item(it, n).contexts) * len(it.response_ids) for n, it in enumerate(items))} "
+          f"positions {head_js:.3f} s ({head_js / last:.0%}); vocabulary {model.config.vocab_size}")
+    print(f"peak RSS: {rss_before:.2f} GB with the model and the rollout; the shared replay (all sharing, run "
+          f"first) raised it to {rss_shared:.2f} GB (+{rss_shared - rss_before:.2f}), the plain method then to "
+          f"{rss_plain:.2f} GB")
     print(f"all sharing / none of the three: {last / base:.2f}x time, "
           f"{results[names[-1]][0][2] / results[names[0]][0][2]:.2f}x tokens")
 

@@ -169,19 +169,34 @@ class Task:
         """
         return []
 
+    #: the in-prompt reward whose information `demo_messages` carries too ("format" for the
+    #: built-in tasks' worked examples): its P_without_k drops the demonstration with its block
+    demo_reward: str | None = None
+
+    def demo_messages(self) -> list[dict[str, str]]:
+        """A worked exchange (user, assistant) that P0 puts before the user turn, or [] (the
+        default). It shows the output format on made-up data, so it carries `demo_reward`'s
+        information and nothing another reward checks."""
+        return []
+
     def messages(self, example: Example) -> list[dict[str, str]]:
-        """P0 as chat messages (optional system message, then the user turn)."""
+        """P0 as chat messages: the optional system message, the demonstration
+        (`demo_messages`, if any), then the user turn."""
         msgs = []
         if example.system:
             msgs.append({"role": "system", "content": example.system})
+        msgs += self.demo_messages()
         msgs.append({"role": "user", "content": example.prompt})
         return msgs
 
     def without_messages(self, example: Example, reward: str, messages: list[dict]) -> list[dict]:
         """P_without_k's messages for an in-prompt reward of an "append" task, after its block's
         text has left the user turn: a task whose P0 carries the same information elsewhere
-        too (a worked example in an earlier turn) removes that here. Default: unchanged."""
-        return messages
+        too removes that here. Default: the demonstration leaves with `demo_reward`'s block."""
+        if reward != self.demo_reward:
+            return messages
+        demo = self.demo_messages()
+        return [m for m in messages if m not in demo]
 
     def score(self, example: Example, response: str) -> list[Verdict]:
         """All rewards' verdicts for one response, in `rewards(example)` order."""

@@ -17,6 +17,12 @@ stray text around its block still counts for them; only `format` is strict.
 The format block follows the in-prompt rule (`Reward.in_prompt`): P0 already ends with the
 format sentence, so it is not stated a second time and P_without_format is P_all with that
 sentence removed from the prompt.
+
+`demo=True` puts one worked exchange before the user turn: a question about a made-up
+database that no example uses (`DEMO_SCHEMA`), and its query in the format. It shows the
+format, never an answer a reward checks. SmolLM2-135M-Instruct needs it (without it, it writes
+CREATE and INSERT statements and scores 0 on every reward); the demo is format information, so
+P_without_format drops the exchange with the sentence (`Task.demo_reward`).
 """
 from __future__ import annotations
 
@@ -51,6 +57,24 @@ TIMEOUT_TTL_S = 60.0  # how long a timed-out query's result is reused
 # pool's hard deadline (timeout * 1.5, in milliseconds for poll) must fit in a C int
 MAX_TIMEOUT_S = 86400.0
 MAX_WORKERS = 64  # query processes: more only contend for the CPUs (one starts per query in flight)
+
+#: the demonstration's made-up database and exchange (`demo=True`): no bundled database is
+#: about weather, so it shows the format and nothing an example's rewards check
+DEMO_SCHEMA = """CREATE TABLE station (
+  station_id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  city TEXT
+);
+
+CREATE TABLE reading (
+  reading_id INTEGER PRIMARY KEY,
+  station_id INTEGER REFERENCES station(station_id),
+  day DATE,
+  rain_mm REAL
+);"""
+DEMO_QUESTION = "How many readings from stations in Oslo recorded more than 10 mm of rain?"
+DEMO_SQL = ("SELECT COUNT(*) FROM reading JOIN station ON reading.station_id = station.station_id "
+            "WHERE station.city = 'Oslo' AND reading.rain_mm > 10")
 
 
 class _ExecCache:
@@ -117,19 +141,21 @@ class Text2SQLTask(Task):
     - `check_gold`: run every gold query at load time; one that fails is a data error.
     - `db_root`: extra directory where JSONL rows' `db_id`s are looked up.
     - `workers`: processes for `score_batch` (None: `min(4, cpu_count)`; 0: in-process).
+    - `demo`: one worked exchange on a made-up database before the user turn (see above).
     """
 
     name = "text2sql"
     placement = "append"
     description = "Text-to-SQL: write one SQLite query; rewards format, executes, result."
     reward_names = REWARD_NAMES
+    demo_reward = "format"  # P_without_format drops the demonstration with the sentence
 
     def __init__(self, mode: str | None = None, think: bool = False,
                  weights: Mapping[str, float] | Sequence[float] | None = None,
                  sample_rows: int = 0, timeout: float = DEFAULT_TIMEOUT,
                  max_rows: int = DEFAULT_MAX_ROWS, pretty: bool = False,
                  check_gold: bool = True, db_root: str | Path | None = None,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, demo: bool = False) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r}: use one of {', '.join(MODES)}, or None for the dataset's own")
         if not isinstance(sample_rows, int) or sample_rows < 0:
@@ -152,6 +178,7 @@ class Text2SQLTask(Task):
         self.check_gold = check_gold
         self.db_root = db_root
         self.workers = workers
+        self.demo = demo
         self._cache = _ExecCache()
         self._schemas: dict[str, str] = {}
         self._pretty: dict[tuple[str, str], str] = {}
@@ -200,16 +227,27 @@ class Text2SQLTask(Task):
                 self._schemas[key] = schema_text(row.db_path, self.sample_rows, self.timeout)
             except DataError as exc:
                 raise DataError(f"{row.source}, field 'db_id': {exc}") from exc
-        parts = ["Write an SQLite query that answers the question about this database.",
-                 "Database schema:\n" + self._schemas[key], "Question: " + row.question]
-        if row.evidence:
-            parts.append("Evidence: " + row.evidence)
-        parts.append(self.format.instruction)
         return Example(
-            id=row.id, prompt="\n\n".join(parts), source=row.source,
+            id=row.id, prompt=self._prompt(self._schemas[key], row.question, row.evidence), source=row.source,
             data={"question": row.question, "db_id": row.db_id, "db_path": key, "gold": gold,
                   "gold_original": row.gold, "dialect": row.dialect, "evidence": row.evidence,
                   "mode": row.mode})
+
+    def _prompt(self, schema: str, question: str, evidence: str | None = None) -> str:
+        """P0's user turn: the task, the schema, the question, the evidence, the format sentence."""
+        parts = ["Write an SQLite query that answers the question about this database.",
+                 "Database schema:\n" + schema, "Question: " + question]
+        if evidence:
+            parts.append("Evidence: " + evidence)
+        parts.append(self.format.instruction)
+        return "\n\n".join(parts)
+
+    def demo_messages(self) -> list[dict[str, str]]:
+        """The demonstration exchange (user, assistant), or [] without `demo`."""
+        if not self.demo:
+            return []
+        return [{"role": "user", "content": self._prompt(DEMO_SCHEMA, DEMO_QUESTION)},
+                {"role": "assistant", "content": self.format.render(DEMO_SQL)}]
 
     # --- rewards ---------------------------------------------------------------------------
     def rewards(self, example: Example) -> list[Reward]:

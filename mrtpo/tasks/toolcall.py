@@ -96,14 +96,11 @@ class ToolCallTask(Task):
     description = "Function calling (BFCL v4 AST check): format, JSON-schema validity, correctness."
     reward_names = ("format", "schema", "correct")
 
+    demo_reward = "format"  # P_without_format drops the demonstration with the sentence
+
     def __init__(self, think: bool = False, demo: bool = False):
         self.format = ToolCallFormat(think=think)
         self.demo = demo
-
-    def messages(self, example: Example) -> list[dict[str, str]]:
-        """P0: the optional system message, the demonstration (`demo=True`), the user turn."""
-        msgs = super().messages(example)
-        return msgs[:-1] + self.demo_messages() + msgs[-1:]
 
     def demo_messages(self) -> list[dict[str, str]]:
         """The demonstration exchange (user, assistant), or [] without `demo`."""
@@ -112,13 +109,6 @@ class ToolCallTask(Task):
         question = self._prompt(DEMO_QUESTION, [DEMO_TOOL])
         return [{"role": "user", "content": question},
                 {"role": "assistant", "content": self.format.render(DEMO_CALL)}]
-
-    def without_messages(self, example: Example, reward: str, messages: list[dict]) -> list[dict]:
-        """P_without_format also loses the demonstration, which is format information too."""
-        if reward != "format" or not self.demo:
-            return messages
-        demo = self.demo_messages()
-        return [m for m in messages if m not in demo]
 
     # --- data ---------------------------------------------------------------------------------
     def load(self, path: str | None = None, split: str | None = None) -> list[Example]:
