@@ -4,7 +4,8 @@ Model output is data, and data may hold what UTF-8 cannot encode: a lone surroga
 escape `\\ud800` in a tool call or SQL literal decodes to one). Scoring reads it as it is; only
 where text leaves Python does it need care:
 - `json_text` writes JSON that stays valid UTF-8: a lone surrogate becomes its `\\uXXXX` escape,
-  so reading the JSON back gives the same string;
+  so reading the JSON back gives the same string; `strict_json` also writes NaN and infinities
+  as null (every `--json` output);
 - `scrub` replaces lone surrogates with U+FFFD for what cannot carry them: a terminal, a
   tokenizer (Hugging Face tokenizers raise an opaque TypeError on them);
 - `write_text_atomic` writes a command's output file (`eval --out`, `credit --html`) with
@@ -58,6 +59,23 @@ def escape_surrogates(json_str: str) -> str:
 def json_text(obj: Any, **kwargs) -> str:
     """`json.dumps(obj, ensure_ascii=False, **kwargs)`, encodable as UTF-8 whatever `obj` holds."""
     return escape_surrogates(json.dumps(obj, ensure_ascii=False, **kwargs))
+
+
+def finite(x: Any) -> Any:
+    """`x` with NaN / inf floats (nested in dicts and lists) replaced by None."""
+    if isinstance(x, float):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def strict_json(doc: Any, indent: int | None = None) -> str:
+    """`doc` as strict JSON (NaN and infinities as null, `finite`); a lone surrogate (model
+    output may hold one) is written escaped. Every command's `--json` output (mrtpo.commands.jsonout)."""
+    return json_text(finite(doc), allow_nan=False, indent=indent, default=str)
 
 
 class OutputPathError(ValueError):
