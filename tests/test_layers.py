@@ -10,6 +10,9 @@ mrtpo.tasks import Task` is the package mrtpo.tasks). docs/design.md ("Layout") 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "mrtpo"
@@ -198,3 +201,21 @@ def test_the_checks_see_in_function_and_relative_imports(tmp_path):
     assert graph["mrtpo.low"] == {"mrtpo.sub.high": 2}
     assert graph["mrtpo.sub.high"] == {"mrtpo.low": 1}
     assert cycles(graph) == [["mrtpo.low", "mrtpo.sub.high"]]
+
+
+def test_the_trainer_imports_nothing_of_the_built_in_policies():
+    """The training path loads the model path it is given: importing the loop (and everything
+    it imports) brings in no module of mrtpo.models, whose factory builds the built-in policies."""
+    code = ("import sys, mrtpo.harness.loop; "
+            "print(sorted(m for m in sys.modules if m.startswith('mrtpo.models')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT.parent)}).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_trainer_knows_each_built_in_policy_by_name():
+    """harness/builtin.py (names and train defaults) and models/default.py (the recipes) agree."""
+    from mrtpo.harness.builtin import BUILTIN_POLICIES
+    from mrtpo.models.default import RECIPES
+
+    assert list(RECIPES) == list(BUILTIN_POLICIES)
