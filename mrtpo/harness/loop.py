@@ -75,7 +75,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
         return _train(cfg, on_step, on_start, model_path)
 
 
-def _train(cfg: TrainConfig, on_step, on_start, resolve_model: Callable[[str], str]) -> RunResult:
+def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -> RunResult:
     # ------------------------------------------------------------------------------- setup
     if not cfg.task:
         from mrtpo.tasks import available_tasks
@@ -83,8 +83,8 @@ def _train(cfg: TrainConfig, on_step, on_start, resolve_model: Callable[[str], s
         raise ConfigError(f"--task is required; available tasks: {', '.join(available_tasks())}")
     dist = Distributed.from_env(cfg.batch_prompts)  # data-parallel under `accelerate launch`; else one process
     run_dir = dist.run_on_main(lambda: prepare_run_dir(cfg))
-    # a built-in policy's name (mrtpo-tiny) becomes its cached directory, built on first use
-    model_path = dist.run_on_main(lambda: resolve_model(cfg.model))
+    # the one question about the model: what to load (a built-in name becomes its cached build)
+    model_path = dist.run_on_main(lambda: path_of(cfg.model))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)
     train_set, eval_set = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size)
