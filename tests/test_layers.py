@@ -214,8 +214,10 @@ def test_the_trainer_imports_nothing_of_the_built_in_policies():
 
 
 def test_the_trainer_knows_each_built_in_policy_by_name():
-    """harness/builtin.py (names and train defaults) and models/default.py (the recipes) agree."""
-    from mrtpo.harness.builtin import BUILTIN_POLICIES
+    """harness/builtin.py names the built-in policies; models/default.py gives each its recipe,
+    in the same table."""
+    from mrtpo.harness import builtin
     from mrtpo.models.default import RECIPES
 
-    assert list(RECIPES) == list(BUILTIN_POLICIES)
+    assert RECIPES is builtin.RECIPES and list(RECIPES) == list(builtin.TRAIN_DEFAULTS)
+    assert all(recipe is not None and recipe.name == name for name, recipe in RECIPES.items())

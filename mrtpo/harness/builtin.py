@@ -5,12 +5,13 @@ Data and lookups only. Building a policy is `mrtpo.models.default`'s, and the tr
 imports it: `mrtpo.harness.loop.train` is given the function that turns a `--model` value into a
 path (`model_path`), and asks it once. `mrtpo.harness.train` (the public entry) and `mrtpo train`
 give it `mrtpo.models.default.resolve_model`, which builds a built-in policy on first use.
-`mrtpo.models.default` re-exports these names; its `RECIPES` has one recipe per name here.
+`mrtpo.models.default` re-exports these names and fills `RECIPES` in (name -> recipe).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MODEL = "mrtpo-tiny"
 SMOLLM2 = "smollm2-135m"
@@ -30,8 +31,10 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     SMOLLM2: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
               "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5},
 }
-#: every built-in policy's name, as `--model` accepts it
-BUILTIN_POLICIES: tuple[str, ...] = tuple(TRAIN_DEFAULTS)
+#: every built-in policy by the name `--model` accepts, -> its recipe. The names are here, so
+#: the trainer knows them without the factory; `mrtpo.models.default` (where this same dict is
+#: `RECIPES`) puts each recipe in when it is imported, and a test may add a policy to it.
+RECIPES: dict[str, Any] = dict.fromkeys(TRAIN_DEFAULTS)
 
 
 def builtin_name(model: str | Path | None) -> str | None:
@@ -39,7 +42,7 @@ def builtin_name(model: str | Path | None) -> str | None:
     found by its manifest), else None."""
     if model is None:
         return None
-    if str(model) in BUILTIN_POLICIES and not Path(str(model)).exists():
+    if str(model) in RECIPES and not Path(str(model)).exists():
         return str(model)
     manifest = Path(str(model)).expanduser() / MANIFEST
     if manifest.is_file():
@@ -47,7 +50,7 @@ def builtin_name(model: str | Path | None) -> str | None:
             name = json.loads(manifest.read_text()).get("name")
         except (OSError, ValueError):
             return None
-        return name if name in BUILTIN_POLICIES else None
+        return name if name in RECIPES else None
     return None
 
 

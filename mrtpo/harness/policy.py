@@ -18,7 +18,7 @@ from typing import Iterator
 
 import torch
 
-from mrtpo.harness.builtin import BUILTIN_POLICIES
+from mrtpo.harness.builtin import RECIPES
 
 
 class PolicyLoadError(RuntimeError):
@@ -132,13 +132,13 @@ def model_arg_problem(model: str, *, trained: bool) -> str | None:
     """
     path = Path(model).expanduser()
     accepts = ("--model takes a model directory (config.json, weights and tokenizer files, as "
-               f"save_pretrained writes them), a built-in policy ({', '.join(BUILTIN_POLICIES)}), "
+               f"save_pretrained writes them), a built-in policy ({', '.join(RECIPES)}), "
                + ("a run directory (config.yaml + checkpoints/), a checkpoint "
                   "(checkpoints/step-N/), an adapter directory (adapter_config.json) "
                   if trained else "")
                + "or a hub id (org/name)")
     if not path.exists():
-        if model in BUILTIN_POLICIES or not _looks_local(model):
+        if model in RECIPES or not _looks_local(model):
             return None
         return f"--model {model!r}: no such local directory. {accepts}."
     if not path.is_dir():

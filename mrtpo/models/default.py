@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 from mrtpo.cache import cache_dir
-from mrtpo.harness.builtin import (BUILTIN_POLICIES, DEFAULT_MODEL, MANIFEST, TRAIN_DEFAULTS,  # noqa: F401
-                                   builtin_name, with_train_defaults)
+from mrtpo.harness import builtin
+from mrtpo.harness.builtin import (DEFAULT_MODEL, MANIFEST, TRAIN_DEFAULTS, builtin_name,  # noqa: F401
+                                   with_train_defaults)
 from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
 from mrtpo.models.sft import SFTConfig
 
@@ -62,8 +63,10 @@ class Recipe:
 
 #: every built-in policy by name: `mrtpo-tiny` is built here from a recipe; `smollm2-135m` is a
 #: pretrained model converted from the GGUF a registry package ships (`mrtpo.models.packaged`)
-#: (`mrtpo.harness.builtin` holds their names, train defaults and manifest: what the trainer knows)
-RECIPES: dict[str, Recipe | PackagedRecipe] = {DEFAULT_MODEL: Recipe(), SMOLLM2.name: SMOLLM2}
+#: (the dict is `mrtpo.harness.builtin.RECIPES`, which names them for the trainer: the names, their
+#: train defaults and the build manifest are all the trainer knows of them)
+RECIPES: dict[str, Recipe | PackagedRecipe] = builtin.RECIPES
+RECIPES.update({DEFAULT_MODEL: Recipe(), SMOLLM2.name: SMOLLM2})
 
 
 def defaults_line(given: dict, model: str | None) -> str:
