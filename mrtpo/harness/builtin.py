@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MODEL = "mrtpo-tiny"
-SMOLLM2 = "smollm2-135m"
+SMOLLM2_NAME = "smollm2-135m"
 MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
 
 #: `mrtpo train` settings used with a built-in policy for every setting the user does not give
@@ -28,8 +28,8 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     # SmolLM2-135M-Instruct writes tool calls only after a worked example (`demo`: a made-up
     # tool, the format only); its calls take 40-55 tokens; a LoRA on a pretrained model wants a
     # small learning rate; 2 prompts x 4 completions is what 2 CPU cores step in about 1-2 minutes
-    SMOLLM2: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
-              "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5},
+    SMOLLM2_NAME: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
+                   "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5},
 }
 #: every built-in policy by the name `--model` accepts, -> its recipe. The names are here, so
 #: the trainer knows them without the factory; `mrtpo.models.default` (where this same dict is
