@@ -4,19 +4,24 @@ Model output is data, and data may hold what UTF-8 cannot encode: a lone surroga
 escape `\\ud800` in a tool call or SQL literal decodes to one). Scoring reads it as it is; only
 where text leaves Python does it need care:
 - `json_text` writes JSON that stays valid UTF-8: a lone surrogate becomes its `\\uXXXX` escape,
-  so reading the JSON back gives the same string;
+  so reading the JSON back gives the same string; `strict_json` also writes NaN and infinities
+  as null (every `--json` output);
 - `scrub` replaces lone surrogates with U+FFFD for what cannot carry them: a terminal, a
   tokenizer (Hugging Face tokenizers raise an opaque TypeError on them);
 - `write_text_atomic` writes a command's output file (`eval --out`, `credit --html`) with
-  `mrtpo.harness.runfiles.write_atomic` (a temporary file beside it, renamed into place), so an
-  error never leaves a partial file; a path that cannot be written raises `OutputPathError`
-  naming it and saying why (`runfiles.unwritable`).
+  `write_atomic` (a new temporary file beside it, never through a link, renamed into place), so
+  an error never leaves a partial file; a path that cannot be written raises `OutputPathError`
+  naming it and saying why (`unwritable`). `write_atomic`, `new_temp_dir` and `unwritable` also
+  write a run directory's files (mrtpo.harness.runfiles) and an export (mrtpo.models.export).
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,23 @@ def json_text(obj: Any, **kwargs) -> str:
     return escape_surrogates(json.dumps(obj, ensure_ascii=False, **kwargs))
 
 
+def finite(x: Any) -> Any:
+    """`x` with NaN / inf floats (nested in dicts and lists) replaced by None."""
+    if isinstance(x, float):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def strict_json(doc: Any, indent: int | None = None) -> str:
+    """`doc` as strict JSON (NaN and infinities as null, `finite`); a lone surrogate (model
+    output may hold one) is written escaped. Every command's `--json` output (mrtpo.commands.jsonout)."""
+    return json_text(finite(doc), allow_nan=False, indent=indent, default=str)
+
+
 class OutputPathError(ValueError):
     """An output path that cannot be written: names it, says why and what to do."""
 
@@ -65,8 +87,6 @@ def check_writable(path: str | Path, what: str = "output file") -> Path:
     (a directory, a path under a file, a directory that refuses new files, e.g. /proc), so a long
     command (`eval --model`) stops before its work, not after. Creates missing parent
     directories and tries a temporary file there, which it removes."""
-    from mrtpo.harness.runfiles import write_atomic
-
     path = Path(path)
     if path.is_dir():
         example = path / ("results.jsonl" if "JSONL" in what else "out.html")
@@ -91,19 +111,15 @@ def _written_in_place(path: Path) -> bool:
 
 
 def _unwritable(path: Path, what: str, exc: OSError) -> OutputPathError:
-    from mrtpo.harness.runfiles import unwritable
-
     return OutputPathError(f"{path}: cannot write the {what} there ({unwritable(path, exc)}); "
                            "choose a path in a writable directory")
 
 
 def write_text_atomic(path: str | Path, text: str, what: str = "output file") -> Path:
-    """Write `text` (UTF-8) to `path` whole or not at all (`mrtpo.harness.runfiles.write_atomic`:
+    """Write `text` (UTF-8) to `path` whole or not at all (`write_atomic`:
     a new temporary file beside it, then a rename), creating missing parent directories; a link
     or a device (`--out /dev/stdout`) is written through instead. Raises `OutputPathError` as
     `check_writable` does, naming the path and why."""
-    from mrtpo.harness.runfiles import write_atomic
-
     path = Path(path)
     data = text.encode("utf-8")  # a lone surrogate raises here, before anything is written
     check_writable(path, what)
@@ -116,3 +132,60 @@ def write_text_atomic(path: str | Path, text: str, what: str = "output file") ->
     except OSError as exc:
         raise _unwritable(path, what, exc) from None
     return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically: written to a new temporary file next to it
+    (created exclusively, never through a link), flushed to disk, then renamed over `path`.
+    A crash leaves the old file or the new one, never a partial one."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover (100 random names taken)
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def new_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new empty directory `parent/<prefix><random>`, created exclusively with the usual
+    permissions (0777 less the umask); OSError as mkdir raises it."""
+    for _ in range(100):
+        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(parent))  # pragma: no cover
+
+
+def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
+    """Why `path` (a `directory` to create, else a file) cannot be written, in words: the
+    nearest existing ancestor (or `path` itself, for a directory) that is a file, or the
+    existing directory that does not let it be created, with the OS's reason."""
+    path = Path(path)
+    reason = exc.strerror or str(exc)
+    for entry in [path, *path.parents]:
+        if entry.is_symlink() and not entry.exists():
+            return f"{entry} is a symbolic link to {os.readlink(entry)}, which does not exist"
+        if entry.exists():
+            if not entry.is_dir() and (entry != path or directory):
+                return f"{entry} is a file, not a directory"
+            if entry != path:
+                return f"nothing can be created in {entry} ({reason})"
+            break
+    return reason

@@ -6,7 +6,7 @@ also a JSON number inside the schema block, "all" is a value and also part of "<
 "tools" a value and part of "<tools>". Masking those cut one JSON document into several
 "payloads" and turned tags into prose, so correct schema and reference blocks were reported as
 merged (acceptance run on bfcl_eval: 13 R1 problems in 135 examples). Payloads are now found
-by structure before any masking (`rules._payload_spans`).
+by structure before any masking (`mrtpo.blocks.prose._payload_spans`).
 """
 from __future__ import annotations
 

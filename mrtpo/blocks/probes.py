@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.edits import first_sql_name, misspell_first_word, respell, sentences, swap_letters, unknown_function
-from mrtpo.evaluation.responses import read_records
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.contract import USER_CODE_ERRORS
+from mrtpo.tasks.files import read_records
 
 #: (name, response text)
 Probe = tuple[str, str]
@@ -160,7 +160,7 @@ def _break_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[Probe]]:
-    """Responses from a JSONL file (read by `mrtpo.evaluation.responses.read_records`), by example id.
+    """Responses from a JSONL file (read by `mrtpo.tasks.files.read_records`), by example id.
 
     Each row: `{"id": <example id>, "response": <text>}` or `{"id": ..., "responses":
     [<text>, ...]}`, optionally with `"name"` (shown instead of "response 1", "response 2").

@@ -4,29 +4,14 @@
 version (`"mrtpo.tasks/1"`, `"mrtpo.blocks.lint/1"`...); `--jsonl` prints one JSON object per
 line (a stream of records, for `blocks preview`). Anything else a command says (progress,
 warnings, "wrote FILE") goes to stderr, so stdout parses as it is. NaN and infinities are
-written as null, and lone surrogates as their \\u escapes: the output is strict JSON in UTF-8.
+written as null, and lone surrogates as their \\u escapes: the output is strict JSON in UTF-8
+(`mrtpo.textio.strict_json`, which library code such as `mrtpo.credit.plain` uses too).
 """
 from __future__ import annotations
 
 from typing import Any
 
-
-def finite(x: Any) -> Any:
-    """`x` with NaN / inf floats (nested in dicts and lists) replaced by None."""
-    if isinstance(x, float):
-        return x if x == x and x not in (float("inf"), float("-inf")) else None
-    if isinstance(x, dict):
-        return {k: finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [finite(v) for v in x]
-    return x
-
-
-def dumps(doc: Any, indent: int | None = None) -> str:
-    """`doc` as strict JSON; a lone surrogate (model output may hold one) is written escaped."""
-    from mrtpo.textio import json_text
-
-    return json_text(finite(doc), allow_nan=False, indent=indent, default=str)
+from mrtpo.textio import finite, strict_json as dumps  # noqa: F401 (the one strict-JSON writer)
 
 
 def tasks_document(rows: list[dict[str, Any]]) -> dict[str, Any]:

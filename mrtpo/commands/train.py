@@ -168,8 +168,8 @@ def _train_with_progress(cfg, console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     from transformers.utils import logging as hf_logging
 
+    from mrtpo.harness import train
     from mrtpo.harness.distributed import is_main_process
-    from mrtpo.harness.loop import train
 
     hf_logging.disable_progress_bar()  # our bar only
     if not is_main_process():  # other processes of a data-parallel run train without a display

@@ -26,6 +26,7 @@ from typing import Sequence, TextIO
 from mrtpo.credit.records import CreditRecord
 from mrtpo.credit.statistics import SHARE, paper_figure, percent, response_top_share, summarize, top_tokens
 from mrtpo.credit.terminal import concentration_notes, shown
+from mrtpo.textio import strict_json
 
 SCHEMA = "mrtpo.credit/1"
 
@@ -93,6 +94,4 @@ def document(records: Sequence[CreditRecord], *, summary_of: Sequence[CreditReco
 
 def dumps(doc: dict) -> str:
     """Strict JSON (NaN -> null), one line."""
-    from mrtpo.commands.jsonout import dumps as strict
-
-    return strict(doc)
+    return strict_json(doc)

@@ -19,14 +19,13 @@ the row and the field.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from mrtpo.tasks import files
 from mrtpo.tasks.base import Example
-from mrtpo.tasks.files import lines, read_text
 
 ID_FIELDS = ("id", "key", "question_id")
 RESPONSE_FIELDS = ("response", "completion", "output", "result")
@@ -81,25 +80,8 @@ def read_responses(path: str | Path) -> list[ResponseRow]:
 
 def read_records(path: Path, error: type[Exception] = ResponsesError, where: str = "line",
                  hint: str = "") -> list[tuple[int, Any]]:
-    """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or
-    by position in the array); this reader serves `mrtpo eval` and `mrtpo blocks`/`credit`
-    (mrtpo.blocks.probes), each with its own row fields. A bad line raises `error` naming the
-    file and the line (`where`: the word before its number), then `hint`."""
-    text = read_text(path, error, "responses file (JSONL)")
-    records: list[tuple[int, Any]] = []
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
-        records = list(enumerate(data, 1))
-    else:
-        for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
-            try:
-                records.append((n, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
-    return records
+    """`mrtpo.tasks.files.read_records` (the one JSONL / JSON-array reader), raising ResponsesError."""
+    return files.read_records(path, error, where, hint)
 
 
 def _row(path: Path, n: int, rec: Any) -> ResponseRow:

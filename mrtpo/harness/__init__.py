@@ -6,16 +6,29 @@ loss.py (clipped surrogate, KL, aggregation), update.py (micro-batched optimizer
 metrics.py and completions.py (logs), checkpoints.py (atomic save, exact resume).
 
 `train` and `RunResult` are imported on first use, so reading the config (the CLI does it
-to build its flags) does not import torch.
+to build its flags) does not import torch. `train(cfg)` here is the public entry: the loop
+given `mrtpo.models.default.resolve_model` as the one way to turn `cfg.model` into a path
+(a built-in policy's name is built on first use); the loop itself never imports the built-in
+policies' factory. This package face is why tests/test_layers.py puts `mrtpo.harness` (this
+file) in the models layer, above the harness's own modules.
 """
 from mrtpo.harness.config import ConfigError, TrainConfig, resolve
 
 __all__ = ["ConfigError", "RunResult", "TrainConfig", "resolve", "train"]
 
 
+def train(cfg: TrainConfig, on_step=None, on_start=None):
+    """`mrtpo.harness.loop.train`, with a built-in policy's name (`mrtpo-tiny`) built on first
+    use and loaded from its cached directory; any other `--model` is loaded as it is."""
+    from mrtpo.harness.loop import train as train_loop
+    from mrtpo.models.default import resolve_model
+
+    return train_loop(cfg, on_step, on_start, model_path=resolve_model)
+
+
 def __getattr__(name: str):
-    if name in ("train", "RunResult"):
+    if name == "RunResult":
         from mrtpo.harness import loop
 
-        return getattr(loop, name)
+        return loop.RunResult
     raise AttributeError(f"module 'mrtpo.harness' has no attribute {name!r}")

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mrtpo.harness.errors import ConfigError
+
 RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
 INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch and the OS
 SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
@@ -30,10 +32,6 @@ MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) over
 # weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
 # this large is a typo, and a much larger one turns advantages and logged rewards into inf
 MAX_REWARD_WEIGHT = 1e6
-
-
-class ConfigError(ValueError):
-    """A setting (or a combination of settings) that cannot work; the message says what to do."""
 
 
 def opt(default: Any, help: str, **kw) -> Any:
@@ -382,7 +380,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
     from_file = set(values) - set(overrides or {})  # what the file sets and no flag overrides
     values.update(check_keys(dict(overrides or {}), where="flags"))
     if not values.get("resume"):  # no --model: the built-in policy, with the settings it trains with
-        from mrtpo.models.default import with_train_defaults
+        from mrtpo.harness.builtin import with_train_defaults
 
         values = with_train_defaults(values)
     if values.get("resume"):

@@ -29,6 +29,7 @@ from mrtpo.harness import checkpoints
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
+from mrtpo.harness.builtin import portable_name
 from mrtpo.harness.distances import blocks_for, replay_distances
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
@@ -40,8 +41,6 @@ from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.update import NonFiniteError, update
-from mrtpo.models.default import resolve_model
-from mrtpo.models.trained import portable_name
 from mrtpo.tasks import get_task
 
 logger = logging.getLogger(__name__)  # (`log` names a JsonlLog in _train)
@@ -55,19 +54,28 @@ class RunResult:
     policy: Any = None  # the trained Policy (model, tokenizer), for use in the same process
 
 
+def as_given(model: str) -> str:
+    """The `model_path` of a caller whose `--model` is already a directory or a hub id."""
+    return model
+
+
 def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = None,
-          on_start: Callable[[int], None] | None = None) -> RunResult:
+          on_start: Callable[[int], None] | None = None,
+          model_path: Callable[[str], str] = as_given) -> RunResult:
     """Train as `cfg` says; `on_start(first_step)` and `on_step(record)` feed a progress display.
 
-    The run directory is locked for the whole run (mrtpo.harness.runlock): a second run
-    started in it is refused, naming this one."""
+    `model_path(cfg.model)` is asked once, on the main process, for what `from_pretrained`
+    loads: the trainer knows built-in policies only by name (mrtpo.harness.builtin) and never
+    builds one. `mrtpo.harness.train` and `mrtpo train` pass the one that does
+    (`mrtpo.models.default.resolve_model`). The run directory is locked for the whole run
+    (mrtpo.harness.runlock): a second run started in it is refused, naming this one."""
     cfg.check()  # a field changed since construction (cfg.lr = ...) is checked before anything loads
     check_model_arg(cfg.model)
     with RunLock(cfg.run_dir) if is_main_process() else contextlib.nullcontext():
-        return _train(cfg, on_step, on_start)
+        return _train(cfg, on_step, on_start, model_path)
 
 
-def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
+def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -> RunResult:
     # ------------------------------------------------------------------------------- setup
     if not cfg.task:
         from mrtpo.tasks import available_tasks
@@ -75,8 +83,8 @@ def _train(cfg: TrainConfig, on_step, on_start) -> RunResult:
         raise ConfigError(f"--task is required; available tasks: {', '.join(available_tasks())}")
     dist = Distributed.from_env(cfg.batch_prompts)  # data-parallel under `accelerate launch`; else one process
     run_dir = dist.run_on_main(lambda: prepare_run_dir(cfg))
-    # a built-in policy's name (mrtpo-tiny) becomes its cached directory, built on first use
-    model_path = dist.run_on_main(lambda: resolve_model(cfg.model))
+    # the one question about the model: what to load (a built-in name becomes its cached build)
+    model_path = dist.run_on_main(lambda: path_of(cfg.model))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)
     train_set, eval_set = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size)

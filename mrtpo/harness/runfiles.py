@@ -16,15 +16,17 @@ New files get the usual permissions (0666 less the umask), as `open` gives them,
 `new_temp_dir` makes a temporary directory with the usual 0777 less the umask (tempfile.mkdtemp
 makes it 0700, which a directory renamed into place, a checkpoint or an export, would keep).
 `unwritable(path, exc)` words an OSError about an output path for a one-line message.
+`write_atomic`, `new_temp_dir` and `unwritable` live in `mrtpo.textio` (every command's output
+files use them) and are re-exported here.
 """
 from __future__ import annotations
 
 import errno
 import os
-import secrets
 from pathlib import Path
 
-from mrtpo.harness.config import ConfigError
+from mrtpo.harness.errors import ConfigError
+from mrtpo.textio import new_temp_dir, unwritable, write_atomic  # noqa: F401 (the run's writers too)
 
 #: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", ".wandb_run_id")
@@ -83,60 +85,3 @@ def open_append(path: Path):
             raise RunFileError(_link_message(path)) from None
         raise RunFileError(f"cannot append to {path}: {unwritable(path, exc)}") from None
     return os.fdopen(fd, "a", encoding="utf-8")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically: written to a new temporary file next to it
-    (created exclusively, never through a link), flushed to disk, then renamed over `path`.
-    A crash leaves the old file or the new one, never a partial one."""
-    path = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}-{secrets.token_hex(4)}"
-        try:
-            fd = os.open(tmp, flags, 0o666)
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover (100 random names taken)
-        raise RunFileError(f"cannot create a temporary file next to {path}")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def new_temp_dir(parent: Path, prefix: str) -> Path:
-    """A new empty directory `parent/<prefix><random>`, created exclusively with the usual
-    permissions (0777 less the umask); OSError as mkdir raises it."""
-    for _ in range(100):
-        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", str(parent))  # pragma: no cover
-
-
-def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
-    """Why `path` (a `directory` to create, else a file) cannot be written, in words: the
-    nearest existing ancestor (or `path` itself, for a directory) that is a file, or the
-    existing directory that does not let it be created, with the OS's reason."""
-    path = Path(path)
-    reason = exc.strerror or str(exc)
-    for entry in [path, *path.parents]:
-        if entry.is_symlink() and not entry.exists():
-            return f"{entry} is a symbolic link to {os.readlink(entry)}, which does not exist"
-        if entry.exists():
-            if not entry.is_dir() and (entry != path or directory):
-                return f"{entry} is a file, not a directory"
-            if entry != path:
-                return f"nothing can be created in {entry} ({reason})"
-            break
-    return reason

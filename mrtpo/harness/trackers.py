@@ -37,7 +37,7 @@ def parse_report_to(values: list[str] | str | None) -> list[str]:
     Unknown names raise ConfigError."""
     import importlib.util
 
-    from mrtpo.harness.config import ConfigError
+    from mrtpo.harness.errors import ConfigError
 
     items = [values] if isinstance(values, str) else list(values or [])
     names = [n.strip().lower() for v in items for n in str(v).split(",") if n.strip()]
@@ -60,7 +60,7 @@ def check_installed(names: list[str]) -> None:
 
 
 def _missing(name: str, exc: ImportError):
-    from mrtpo.harness.config import ConfigError
+    from mrtpo.harness.errors import ConfigError
 
     return ConfigError(f"--report-to {name} needs the {PACKAGES[name]} package, which is not installed "
                        f"({exc}): pip install {PACKAGES[name]}  (or pip install \"mrtpo[trackers]\")")

@@ -41,7 +41,7 @@ def normalize_flag(name: str) -> str:
 def apply_aliases(values: dict[str, Any], where: str) -> dict[str, Any]:
     """YAML keys (already '_'-spelt) with TRL's names mapped to the fields; both names of one
     setting given at once is an error, as is TRL's positional reward_weights list."""
-    from mrtpo.harness.config import ConfigError
+    from mrtpo.harness.errors import ConfigError
 
     out: dict[str, Any] = {}
     given: dict[str, str] = {}  # field -> the key that set it

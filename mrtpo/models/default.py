@@ -13,7 +13,9 @@ The build goes into a cache directory (`$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME
 recipe, the package version and the bundled data: a changed recipe builds a new directory
 and never reuses a stale one. It is written into a temporary directory next to its final
 place and renamed when complete, so an interrupted build leaves nothing that looks finished.
-`resolve_model` turns a `--model` value into a path, building the default when asked for it.
+`resolve_model` turns a `--model` value into a path, building the default when asked for it;
+it is the function `mrtpo.harness.train` and `mrtpo train` give the trainer, which asks it once
+for the path to load and imports nothing of this module.
 """
 from __future__ import annotations
 
@@ -28,11 +30,12 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 from mrtpo.cache import cache_dir
+from mrtpo.harness import builtin
+from mrtpo.harness.builtin import (DEFAULT_MODEL, MANIFEST, TRAIN_DEFAULTS, builtin_name,  # noqa: F401
+                                   with_train_defaults)
 from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
 from mrtpo.models.sft import SFTConfig
 
-DEFAULT_MODEL = "mrtpo-tiny"
-MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
 RECIPE_VERSION = 3  # bump when the recipe's code changes what it builds
 
 
@@ -60,52 +63,10 @@ class Recipe:
 
 #: every built-in policy by name: `mrtpo-tiny` is built here from a recipe; `smollm2-135m` is a
 #: pretrained model converted from the GGUF a registry package ships (`mrtpo.models.packaged`)
-RECIPES: dict[str, Recipe | PackagedRecipe] = {DEFAULT_MODEL: Recipe(), SMOLLM2.name: SMOLLM2}
-
-#: `mrtpo train` settings used with a built-in policy for every setting the user does not give
-#: (a LoRA on a few-million-parameter model wants a far larger learning rate than the
-#: trainer's default, which suits pretrained models; with the previous recipe 40 steps took
-#: 6.3 minutes on 2 cores and raised the total reward in each of 12 benchmark runs; see the
-#: learning tables in docs/results.md for the current figures)
-TRAIN_DEFAULTS: dict[str, dict] = {
-    DEFAULT_MODEL: {"task": "toolcall", "steps": 40, "batch_prompts": 4, "num_generations": 8,
-                    "max_new_tokens": 160, "lr": 2e-3},
-    # SmolLM2-135M-Instruct writes tool calls only after a worked example (`demo`: a made-up
-    # tool, the format only); its calls take 40-55 tokens; a LoRA on a pretrained model wants a
-    # small learning rate; 2 prompts x 4 completions is what 2 CPU cores step in about 1-2 minutes
-    SMOLLM2.name: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
-                   "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5},
-}
-
-
-def builtin_name(model: str | Path | None) -> str | None:
-    """The built-in policy `model` is, by name or by its built directory (any cached build,
-    found by its manifest), else None."""
-    if model is None:
-        return None
-    if str(model) in RECIPES and not Path(str(model)).exists():
-        return str(model)
-    manifest = Path(str(model)).expanduser() / MANIFEST
-    if manifest.is_file():
-        try:
-            name = json.loads(manifest.read_text()).get("name")
-        except (OSError, ValueError):
-            return None
-        return name if name in RECIPES else None
-    return None
-
-
-def with_train_defaults(values: dict) -> dict:
-    """`mrtpo train` settings with the built-in policy filled in: no model given means
-    `mrtpo-tiny`, and a built-in policy, named or given as its cached directory, brings its
-    `TRAIN_DEFAULTS` for every setting not given (so `mrtpo train --lora` alone is a
-    complete, few-minute run, and the same directory passed as --model trains the same)."""
-    out = dict(values)
-    if not out.get("model"):
-        out["model"] = DEFAULT_MODEL
-    for key, value in TRAIN_DEFAULTS.get(builtin_name(out["model"]) or "", {}).items():
-        out.setdefault(key, value)
-    return out
+#: (the dict is `mrtpo.harness.builtin.RECIPES`, which names them for the trainer: the names, their
+#: train defaults and the build manifest are all the trainer knows of them)
+RECIPES: dict[str, Recipe | PackagedRecipe] = builtin.RECIPES
+RECIPES.update({DEFAULT_MODEL: Recipe(), SMOLLM2.name: SMOLLM2})
 
 
 def defaults_line(given: dict, model: str | None) -> str:

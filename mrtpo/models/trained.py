@@ -29,8 +29,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrtpo.harness.builtin import portable_name  # noqa: F401 (re-exported: what adapters record)
+from mrtpo.harness.policy import has_tokenizer, model_arg_problem  # noqa: F401 (model_arg_problem: re-exported)
+
 ADAPTER_CONFIG = "adapter_config.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 class TrainedModelError(ValueError):
@@ -49,72 +51,12 @@ class Located:
     what: str = ""  # one line for logs: "run runs/x, step 40: LoRA adapter on mrtpo-tiny"
 
 
-def portable_name(given: str, resolved: str | Path) -> str:
-    """The base model's name as another machine can load it: a built-in policy's name when
-    `resolved` is its cached build (however it was given), the hub id as given, or a local
-    directory's absolute path."""
-    from mrtpo.models.default import builtin_name
-
-    name = builtin_name(resolved) or builtin_name(given)
-    if name is not None:
-        return name
-    if Path(given).expanduser().exists():
-        return str(Path(given).expanduser().resolve())
-    return given
-
-
 def is_run_dir(path: Path) -> bool:
     return (path / "config.yaml").is_file() and (path / "checkpoints").is_dir()
 
 
 def is_checkpoint(path: Path) -> bool:
     return (path / "state.json").is_file() and ((path / "adapter").is_dir() or (path / "model").is_dir())
-
-
-def _has_tokenizer(path: Path) -> bool:
-    return any((path / f).is_file() for f in TOKENIZER_FILES)
-
-
-WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
-
-
-def model_arg_problem(model: str, *, trained: bool) -> str | None:
-    """Why a local `--model` value cannot be a model, in words (None when it may be one).
-
-    A value that names a local path must be a directory holding a model: `config.json`,
-    weights and tokenizer files (what `save_pretrained` writes). Anything else is left to
-    the loader (a built-in policy name, a hub id). `trained`: the command also accepts a run
-    directory, a checkpoint or an adapter (eval, credit, export), which the caller checked first.
-    """
-    from mrtpo.harness.policy import _looks_local
-    from mrtpo.models.default import RECIPES
-
-    path = Path(model).expanduser()
-    accepts = ("--model takes a model directory (config.json, weights and tokenizer files, as "
-               f"save_pretrained writes them), a built-in policy ({', '.join(RECIPES)}), "
-               + ("a run directory (config.yaml + checkpoints/), a checkpoint "
-                  "(checkpoints/step-N/), an adapter directory (adapter_config.json) "
-                  if trained else "")
-               + "or a hub id (org/name)")
-    if not path.exists():
-        if model in RECIPES or not _looks_local(model):
-            return None
-        return f"--model {model!r}: no such local directory. {accepts}."
-    if not path.is_dir():
-        return f"--model {model!r} is a file, not a model directory. {accepts}."
-    if (path / "config.yaml").is_file() and not trained:
-        return (f"--model {model!r} is an mrtpo run directory; this command needs a model. Export "
-                f"it first (mrtpo export {model} OUT), or give its base model. {accepts}.")
-    if (path / "config.yaml").is_file() and not (path / "checkpoints").is_dir():
-        return f"--model {model!r} looks like a run directory but has no checkpoints/ yet. {accepts}."
-    lacks = [what for what, ok in (
-        ("config.json", (path / "config.json").is_file()),
-        ("weights (*.safetensors or pytorch_model*.bin)", any(any(path.glob(g)) for g in WEIGHT_PATTERNS)),
-        ("tokenizer files (" + ", ".join(TOKENIZER_FILES) + ")", _has_tokenizer(path)),
-    ) if not ok]
-    if lacks:
-        return f"--model {model!r} is a directory but not a model: it has no {' and no '.join(lacks)}. {accepts}."
-    return None
 
 
 def locate(name_or_path: str | Path, step: int | None = None, build: bool = True) -> Located:
@@ -228,7 +170,7 @@ def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified
         raise TrainedModelError(f"{path}: its base model {name} does not exist on this machine; edit "
                                 f"base_model_name_or_path in {path / ADAPTER_CONFIG} to the base's directory or hub id")
     base = resolve_model(name) if build else name
-    tokenizer = str(path) if _has_tokenizer(path) else base
+    tokenizer = str(path) if has_tokenizer(path) else base
     return Located(base, path, tokenizer, name, what=f"LoRA adapter on {name}")
 
 

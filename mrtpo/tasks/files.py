@@ -11,13 +11,15 @@ error whichever task or command reads it:
   exhaust memory;
 - JSON Lines are split on "\\n" only (a trailing "\\r" is dropped), as the JSON Lines format
   defines them: `str.splitlines` would also split at U+2028, U+2029, U+0085, "\\x0b", "\\x0c",
-  "\\x1c"-"\\x1e" and a lone "\\r", which JSON allows raw inside a string.
+  "\\x1c"-"\\x1e" and a lone "\\r", which JSON allows raw inside a string;
+- `read_records` reads a responses file (JSONL or one JSON array) for `mrtpo eval`
+  (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.probes) alike.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 #: the most one data, responses or log file may hold, and one line of it (one JSON row)
 MAX_FILE_BYTES = 1 << 30
@@ -111,3 +113,26 @@ def json_lines(path: str | Path, error: type[Exception] = ValueError,
         except json.JSONDecodeError as exc:
             raise error(f"{path}, line {n}: not valid JSON ({exc}); each line must be one JSON "
                         "object") from None
+
+
+def read_records(path: Path, error: type[Exception] = ValueError, where: str = "line",
+                 hint: str = "") -> list[tuple[int, Any]]:
+    """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or
+    by position in the array); this reader serves `mrtpo eval` (mrtpo.evaluation.responses) and
+    `mrtpo blocks`/`credit` (mrtpo.blocks.probes), each with its own row fields. A bad line raises `error` naming the
+    file and the line (`where`: the word before its number), then `hint`."""
+    text = read_text(path, error, "responses file (JSONL)")
+    records: list[tuple[int, Any]] = []
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
+        records = list(enumerate(data, 1))
+    else:
+        for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
+            try:
+                records.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
+    return records

@@ -32,7 +32,8 @@ from typing import Any
 
 from mrtpo.cache import cache_dir as _cache_root
 from mrtpo.tasks.files import lines, read_text
-from mrtpo.verifiers.sql import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, MODES, _describe
+from mrtpo.verifiers.sql import MODES
+from mrtpo.verifiers.sql_sandbox import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, _describe
 
 
 class DataError(ValueError):

@@ -13,7 +13,7 @@ WORKER_HEAP_BYTES), so a query that would fill memory fails with "out of memory"
 Workers are fresh interpreters (`python -m mrtpo.verifiers.sql_pool <fd_in> <fd_out>`),
 not forks or multiprocessing spawns: a fork would copy a trainer's threads and GPU state,
 and a spawn re-imports the caller's `__main__` (re-running an unguarded training script).
-They import only the standard library and mrtpo.verifiers.sql. POSIX only; elsewhere
+They import only the standard library and mrtpo.verifiers.sql_sandbox. POSIX only; elsewhere
 `execute_many` runs the queries in-process.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Sequence
 
-from mrtpo.verifiers.sql import (
+from mrtpo.verifiers.sql_sandbox import (
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT,
     TIMEOUT_ERROR,

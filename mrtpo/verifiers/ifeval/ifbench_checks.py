@@ -22,7 +22,7 @@ import string
 import unicodedata
 from collections import Counter, deque
 
-from mrtpo.verifiers.ifeval.registry import register
+from mrtpo.verifiers.ifeval.instruction import register
 from mrtpo.verifiers.ifeval.stopwords import ENGLISH_STOPWORDS
 from mrtpo.verifiers.ifeval.text import count_words, split_sentences, word_tokenize, words
 

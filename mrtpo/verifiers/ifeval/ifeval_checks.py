@@ -17,7 +17,7 @@ import re
 from collections import Counter
 
 from mrtpo.verifiers.ifeval.lang import LANGUAGE_CODES, detect_language
-from mrtpo.verifiers.ifeval.registry import RELATIONS, register
+from mrtpo.verifiers.ifeval.instruction import RELATIONS, register
 from mrtpo.verifiers.ifeval.text import count_capital_words, count_sentences, count_words
 
 _REL = {"relation": RELATIONS}

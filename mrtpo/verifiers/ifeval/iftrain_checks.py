@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from mrtpo.verifiers.ifeval.ifeval_checks import _counted, letter_frequency, number_paragraphs
-from mrtpo.verifiers.ifeval.registry import REGISTRY, RELATIONS, register
+from mrtpo.verifiers.ifeval.instruction import REGISTRY, RELATIONS, register
 from mrtpo.verifiers.ifeval.text import word_tokenize
 
 _REL = {"relation": RELATIONS}

@@ -6,73 +6,23 @@ IFBench's `build_description` text, used to find a constraint's sentence in a pr
 write one where a dataset has none). Kwargs are validated and normalised once, when data is
 loaded (`normalize_kwargs`): unused keys (None) are dropped, whole floats become ints, and a
 missing or malformed kwarg raises `ValueError` saying which and what is expected. Checkers
-then never raise on model output.
+then never raise on model output. The table itself and `register` are in `instruction.py`,
+which the checker modules import; this module imports each of them.
 """
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any
 
-CheckFn = Callable[[str, dict, str], "tuple[bool, str]"]
-Source = Literal["ifeval", "ifbench", "iftrain"]
-
-RELATIONS = ("less than", "at least")
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """One verifiable constraint type.
-
-    `required`/`optional` name the kwargs `check` reads; `types` maps a kwarg to int, str,
-    list or float so loading can coerce and reject bad rows; `uses_prompt` marks checkers that
-    read the prompt (IFEval's repeat_prompt reads `prompt_to_repeat` instead).
-    """
-
-    id: str
-    check: CheckFn
-    describe: Callable[[dict], str]
-    source: Source
-    required: tuple[str, ...] = ()
-    optional: tuple[str, ...] = ()
-    types: dict[str, type] = field(default_factory=dict)
-    choices: dict[str, tuple] = field(default_factory=dict)
-    regex: tuple[str, ...] = ()  # kwargs the checker uses as regular expressions
-    validate: Callable[[dict], None] | None = None  # further checks on the normalised kwargs
-
-
-REGISTRY: dict[str, Instruction] = {}
-
-
-def register(id: str, *, source: Source, describe: Callable[[dict], str],
-             required: tuple[str, ...] = (), optional: tuple[str, ...] = (),
-             types: dict[str, type] | None = None, choices: dict[str, tuple] | None = None,
-             regex: tuple[str, ...] = (), validate: Callable[[dict], None] | None = None):
-    """Decorator registering a checker function under `id`.
-
-    `validate(kwargs)` raises ValueError for kwargs the types alone do not rule out (an empty
-    keyword, a sentence index below 1); `normalize_kwargs` prefixes the instruction id.
-    """
-
-    def deco(fn: CheckFn) -> CheckFn:
-        if id in REGISTRY:
-            raise ValueError(f"instruction {id!r} is registered twice")
-        REGISTRY[id] = Instruction(id, fn, describe, source, required, optional,
-                                   dict(types or {}), dict(choices or {}), tuple(regex), validate)
-        return fn
-
-    return deco
-
-
-def _ensure_loaded() -> None:
-    # The checker modules register themselves on import.
-    from mrtpo.verifiers.ifeval import ifbench_checks, ifeval_checks, iftrain_checks  # noqa: F401
+# every checker module, imported for the instructions it registers into REGISTRY
+from mrtpo.verifiers.ifeval import ifbench_checks, ifeval_checks, iftrain_checks  # noqa: F401
+from mrtpo.verifiers.ifeval.instruction import (REGISTRY, RELATIONS, CheckFn, Instruction,  # noqa: F401
+                                                Source, register)
 
 
 def supported_ids(source: Source | None = None) -> list[str]:
     """Instruction ids with a checker, sorted; `source` restricts to one benchmark."""
-    _ensure_loaded()
     return sorted(i for i, ins in REGISTRY.items() if source is None or ins.source == source)
 
 
@@ -81,7 +31,6 @@ class UnsupportedInstruction(ValueError):
 
 
 def get_instruction(instruction_id: str) -> Instruction:
-    _ensure_loaded()
     try:
         return REGISTRY[instruction_id]
     except KeyError:
