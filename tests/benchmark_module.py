@@ -4,6 +4,7 @@ learning/, experiments/; benchmarks/README.md), so a script is found by its name
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,8 +20,19 @@ def path_of(name: str) -> Path:
 
 
 def load(name: str) -> ModuleType:
-    """The script `name` (see path_of), executed as the module `name`."""
-    spec = importlib.util.spec_from_file_location(name, path_of(name))
+    """The script `name` (see path_of), executed as the module `name` with its folder on
+    sys.path, as `python benchmarks/<purpose>/<name>.py` has it (scripts import their
+    folder's helpers by name, e.g. speed/timing.py)."""
+    path = path_of(name)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    folder = str(path.parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.path.remove(folder)
     return module
