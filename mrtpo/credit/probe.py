@@ -252,6 +252,24 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
 
     An edit is kept only when it scores its reward lower than the reference does (else it
     is not about that reward for this example)."""
+    replayed = replay_edits(task, model, tokenizer, examples, temperature)
+    return edit_results(replayed), replayed.skipped
+
+
+@dataclass
+class ReplayedEdits:
+    """The verified edits and their replay: `rows` (example, edit, response ids, verdicts,
+    scores, span mask), the replayed `items` (each with its text controls) and `q` [N, 2 K_max,
+    T] (rewards, then text controls); `skipped` edits with why."""
+
+    rows: list
+    items: list
+    q: Any
+    skipped: list[str]
+
+
+def replay_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> ReplayedEdits:
+    """The replay half of `probe_edits`: verify every probe edit, replay the kept ones once."""
     from mrtpo.contexts import build_item
     from mrtpo.credit.records import response_ids
     from mrtpo.replay import distances
@@ -293,17 +311,28 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
             offsets += [(len(edit.response), len(edit.response))] * (len(ids) - len(offsets))  # EOS
             rows.append((ex, edit, ids, verdicts, scores, span_token_mask(offsets, edit.span)))
     if not rows:
-        return [], skipped
+        return ReplayedEdits([], [], None, skipped)
     items = [with_text_control(task, tokenizer, ex, build_item(task, tokenizer, ex, ids, v))
              for ex, _, ids, v, _, _ in rows]
     q = distances(model, items, temperature=temperature).float().cpu()  # [N, 2 K_max, T]: rewards, text controls
+    return ReplayedEdits(rows, items, q, skipped)
+
+
+def edit_results(replayed: ReplayedEdits, weighting=None) -> list[EditResult]:
+    """The figures of each replayed edit. `weighting` ([K, T] distances of one response ->
+    [K, T] token weights; None: the distances, whose shares equal MRTPO's mean-1 weights')
+    turns the distances into what the mass shares and lifts are taken of, so a weighting's
+    specificity can be compared with the paper's on the same replay; the decision distances
+    and the text controls stay distances."""
+    rows, items, q = replayed.rows, replayed.items, replayed.q
     out = []
     for n, (ex, edit, ids, _, scores, mask) in enumerate(rows):
         k = items[n].num_rewards // 2  # then as many text controls
         names = items[n].reward_names[:k]
-        shares, lifts = edit_figures(q[n, :k, : len(ids)], mask)
+        w = q[n, :k, : len(ids)] if weighting is None else weighting(q[n, :k, : len(ids)])  # [k, T]
+        shares, lifts = edit_figures(w, mask)
         first_mask = first_token_mask(mask)
-        _, first = edit_figures(q[n, :k, : len(ids)], first_mask)
+        _, first = edit_figures(w, first_mask)
         t0 = first_mask.index(True) if any(first_mask) else None
         # rewards with a block (P_without_k != P_all) and a first token to read them on
         read = [t0 is not None and items[n].context_ids[1 + j] != items[n].context_ids[0] for j in range(k)]
@@ -314,7 +343,7 @@ def probe_edits(task, model, tokenizer, examples, temperature: float = 1.0) -> t
             decision_lift=dict(zip(names, first)),
             decision_distance={r: float(q[n, j, t0]) if read[j] else math.nan for j, r in enumerate(names)},
             text_control={r: float(q[n, k + j, t0]) if read[j] else math.nan for j, r in enumerate(names)}))
-    return out, skipped
+    return out
 
 
 def filler(tokenizer, n_tokens: int) -> str:
