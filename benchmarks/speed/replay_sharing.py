@@ -124,11 +124,11 @@ def main() -> None:
     last = statistics.median(r[0] for r in results[names[-1]])
     head_js = statistics.median(time_head_and_js(model, items, temperature=temp) for _ in range(args.repeats))
     fed = results[names[-1]][0][2]
-    print(f"parts, all sharing: model body {fed} tokens fed ({fed - n_resp} of contexts and prefixes, "
-          f"{n_resp} response tokens once per distinct context at most), {max(last - head_js, 0.0):.3f} s "
-          f"({max(last - head_js, 0.0) / last:.0%}); vocabulary head + JS step on "
+    print(f"parts, all sharing: model body {fed} tokens fed (prefixes, context suffixes, response tries) "
+          f"{max(last - head_js, 0.0):.3f} s ({max(last - head_js, 0.0) / last:.0%}); vocabulary head + JS step on "
           f"{sum(len(replay.plan_item(it, n).contexts) * len(it.response_ids) for n, it in enumerate(items))} "
-          f"positions {head_js:.3f} s ({head_js / last:.0%}); vocabulary {model.config.vocab_size}")
+          f"positions (each of the {n_resp} response tokens under each distinct context) {head_js:.3f} s "
+          f"({head_js / last:.0%}); vocabulary {model.config.vocab_size}")
     print(f"peak RSS: {rss_before:.2f} GB with the model and the rollout; the shared replay (all sharing, run "
           f"first) raised it to {rss_shared:.2f} GB (+{rss_shared - rss_before:.2f}), the plain method then to "
           f"{rss_plain:.2f} GB")
