@@ -29,7 +29,6 @@ figures on the results page were measured without it: `--no-demo` drops it.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 
@@ -57,17 +56,6 @@ def contrast(q: torch.Tensor) -> torch.Tensor:
 
 
 WEIGHTINGS = {"paper": paper, "share": share, "contrast": contrast}
-
-
-def finite(x):
-    """`x` with every NaN or infinite float as None (strict JSON), nested lists and dicts too."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [finite(v) for v in x]
-    return x
 
 
 def specificity(lift: dict[str, float], reward: str) -> float:
@@ -149,14 +137,15 @@ def main() -> None:
             + ", ".join(f"{w} {n}" for w, n in flats.items()) + f" (of {pairs} with a non-zero distance)")
     print(note)
     if args.json:
+        from mrtpo.textio import strict_json
+
         with open(args.json, "w") as fh:
-            json.dump({"schema": "mrtpo.table/1", "section": "probe", "model": args.model,
+            fh.write(strict_json({"schema": "mrtpo.table/1", "section": "probe", "model": args.model,
                        "title": f"specificity of three weightings of the same distances, {args.limit} examples per task",
                        "command": "python benchmarks/experiments/weight_specificity.py --model "
                                   f"{args.model} --tasks {args.tasks} --limit {args.limit}"
                                   + (" --control" if args.control else ""),
-                       "columns": columns, "rows": table, "notes": [note], "figures": finite(rows)}, fh, indent=1)
-            fh.write("\n")
+                       "columns": columns, "rows": table, "notes": [note], "figures": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

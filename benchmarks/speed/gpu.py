@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -138,14 +139,12 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
     from mrtpo.models.default import SMOLLM2, build
 
     source = Path(files[0])
-    if len(files) > 1:
-        suffix = ".gguf" if all(".gguf" in f for f in files) or not any(".whl" in f for f in files) else ".whl"
-        source = tmp / f"joined{suffix}"
+    if len(files) > 1:  # the build tells a GGUF from a wheel by its first bytes, not its name
+        source = tmp / "joined"
         with open(source, "wb") as out:
             for f in files:
                 with open(f, "rb") as part:
-                    while chunk := part.read(2**24):
-                        out.write(chunk)
+                    shutil.copyfileobj(part, out, 2**24)
     return str(build(SMOLLM2, progress=True, source=source))
 
 

@@ -148,12 +148,12 @@ def run_worker(args) -> None:
 
 def task_options(args) -> dict:
     """-o KEY=VALUE pairs -> the task's keyword arguments, parsed as `mrtpo train -o` parses them."""
-    from mrtpo.tasks.options import read_value
+    from mrtpo.tasks.options import OptionSyntaxError, read_options
 
-    pairs = [pair.partition("=") for pair in args.task_option]
-    if any(not sep for _, sep, _ in pairs):
-        sys.exit(f"-o expects KEY=VALUE, got {args.task_option}")
-    return {key.strip(): read_value(value) for key, _, value in pairs}
+    try:
+        return read_options(args.task_option)
+    except OptionSyntaxError as exc:
+        sys.exit(f"-o {exc.item!r}: write KEY=VALUE, e.g. demo=true")
 
 
 # ---------------------------------------------------------------------------------- driver

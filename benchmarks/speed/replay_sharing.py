@@ -81,12 +81,14 @@ def main() -> None:
     from mrtpo.harness.rollout import sample
     from mrtpo.models.default import resolve_model
     from mrtpo.tasks import get_task
-    from mrtpo.tasks.options import read_value
+    from mrtpo.tasks.options import OptionSyntaxError, read_options
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    pairs = [pair.partition("=") for pair in args.task_option]
-    task = get_task(args.task, **{key.strip(): read_value(value) for key, _, value in pairs})
+    try:
+        task = get_task(args.task, **read_options(args.task_option))
+    except OptionSyntaxError as exc:
+        raise SystemExit(f"-o {exc.item!r}: write KEY=VALUE, e.g. demo=true") from None
     policy = load_policy(resolve_model(args.model), lora=False)
     model = policy.model
     temp = args.temperature

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from mrtpo.tasks.options import read_value
+from mrtpo.tasks.options import OptionSyntaxError, read_options
 
 FLAG = "--task-option"
 HELP = ("KEY=VALUE for the task's constructor, repeatable (the value read as a YAML scalar, as "
@@ -22,20 +22,12 @@ HELP = ("KEY=VALUE for the task's constructor, repeatable (the value read as a Y
 TaskOptions = Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help=HELP)]
 
 
-def parse_task_value(raw: str) -> Any:
-    """One value, read as a YAML scalar (mrtpo.tasks.options.read_value)."""
-    return read_value(raw)
-
-
 def parse_task_options(items: list[str] | None, flag: str = FLAG) -> dict[str, Any]:
     """["think=true", "mode=set"] -> {"think": True, "mode": "set"}; a later KEY wins.
 
     A malformed item raises typer.BadParameter naming `flag`, which typer shows as a usage
     error (exit 2)."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise typer.BadParameter(f"{item!r}: write KEY=VALUE, e.g. think=true", param_hint=flag)
-        out[key.strip()] = parse_task_value(value)
-    return out
+    try:
+        return read_options(items)
+    except OptionSyntaxError as exc:
+        raise typer.BadParameter(f"{exc.item!r}: write KEY=VALUE, e.g. think=true", param_hint=flag) from None

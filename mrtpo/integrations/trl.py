@@ -461,15 +461,12 @@ class MRTPOScriptArguments:
 
 def _task_args(pairs: Sequence[str]) -> dict[str, Any]:
     """KEY=VALUE pairs, each value read as `mrtpo train -o` reads it (a YAML scalar)."""
-    from mrtpo.tasks.options import read_value
+    from mrtpo.tasks.options import OptionSyntaxError, read_options
 
-    out: dict[str, Any] = {}
-    for item in pairs:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise ValueError(f"--task_args {item!r}: expected KEY=VALUE")
-        out[key.strip()] = read_value(value)
-    return out
+    try:
+        return read_options(pairs)
+    except OptionSyntaxError as exc:
+        raise ValueError(f"--task_args {exc.item!r}: expected KEY=VALUE") from None
 
 
 def startup_line(trainer: MRTPOGRPOTrainer) -> str:

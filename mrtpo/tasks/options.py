@@ -3,8 +3,9 @@ its task declares, in one place for every way a task is built.
 
 `read_value` reads one value as a YAML scalar (`yaml.safe_load`), as TRL's launcher reads
 `--task_args`: `true/false/yes/no/on/off` are booleans, numbers are numbers, `null`/`~` is None,
-`[1, 2]` and `{a: 1}` are a list and a mapping, anything else is its text. `-o/--task-option`
-(mrtpo.commands.options) and `python -m mrtpo.integrations.trl --task_args` both use it.
+`[1, 2]` and `{a: 1}` are a list and a mapping, anything else is its text. `read_options` reads a list
+of KEY=VALUE texts with it; `-o/--task-option` (mrtpo.commands.options), `python -m
+mrtpo.integrations.trl --task_args` and the benchmarks' `-o` all use that.
 
 `check_options` runs inside `mrtpo.tasks.get_task`, so `mrtpo train | eval | blocks | credit`,
 the TRL launcher and the Python API all get the same errors: an option the task's constructor
@@ -37,6 +38,27 @@ def read_value(raw: str) -> Any:
         return yaml.safe_load(raw)
     except yaml.YAMLError:
         return raw  # not YAML (an unbalanced bracket...): the text as it is
+
+
+class OptionSyntaxError(ValueError):
+    """A KEY=VALUE text that is not one (`item` is the text); each caller words its message."""
+
+    def __init__(self, item: str):
+        super().__init__(item)
+        self.item = item
+
+
+def read_options(items) -> dict[str, Any]:
+    """["think=true", "mode=set"] -> {"think": True, "mode": "set"}, each value read by
+    `read_value`; a later KEY wins. An item with no "=" or whose key is not an identifier
+    raises OptionSyntaxError."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise OptionSyntaxError(item)
+        out[key.strip()] = read_value(value)
+    return out
 
 
 def check_options(name: str, factory: Callable, options: dict[str, Any]) -> dict[str, Any]:
