@@ -246,6 +246,9 @@ def render_learning(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     seeds = data.get("seeds")
     title = f"{task}, {model_label(raw)}" + (f", {len(seeds)} seeds" if isinstance(seeds, list) else "")
     notes = [data["note"]] if data.get("note") else []
+    steps = (data.get("settings") or {}).get("steps")
+    if data.get("window") and steps and data["window"] != max(1, steps // 10):
+        notes.insert(0, f"start -> end: means over the first and the last {data['window']} of {steps} steps")
     png = name[:-len(".json")] + ".png"
     if (Path(results_dir) / png).exists():
         notes.append(f"curves with seed bands: [{png}](../benchmarks/results/{png})")

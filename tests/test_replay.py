@@ -301,6 +301,31 @@ def test_js_distance_is_exact_near_zero():
     assert torch.isfinite(got).all() and (got.double() - _js64(a, b)).abs().max() < 1e-6
 
 
+def test_the_replays_js_step_equals_the_pairwise_reference():
+    """`js_against_first` (each context exponentiated once) gives `js_distance_log_probs`'s
+    figures and float64's, near zero, at -inf entries and in chunks of rows; identical
+    contexts give exactly 0 and one-hot against one-hot exactly 1."""
+    from mrtpo.replay.js import js_against_first, js_distance_log_probs
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(7, 3000, generator=g, dtype=torch.float64) * 3  # [r, V]
+    ctx = [a] + [a + eps * torch.randn(a.shape, generator=g, dtype=torch.float64) for eps in (1e-6, 1e-3, 0.3, 3.0)]
+    ctx[3][:, :5] = -math.inf
+    ctx[4][:, 3:9] = -math.inf
+    lp = torch.log_softmax(torch.stack(ctx).float(), -1)  # [C, r, V]
+    others = [1, 2, 3, 4]
+    for chunk in (2**20, 4 * 3000 * 2):  # one chunk; two rows a chunk
+        got = js_against_first(lp, others, chunk_bytes=chunk)  # [4, r]
+        for o, j in enumerate(others):
+            assert (got[o] - js_distance_log_probs(lp[0], lp[j])).abs().max() < 1e-6
+            assert (got[o].double() - _js64(lp[0], lp[j])).abs().max() < 1e-6
+    same = js_against_first(torch.stack([lp[0], lp[0].clone()]), [1])
+    assert torch.all(same == 0)
+    onehot = torch.full((2, 1, 10), -math.inf)
+    onehot[0, 0, 2] = onehot[1, 0, 7] = 0.0
+    assert js_against_first(onehot, [1]).item() == pytest.approx(1.0, abs=1e-6)
+
+
 def test_text2sql_task_items(models, tiny_tokenizer):
     """The built-in text-to-SQL task end to end: bundled sample, real SQLite verdicts, blocks."""
     from mrtpo.contexts import render_ids

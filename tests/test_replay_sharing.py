@@ -22,3 +22,18 @@ def test_each_setting_feeds_what_it_says_and_gives_the_same_distances(tiny_qwen2
     from mrtpo.replay.planning import CopiedPositions
 
     assert CopiedPositions(enabled=False).source(0, None, [1]) == (None, 0)  # copies off: nothing is copied
+
+
+def test_the_parts_timers_cover_the_replays_parts(tiny_qwen2_dir, tiny_tokenizer):
+    """`timing.time_prefixes` encodes each group's prefix once; `time_head_and_js_parts` times
+    the head, the log-softmax and both JS steps (the figures are measured, not asserted)."""
+    benchmark_module.load("replay_sharing")  # puts benchmarks/speed on sys.path, as running it does
+    import timing
+    from mrtpo.replay import replay_groups
+
+    model = _load(tiny_qwen2_dir)
+    items = _begin_alike_items(tiny_tokenizer)
+    seconds, tokens = timing.time_prefixes(model, items)
+    assert tokens == sum(len(g.prefix) for g in replay_groups(items, True)) > 0 and seconds > 0
+    parts = timing.time_head_and_js_parts(model, items, temperature=0.7)
+    assert set(parts) == {"head", "log_softmax", "js", "js_pairwise"} and all(v > 0 for v in parts.values())

@@ -120,11 +120,13 @@ def smooth(xs: list[float], w: int) -> list[float]:
     return [nanmean(xs[max(0, i - w + 1): i + 1]) for i in range(len(xs))]
 
 
-def summarise(task: str, curves: dict[str, dict[str, list[list[float]]]], steps: int, frac: float):
-    """Print start / end means over seeds and steps-to-threshold per method and reward."""
-    tenth = max(1, steps // 10)
+def summarise(task: str, curves: dict[str, dict[str, list[list[float]]]], steps: int, frac: float,
+              window: int | None = None):
+    """Print start / end means over seeds and steps-to-threshold per method and reward; start
+    and end are the means over the first and the last `window` steps (default: a tenth)."""
+    tenth = window or max(1, steps // 10)
     keys = list(next(iter(curves.values())))
-    print(f"\n== {task}: mean over seeds; start = first {tenth} steps, end = last {tenth} steps (of those "
+    print(f"\n== {task}: mean over seeds; start = first {tenth} step(s), end = last {tenth} step(s) (of those "
           "where the reward was scored); "
           f"threshold = start + {frac:g} * (1 - start), start over all methods")
     print(f"{'reward':<42} {'method':<9} {'start':>6} {'end':>6} {'change':>7} {'steps to thr':>12}")
@@ -208,6 +210,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--save-every", type=int, default=0,
                     help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
     ap.add_argument("--threshold-frac", type=float, default=0.5)
+    ap.add_argument("--window", type=int, default=None,
+                    help="steps in the start and end means (default: a tenth of the steps; a short run "
+                         "wants more, e.g. half of 16)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="benchmarks/out/learning")
     ap.add_argument("--quick", action="store_true", help="2 seeds, 2 methods, 6 steps: a smoke run")
@@ -245,18 +250,26 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     print(f"model {args.model}; settings {settings}; methods {methods}; seeds {seeds}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    all_curves, rows = {}, []
+    all_curves, rows, seconds = {}, [], {}
     t0 = time.perf_counter()
     for task in args.tasks.split(","):
         histories = {m: [run_one(out, task, m, s, settings) for s in seeds] for m in methods}
         keys = reward_keys([h for hs in histories.values() for h in hs])
         curves = {m: {k: [series(h, k) for h in hs] for k in keys} for m, hs in histories.items()}
         all_curves[task] = curves
-        rows += summarise(task, curves, settings["steps"], args.threshold_frac)
+        rows += summarise(task, curves, settings["steps"], args.threshold_frac, args.window)
         secs = {m: nanmean([sum(r.get("time/step") or 0.0 for r in h) for h in hs]) for m, hs in histories.items()}
         print("seconds per run (mean over seeds): " + ", ".join(f"{m} {s:.0f}" for m, s in secs.items()))
-    (out / "summary.json").write_text(json.dumps({"settings": {**settings, "model_name": args.model},
-                                                  "rows": rows}, indent=1) + "\n")
+        seconds[task] = secs
+    # the per-step curves (one list per seed, NaN as null) travel with the summary, so that a
+    # results file keeps what its table and plot were made from
+    curves_out = {t: {m: {k: [[None if math.isnan(v) else v for v in s] for s in runs] for k, runs in by_key.items()}
+                      for m, by_key in c.items()} for t, c in all_curves.items()}
+    (out / "summary.json").write_text(json.dumps({
+        "settings": {**settings, "model_name": args.model}, "seeds": seeds,
+        "window": args.window or max(1, settings["steps"] // 10), "rows": rows,
+        "seconds_per_run": next(iter(seconds.values())) if len(seconds) == 1 else seconds,
+        "curves": curves_out}, indent=1) + "\n")
     png = out / "learning.png"
     if plot(all_curves, settings["steps"], png):
         print(f"\nplot: {png}")

@@ -24,10 +24,14 @@ row's last token (whose output predicts nothing) not at all.
         [--repeats 6] [--threads 1]
 
 The line after the table splits the replay with all sharing on into its parts: the tokens
-fed through the model body (the prompts' common prefixes, then the context suffixes and the
-response tokens), and the vocabulary head and the JS step, timed on their own on as many
-positions (`timing.time_head_and_js`: each response token under each distinct context), with
-the share of the replay each takes. The last line but one gives the process's peak resident
+fed through the model body (the prompts' common prefixes, timed on their own by
+`timing.time_prefixes`, then the context suffixes and the response tokens), and the
+vocabulary head and the JS step, timed on their own on as many positions
+(`timing.time_head_and_js`: each response token under each distinct context), with the share
+of the replay each takes, and split into the head, the log-softmax and the JS comparisons
+(`timing.time_head_and_js_parts`). The next line times the JS comparisons side by side with
+the step as it was before each context's probabilities were shared (one
+`js_distance_log_probs` call per comparison) and says what the replay would take with it. The last line but one gives the process's peak resident
 memory with the model and the rollout, after one shared replay of the batch (run first) and
 after the plain method's: what one batch's replay adds on top. On SmolLM2-135M-Instruct (its calls need the task's worked example):
 
@@ -41,7 +45,7 @@ import resource
 import statistics
 import time
 
-from timing import time_head_and_js
+from timing import time_head_and_js, time_head_and_js_parts, time_prefixes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -125,12 +129,23 @@ def main() -> None:
               f"({med / base:.2f}x), max |dq| vs plain {max(r[1] for r in results[name]):.1e}")
     last = statistics.median(r[0] for r in results[names[-1]])
     head_js = statistics.median(time_head_and_js(model, items, temperature=temp) for _ in range(args.repeats))
+    parts = [time_head_and_js_parts(model, items, temperature=temp) for _ in range(args.repeats)]
+    part = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+    prefix_s, prefix_tokens = min(time_prefixes(model, items) for _ in range(args.repeats))
     fed = results[names[-1]][0][2]
-    print(f"parts, all sharing: model body {fed} tokens fed (prefixes, context suffixes, response tries) "
-          f"{max(last - head_js, 0.0):.3f} s ({max(last - head_js, 0.0) / last:.0%}); vocabulary head + JS step on "
-          f"{sum(len(replay.plan_item(it, n).contexts) * len(it.response_ids) for n, it in enumerate(items))} "
-          f"positions (each of the {n_resp} response tokens under each distinct context) {head_js:.3f} s "
-          f"({head_js / last:.0%}); vocabulary {model.config.vocab_size}")
+    body = max(last - head_js, 0.0)
+    positions = sum(len(replay.plan_item(it, n).contexts) * len(it.response_ids) for n, it in enumerate(items))
+    print(f"parts, all sharing: model body {fed} tokens fed {body:.3f} s ({body / last:.0%}), of which the "
+          f"prompts' common prefixes ({prefix_tokens} tokens) {prefix_s:.3f} s and the context suffixes and "
+          f"response tries ({fed - prefix_tokens} tokens) {max(body - prefix_s, 0.0):.3f} s; vocabulary head + JS "
+          f"step on {positions} positions (each of the {n_resp} response tokens under each distinct context) "
+          f"{head_js:.3f} s ({head_js / last:.0%}): head {part['head']:.3f} s, log-softmax "
+          f"{part['log_softmax']:.3f} s, JS {part['js']:.3f} s; vocabulary {model.config.vocab_size}")
+    print(f"JS step, timed side by side: each context's probabilities once (landed) {part['js']:.3f} s, one "
+          f"js_distance_log_probs call per comparison (before) {part['js_pairwise']:.3f} s "
+          f"({part['js'] / part['js_pairwise']:.2f}x); the replay with all sharing {last:.3f} s would take "
+          f"{last - part['js'] + part['js_pairwise']:.3f} s with the step as before "
+          f"({last / (last - part['js'] + part['js_pairwise']):.2f}x)")
     print(f"peak RSS: {rss_before:.2f} GB with the model and the rollout; the shared replay (all sharing, run "
           f"first) raised it to {rss_shared:.2f} GB (+{rss_shared - rss_before:.2f}), the plain method then to "
           f"{rss_plain:.2f} GB")

@@ -5,25 +5,90 @@ import time
 
 import torch
 
-from mrtpo.replay import head_and_js, head_of, plan_item
+from mrtpo.replay import decoder_of, head_and_js, head_of, plan_item, replay_groups
+from mrtpo.replay.js import js_against_first, js_chunk_bytes, js_distance_log_probs
+
+
+def _random_hidden(model, items):
+    """(plans, hidden [C, T, H] per item): random hidden states at each item's response
+    positions under each distinct context (the head and JS cost the same on any values)."""
+    width, param = model.config.hidden_size, next(model.parameters())
+    g = torch.Generator(device=param.device).manual_seed(0)
+    plans = [plan_item(item, n) for n, item in enumerate(items)]
+    hidden = [torch.randn(len(p.contexts), len(it.response_ids), width, generator=g, device=param.device,
+                          dtype=param.dtype) for p, it in zip(plans, items)]  # [C, T, H] each
+    return plans, hidden
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def time_head_and_js(model, items, chunk_tokens: int = 256, temperature: float = 1.0) -> float:
     """Seconds of the replay's work outside the model body (`mrtpo.replay.head_and_js`: the
     vocabulary head and the JS step) on as many positions as `distances` computes: each
     item's distinct contexts x its response tokens, from random hidden states (same cost)."""
-    head, width = head_of(model), model.config.hidden_size
+    plans, hidden = _random_hidden(model, items)
     param = next(model.parameters())
     k = max(it.num_rewards for it in items)
     q = torch.zeros(len(items), k, max(len(it.response_ids) for it in items), device=param.device)  # [N, K, T]
-    g = torch.Generator(device=param.device).manual_seed(0)
-    plans = [plan_item(item, n) for n, item in enumerate(items)]
-    hidden = [torch.randn(len(p.contexts), len(it.response_ids), width, generator=g, device=param.device,
-                          dtype=param.dtype) for p, it in zip(plans, items)]  # [C, T, H] each
     t = time.perf_counter()
     with torch.no_grad():
         for n, (plan, h) in enumerate(zip(plans, hidden)):
-            head_and_js(q, n, plan, h, head, temperature, chunk_tokens)
-    if q.is_cuda:
-        torch.cuda.synchronize()
+            head_and_js(q, n, plan, h, head_of(model), temperature, chunk_tokens)
+    _sync(param.device)
     return time.perf_counter() - t
+
+
+def time_head_and_js_parts(model, items, chunk_tokens: int = 256, temperature: float = 1.0) -> dict[str, float]:
+    """The parts of `time_head_and_js`, each timed on its own over the same chunks as
+    `head_and_js` cuts: "head" (the vocabulary head), "log_softmax" (each context's, in
+    fp32), "js" (P_all against each P_without_k: `js_against_first`, the landed step) and
+    "js_pairwise" (the same distances by one `js_distance_log_probs` call per comparison,
+    the step as it was before each context's probabilities were shared) -> seconds."""
+    plans, hidden = _random_hidden(model, items)
+    head, device = head_of(model), next(model.parameters()).device
+    out = dict.fromkeys(("head", "log_softmax", "js", "js_pairwise"), 0.0)
+
+    def timed(part, fn):
+        _sync(device)
+        t = time.perf_counter()
+        result = fn()
+        _sync(device)
+        out[part] += time.perf_counter() - t
+        return result
+
+    with torch.no_grad():
+        for plan, h in zip(plans, hidden):
+            others = [j for j in plan.which if j is not None]
+            step = max(1, chunk_tokens // h.shape[0])
+            for t0 in range(0, h.shape[1], step):
+                x = h[:, t0:t0 + step]  # [C, c, H]
+                logits = timed("head", lambda: head(x.reshape(-1, x.shape[-1])).view(x.shape[0], x.shape[1], -1))
+                lp = timed("log_softmax", lambda: torch.log_softmax(
+                    logits.float() if temperature == 1.0 else logits.float() / temperature, -1))  # [C, c, V]
+                del logits
+                chunk = js_chunk_bytes(lp.device)
+                timed("js", lambda: js_against_first(lp, others, chunk_bytes=chunk))
+                timed("js_pairwise", lambda: [js_distance_log_probs(lp[0], lp[j], chunk_bytes=chunk) for j in others])
+    return out
+
+
+def time_prefixes(model, items) -> tuple[float, int]:
+    """(seconds, tokens) of encoding each replay group's common prefix once, as the shared
+    replay does first: the part of the model body's time that is the prompts' prefixes."""
+    decoder, device = decoder_of(model), next(model.parameters()).device
+    seconds, tokens = 0.0, 0
+    with torch.no_grad():
+        for group in replay_groups(items, True):
+            if not group.prefix:
+                continue
+            ids = torch.as_tensor(group.prefix, dtype=torch.long, device=device)[None]  # [1, L]
+            _sync(device)
+            t = time.perf_counter()
+            decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+            _sync(device)
+            seconds += time.perf_counter() - t
+            tokens += len(group.prefix)
+    return seconds, tokens

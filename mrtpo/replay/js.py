@@ -1,9 +1,11 @@
 """The Jensen-Shannon distance between next-token distributions, and the replay's JS step.
 
-`js_distance` (logits) and `js_distance_log_probs` (log-probabilities) are the one
+`js_distance` (logits) and `js_distance_log_probs` (log-probabilities) are the reference
 implementation; `mrtpo.advantages` re-exports `js_distance` with the other pure-torch
 functions. `fill` and `head_and_js` are the replay's last step: each distinct context's
-log-softmax once, then P_all against each P_without_k, a chunk of positions at a time.
+log-softmax once, then P_all against each P_without_k, a chunk of positions at a time
+(`js_against_first`: the same formula with each context's probabilities exponentiated once,
+tested equal to the reference).
 """
 from __future__ import annotations
 
@@ -87,15 +89,48 @@ def fill(q: torch.Tensor, n: int, plan, logits: torch.Tensor, temperature: float
          rows: int = 64) -> None:
     """q[n, k, t0:t0 + c] from logits [C, c, V] of item n's distinct contexts (0 = P_all;
     `plan` an `ItemPlan`), `rows` positions at a time: each context's log-softmax once, then
-    P_all against each."""
+    P_all against each (`js_against_first`)."""
+    ks = [k for k, j in enumerate(plan.which) if j is not None]
+    if not ks:
+        return
+    others = [plan.which[k] for k in ks]
     for r0 in range(0, logits.shape[1], rows):
         x = logits[:, r0:r0 + rows].float()  # [C, r, V]
         lp = torch.log_softmax(x if temperature == 1.0 else x / temperature, -1)  # [C, r, V]
         del x
-        for k, j in enumerate(plan.which):
-            if j is not None:
-                q[n, k, t0 + r0:t0 + r0 + lp.shape[1]] = js_distance_log_probs(
-                    lp[0], lp[j], chunk_bytes=js_chunk_bytes(lp.device))  # [r]
+        d = js_against_first(lp, others, chunk_bytes=js_chunk_bytes(lp.device))  # [len(ks), r]
+        q[n, ks, t0 + r0:t0 + r0 + lp.shape[1]] = d
+
+
+def js_against_first(lp: torch.Tensor, others, chunk_bytes: int = 2**20) -> torch.Tensor:
+    """JS distances of context 0 against each context in `others`, from fp32 log-probs
+    [C, r, V] -> [len(others), r]; equal to `js_distance_log_probs(lp[0], lp[j])` for each j
+    (same formula, same rounding bound). Faster than those calls because each context's
+    probabilities are exponentiated once per chunk of rows, not once per comparison, and
+    g(a)'s second term is taken from them (`_js_from_probs`): per comparison no sigmoid and no exp."""
+    v = lp.shape[-1]
+    step = max(1, chunk_bytes // (4 * v))
+    used = sorted({0, *others})
+    out = torch.empty(len(others), lp.shape[1], dtype=torch.float32, device=lp.device)  # [K', r]
+    for i in range(0, lp.shape[1], step):
+        la = {c: lp[c, i:i + step] for c in used}  # [s, V] each
+        pr = {c: x.exp() for c, x in la.items()}  # [s, V] each
+        for o, j in enumerate(others):
+            out[o, i:i + step] = _js_from_probs(la[0], la[j], pr[0], pr[j])
+    return out
+
+
+def _js_from_probs(la: torch.Tensor, lb: torch.Tensor, pa: torch.Tensor, pb: torch.Tensor) -> torch.Tensor:
+    """[r, V] log-probs and their exps -> [r] JS distance: `_js_log_probs`'s per-token share
+    m * g(a), with m * a * sigmoid(-a) = a * min(p, q) / 2 (sigmoid(-a) = min(p, q) / (p + q)),
+    so the share is a difference of two O(a) terms per token as there: the same rounding
+    bound, exactly 0 for identical inputs and exactly 1 for one-hot against one-hot."""
+    na = torch.sub(la, lb).abs_().neg_().nan_to_num_(nan=0.0, neginf=-160.0)  # [r, V] -a
+    h = torch.expm1(na).mul_(0.5).log1p_()  # [r, V] log((1 + e^-a) / 2) = -(first term)
+    h.mul_(pa + pb)  # [r, V] -(twice the mixture) * first term
+    h.addcmul_(na, torch.minimum(pa, pb), value=-1.0)  # [r, V] -(p + q) g(a) <= 0
+    jsd = h.sum(-1).mul_(-0.5 / math.log(2.0))  # [r] in bits, in [0, 1]
+    return jsd.clamp_(0.0, 1.0).sqrt_()
 
 
 def js_chunk_bytes(device: torch.device) -> int:
