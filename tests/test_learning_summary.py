@@ -1,0 +1,31 @@
+"""benchmarks/learning/learning.py's summary: finished runs are read back (no training), and
+summary.json keeps the settings, the seeds, the start/end window, the seconds per run and the
+per-step curves its table and plot were made from."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import benchmark_module
+
+
+def test_summary_of_finished_runs_keeps_window_seconds_and_curves(tmp_path, tiny_qwen2_dir, monkeypatch):
+    learning = benchmark_module.load("learning")
+    scores = {("gdpo", 0): [0.0, 0.5, 1.0, 1.0], ("gdpo", 1): [0.5, 0.5, 0.5, 1.0],
+              ("mrtpo", 0): [0.0, 0.0, 0.5, 0.5], ("mrtpo", 1): [0.5, 1.0, 1.0, 1.0]}
+    for (method, seed), values in scores.items():
+        run = tmp_path / "runs" / "toolcall" / method / f"seed{seed}"
+        run.mkdir(parents=True)
+        rows = [{"step": i + 1, "reward": v, "rewards/format/mean": v, "time/step": 2.0} for i, v in enumerate(values)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(sys, "argv", ["learning.py", "--model", str(tiny_qwen2_dir), "--tasks", "toolcall",
+                                      "--methods", "gdpo,mrtpo", "--seeds", "0,1", "--steps", "4",
+                                      "--window", "2", "--out", str(tmp_path)])
+    learning.main()
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    assert doc["seeds"] == [0, 1] and doc["window"] == 2 and doc["settings"]["steps"] == 4
+    assert doc["seconds_per_run"] == {"gdpo": 8.0, "mrtpo": 8.0}
+    assert doc["curves"]["toolcall"]["gdpo"]["rewards/format/mean"] == [[0.0, 0.5, 1.0, 1.0], [0.5, 0.5, 0.5, 1.0]]
+    row = next(r for r in doc["rows"] if r["reward"] == "format" and r["method"] == "mrtpo")
+    assert math.isclose(row["start"], (0.0 + 1.5) / 4) and math.isclose(row["end"], (1.0 + 2.0) / 4)  # 2-step means
