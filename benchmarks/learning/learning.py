@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -266,6 +267,7 @@ def main() -> None:
     curves_out = {t: {m: {k: [[None if math.isnan(v) else v for v in s] for s in runs] for k, runs in by_key.items()}
                       for m, by_key in c.items()} for t, c in all_curves.items()}
     (out / "summary.json").write_text(json.dumps({
+        "command": " ".join(["python benchmarks/learning/learning.py", *sys.argv[1:]]),
         "settings": {**settings, "model_name": args.model}, "seeds": seeds,
         "window": args.window or max(1, settings["steps"] // 10), "rows": rows,
         "seconds_per_run": next(iter(seconds.values())) if len(seconds) == 1 else seconds,
