@@ -85,7 +85,7 @@ def test_summarize_per_reward_and_pooled():
 def test_paper_figures_only_where_the_paper_reports_one():
     assert paper_figure("text2sql", ALL) == PAPER_TOP80["text2sql"] == "26-29%"
     assert paper_figure("toolcall", ALL) == "13-15%"
-    assert paper_figure("instruct", "startend:end_checker") == "4%"
+    assert paper_figure("instruct", "startend:end_checker") == "40% of its distance on 4%"
     assert paper_figure("instruct", ALL) is None
     assert paper_figure("text2sql", "format") is None
     assert paper_figure(None, ALL) is None
