@@ -37,3 +37,21 @@ def test_the_parts_timers_cover_the_replays_parts(tiny_qwen2_dir, tiny_tokenizer
     assert tokens == sum(len(g.prefix) for g in replay_groups(items, True)) > 0 and seconds > 0
     parts = timing.time_head_and_js_parts(model, items, temperature=0.7)
     assert set(parts) == {"head", "log_softmax", "js", "js_pairwise"} and all(v > 0 for v in parts.values())
+
+
+def test_replay_hidden_gives_the_replays_own_distances(tiny_qwen2_dir, tiny_tokenizer):
+    """The hidden states `timing.replay_hidden` takes, through the head and the JS step, give
+    the replay's q: they are the states at each context's response positions."""
+    benchmark_module.load("replay_sharing")
+    import timing
+    import torch
+    from mrtpo.replay import head_and_js, head_of
+
+    model = _load(tiny_qwen2_dir)
+    items = _begin_alike_items(tiny_tokenizer)
+    plans, hidden = timing.replay_hidden(model, items)
+    q = torch.zeros(len(items), max(it.num_rewards for it in items), max(len(it.response_ids) for it in items))
+    with torch.no_grad():
+        for n, (plan, h) in enumerate(zip(plans, hidden)):
+            head_and_js(q, n, plan, h, head_of(model), 1.0, 256)
+    assert (q - distances(model, items, shared_prefix=False)).abs().max() <= 1e-5

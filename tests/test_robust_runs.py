@@ -202,3 +202,52 @@ def test_resume_to_fewer_steps_is_refused(tiny_qwen2_dir, run_a):
     with pytest.raises(ConfigError, match=r"--resume --steps 1: .* already reached step 2"):
         train(_cfg(tiny_qwen2_dir, run_a, steps=1, resume=True))
     assert (run_a / "config.yaml").read_bytes() == before
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (an orphan's zombie may wait for a reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_runs_forked_children_neither_keep_its_lock_nor_outlive_it(tmp_path):
+    """A run killed from outside (SIGKILL: the OOM killer) while it holds its lock, with the
+    verifier pool's workers and another forked child alive: the lock is free at once (the
+    children closed their copies of its file), and the pool's workers exit on their own (they
+    closed their copies of the parent's pipe ends, so they read end-of-file)."""
+    code = (
+        "import os, sys, time\n"
+        "from mrtpo.harness.runlock import RunLock\n"
+        "from mrtpo.harness.scoring import _ForkPool\n"
+        f"RunLock({str(tmp_path / 'run')!r}).acquire()\n"
+        "pool = _ForkPool(2)\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "print(' '.join(str(p.pid) for p in pool.procs), child, flush=True)\n"
+        "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    *workers, sleeper = [int(p) for p in proc.stdout.readline().split()]
+    try:
+        with pytest.raises(RunDirLocked):
+            RunLock(tmp_path / "run").acquire()
+        proc.kill()
+        proc.wait()
+        assert _alive(sleeper)
+        with RunLock(tmp_path / "run"):  # free while the forked child still lives
+            pass
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers), "the pool's workers outlived the run"
+    finally:
+        for pid in (*workers, sleeper):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass

@@ -27,8 +27,8 @@ The line after the table splits the replay with all sharing on into its parts: t
 fed through the model body (the prompts' common prefixes, timed on their own by
 `timing.time_prefixes`, then the context suffixes and the response tokens), and the
 vocabulary head and the JS step, timed on their own on as many positions
-(`timing.time_head_and_js`: each response token under each distinct context), with the share
-of the replay each takes, and split into the head, the log-softmax and the JS comparisons
+(`timing.time_head_and_js`: each response token under each distinct context, on the model's
+own hidden states there, `timing.replay_hidden`), with the share of the replay each takes, and split into the head, the log-softmax and the JS comparisons
 (`timing.time_head_and_js_parts`). The next line times the JS comparisons side by side with
 the step as it was before each context's probabilities were shared (one
 `js_distance_log_probs` call per comparison) and says what the replay would take with it. The last line but one gives the process's peak resident
@@ -45,7 +45,7 @@ import resource
 import statistics
 import time
 
-from timing import time_head_and_js, time_head_and_js_parts, time_prefixes
+from timing import replay_hidden, time_head_and_js, time_head_and_js_parts, time_prefixes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -128,8 +128,10 @@ def main() -> None:
         print(f"{name:>26}: {results[name][0][2]:6d} tokens, median {med:.3f} s of {args.repeats} "
               f"({med / base:.2f}x), max |dq| vs plain {max(r[1] for r in results[name]):.1e}")
     last = statistics.median(r[0] for r in results[names[-1]])
-    head_js = statistics.median(time_head_and_js(model, items, temperature=temp) for _ in range(args.repeats))
-    parts = [time_head_and_js_parts(model, items, temperature=temp) for _ in range(args.repeats)]
+    states = replay_hidden(model, items)  # the model's own hidden states: real distributions for the JS step
+    head_js = statistics.median(time_head_and_js(model, items, temperature=temp, states=states)
+                                for _ in range(args.repeats))
+    parts = [time_head_and_js_parts(model, items, temperature=temp, states=states) for _ in range(args.repeats)]
     part = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
     prefix_s, prefix_tokens = min(time_prefixes(model, items) for _ in range(args.repeats))
     fed = results[names[-1]][0][2]

@@ -11,7 +11,8 @@ from mrtpo.replay.js import js_against_first, js_chunk_bytes, js_distance_log_pr
 
 def _random_hidden(model, items):
     """(plans, hidden [C, T, H] per item): random hidden states at each item's response
-    positions under each distinct context (the head and JS cost the same on any values)."""
+    positions under each distinct context (the head costs the same on any values; the JS
+    step does not quite: its elementwise functions are slower on some ranges)."""
     width, param = model.config.hidden_size, next(model.parameters())
     g = torch.Generator(device=param.device).manual_seed(0)
     plans = [plan_item(item, n) for n, item in enumerate(items)]
@@ -20,16 +21,35 @@ def _random_hidden(model, items):
     return plans, hidden
 
 
+def replay_hidden(model, items):
+    """(plans, hidden [C, T, H] per item): the model's own hidden states at each item's
+    response positions under each distinct context (one plain forward per context), so that
+    the head and the JS step are timed on the distributions the replay really compares
+    (P_all and P_without_k are close at most positions)."""
+    decoder, device = decoder_of(model), next(model.parameters()).device
+    plans = [plan_item(item, n) for n, item in enumerate(items)]
+    hidden = []
+    with torch.no_grad():
+        for plan, item in zip(plans, items):
+            rows = []
+            for ctx in plan.contexts:
+                ids = torch.as_tensor(list(ctx) + list(item.response_ids[:-1]), dtype=torch.long, device=device)[None]
+                rows.append(decoder(input_ids=ids).last_hidden_state[0, len(ctx) - 1:])  # [T, H]
+            hidden.append(torch.stack(rows))  # [C, T, H]
+    return plans, hidden
+
+
 def _sync(device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
-def time_head_and_js(model, items, chunk_tokens: int = 256, temperature: float = 1.0) -> float:
+def time_head_and_js(model, items, chunk_tokens: int = 256, temperature: float = 1.0, states=None) -> float:
     """Seconds of the replay's work outside the model body (`mrtpo.replay.head_and_js`: the
     vocabulary head and the JS step) on as many positions as `distances` computes: each
-    item's distinct contexts x its response tokens, from random hidden states (same cost)."""
-    plans, hidden = _random_hidden(model, items)
+    item's distinct contexts x its response tokens, from `states` ((plans, hidden), e.g.
+    `replay_hidden`'s) or random hidden states."""
+    plans, hidden = states or _random_hidden(model, items)
     param = next(model.parameters())
     k = max(it.num_rewards for it in items)
     q = torch.zeros(len(items), k, max(len(it.response_ids) for it in items), device=param.device)  # [N, K, T]
@@ -41,13 +61,15 @@ def time_head_and_js(model, items, chunk_tokens: int = 256, temperature: float =
     return time.perf_counter() - t
 
 
-def time_head_and_js_parts(model, items, chunk_tokens: int = 256, temperature: float = 1.0) -> dict[str, float]:
+def time_head_and_js_parts(model, items, chunk_tokens: int = 256, temperature: float = 1.0,
+                           states=None) -> dict[str, float]:
     """The parts of `time_head_and_js`, each timed on its own over the same chunks as
     `head_and_js` cuts: "head" (the vocabulary head), "log_softmax" (each context's, in
     fp32), "js" (P_all against each P_without_k: `js_against_first`, the landed step) and
     "js_pairwise" (the same distances by one `js_distance_log_probs` call per comparison,
-    the step as it was before each context's probabilities were shared) -> seconds."""
-    plans, hidden = _random_hidden(model, items)
+    the step as it was before each context's probabilities were shared) -> seconds. `states`
+    as in `time_head_and_js`."""
+    plans, hidden = states or _random_hidden(model, items)
     head, device = head_of(model), next(model.parameters()).device
     out = dict.fromkeys(("head", "log_softmax", "js", "js_pairwise"), 0.0)
 

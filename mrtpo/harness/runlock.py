@@ -4,7 +4,9 @@ Two runs writing one directory interleave their steps in metrics.jsonl and overw
 other's checkpoints, so `train` (and the learning benchmark) take this lock first and a second
 run is refused with the holder named: its pid, host, start time and command line, which the
 holder writes into the lock file. The lock is an OS lock (`fcntl.flock`) on an open file, so a
-run that crashes or is killed releases it at once: there is no stale lock to delete by hand.
+run that crashes or is killed releases it at once: there is no stale lock to delete by hand. A
+forked child (the verifier workers) would share that open file and keep the lock after the run
+died, so every fork closes its copy (`os.register_at_fork`); the parent's lock is untouched.
 Within one process the lock is re-entrant (the benchmark holds it around `train`, which takes
 it again). POSIX only; elsewhere no lock is taken.
 
@@ -121,6 +123,22 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _forget_in_child() -> None:
+    """After a fork, in the child: close this process's copies of the lock files (closing a
+    copy never releases the parent's flock; LOCK_UN here would). Without the guard: a thread
+    of the parent may have held it at the fork."""
+    for f, _ in list(_held.values()):
+        try:
+            f.close()
+        except OSError:
+            pass
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def describe(holder: str) -> str:

@@ -22,6 +22,7 @@ programming error (bad *model output* must score the floor instead): it stops th
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
 import traceback
@@ -110,11 +111,23 @@ def _run_job(example: Example, response: str, index: int, timeout: float | None)
     return ("ok", result, time.perf_counter() - start)
 
 
-def _serve(conn) -> None:
-    """Worker loop (in a forked child): run each job received, send back its result."""
+def _serve(conn, inherited=()) -> None:
+    """Worker loop (in a forked child): run each job received, send back its result.
+
+    When the parent dies (killed, out of memory) the worker exits instead of waiting for
+    ever (and keeping the run's files open): it closes `inherited` first, the parent's ends
+    of the pool's pipes (its own among them) that the fork copied, so that it reads
+    end-of-file once the parent is gone; and since another forked child may hold such an end
+    too, it also looks every second whether its parent is still the one that forked it."""
+    for c in inherited:
+        c.close()
+    parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     while True:
         try:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:  # orphaned: re-parented to init or a subreaper
+                    return
             job = conn.recv()
         except (EOFError, OSError):
             return
@@ -163,7 +176,8 @@ class _ForkPool:
 
     def _add(self, slot: int | None = None) -> None:
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
+        others = [c for i, c in enumerate(self.conns) if i != slot]  # the old one of `slot` is closed
+        proc = self.ctx.Process(target=_serve, args=(child, [parent, *others]), daemon=True)
         proc.start()
         child.close()  # so the parent's end reads EOF when the worker dies
         if slot is None:
