@@ -12,8 +12,9 @@ extra). Nothing is asserted: these are measured figures.
     python benchmarks/learning/learning.py [--tasks toolcall,text2sql,instruct] [--seeds 0,1,2]
         [--steps N] [--out benchmarks/out/learning] [--threads N] [--quick]
 
-Runs go to <out>/runs/<task>/<method>/seed<k>/; a finished run is read back instead of run
-again and an interrupted one resumes, so the script can be stopped and restarted. Settings
+Runs go to <out>/runs/<task>/<method>/seed<k>/, each trained in a fresh process; a finished run
+is read back instead of run again and an interrupted one resumes, so the script can be
+stopped and restarted. Settings
 other than the task, method and seed are those `mrtpo train` uses for the built-in policy
 (`mrtpo.models.default.TRAIN_DEFAULTS`), overridable with the flags below.
 """
@@ -40,12 +41,13 @@ EXTRA_METHODS = {
 ALL_METHODS = {**METHODS, **EXTRA_METHODS}
 
 
-def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> list[dict]:
+def run_one(out: Path, task: str, method: str, seed: int, settings: dict, threads: int | None = None) -> list[dict]:
     """Train one (task, method, seed), or read it back when it already finished.
 
-    The run directory is locked throughout (as `mrtpo train` locks it): a second copy of the
-    benchmark started on the same --out is refused instead of deleting this one's run."""
-    from mrtpo.harness import TrainConfig, train
+    The run directory is locked while it is read (as `mrtpo train` locks it): a second copy
+    of the benchmark started on the same --out is refused instead of deleting this one's run.
+    The run itself trains in a fresh process (`train_apart`), which takes the lock again."""
+    from mrtpo.harness import TrainConfig
     from mrtpo.harness.runlock import LOCK_NAME, RunLock
 
     run_dir = out / "runs" / task / method / f"seed{seed}"
@@ -61,13 +63,43 @@ def run_one(out: Path, task: str, method: str, seed: int, settings: dict) -> lis
             for p in run_dir.iterdir():
                 if p.name != LOCK_NAME:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
-        cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
-                          **ALL_METHODS[method], **settings)
-        t0 = time.perf_counter()
-        result = train(cfg)
-        print(f"  ran {task} {method} seed {seed}: {len(result.history)} steps in "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)
-        return _read(metrics)
+    cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
+                      **ALL_METHODS[method], **settings)
+    t0 = time.perf_counter()
+    train_apart(cfg, threads)
+    print(f"  ran {task} {method} seed {seed}: {settings['steps']} steps in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return _read(metrics)
+
+
+def train_apart(cfg, threads: int | None = None) -> None:
+    """`mrtpo.harness.train(cfg)` in a fresh (spawned) process, with `threads` torch threads.
+
+    One process per run: a process that has trained a model keeps gigabytes it no longer
+    uses, and the next run's verifier workers, forked from it, held a copy of them (about
+    5 GB each run on SmolLM2-135M, against 0.1 GB forked from a fresh process), so that two
+    runs side by side ran out of 24 GB. A run that fails stops the benchmark; rerunning it
+    resumes from the run's last checkpoint."""
+    import multiprocessing as mp
+
+    from mrtpo.harness import train
+
+    before = os.environ.get("OMP_NUM_THREADS")
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # the child's torch reads it at start
+    try:
+        proc = mp.get_context("spawn").Process(target=train, args=(cfg,))
+        proc.start()
+    finally:
+        if threads:
+            if before is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = before
+    proc.join()
+    if proc.exitcode != 0:
+        raise SystemExit(f"the run in {cfg.output_dir} failed (its process exited with code {proc.exitcode}); "
+                         "rerun the benchmark to resume it from its last checkpoint")
 
 
 def _read(path: Path) -> list[dict]:
@@ -254,7 +286,7 @@ def main() -> None:
     all_curves, rows, seconds = {}, [], {}
     t0 = time.perf_counter()
     for task in args.tasks.split(","):
-        histories = {m: [run_one(out, task, m, s, settings) for s in seeds] for m in methods}
+        histories = {m: [run_one(out, task, m, s, settings, args.threads) for s in seeds] for m in methods}
         keys = reward_keys([h for hs in histories.values() for h in hs])
         curves = {m: {k: [series(h, k) for h in hs] for k in keys} for m, hs in histories.items()}
         all_curves[task] = curves

@@ -1,6 +1,6 @@
-"""benchmarks/learning/learning.py's summary: finished runs are read back (no training), and
-summary.json keeps the settings, the seeds, the start/end window, the seconds per run and the
-per-step curves its table and plot were made from."""
+"""benchmarks/learning/learning.py: each run trains in a fresh process and is read back once
+finished; summary.json keeps the settings, the seeds, the start/end window, the seconds per
+run and the per-step curves its table and plot were made from."""
 from __future__ import annotations
 
 import json
@@ -30,3 +30,15 @@ def test_summary_of_finished_runs_keeps_window_seconds_and_curves(tmp_path, tiny
     assert doc["curves"]["toolcall"]["gdpo"]["rewards/format/mean"] == [[0.0, 0.5, 1.0, 1.0], [0.5, 0.5, 0.5, 1.0]]
     row = next(r for r in doc["rows"] if r["reward"] == "format" and r["method"] == "mrtpo")
     assert math.isclose(row["start"], (0.0 + 1.5) / 4) and math.isclose(row["end"], (1.0 + 2.0) / 4)  # 2-step means
+
+
+def test_a_run_trains_in_a_fresh_process_and_is_read_back_after(tmp_path, tiny_qwen2_dir):
+    learning = benchmark_module.load("learning")
+    settings = dict(model=str(tiny_qwen2_dir), steps=2, batch_prompts=2, num_generations=2, max_new_tokens=4,
+                    verify_workers=0, lora=True, lora_r=4, save_every=1, log_completions_every=0, eval_every=0)
+    history = learning.run_one(tmp_path, "toolcall", "mrtpo", 0, settings, threads=1)
+    assert [r["step"] for r in history] == [1, 2]
+    run = tmp_path / "runs" / "toolcall" / "mrtpo" / "seed0"
+    assert (run / "config.yaml").is_file() and any(run.glob("checkpoints/step-*"))
+    (run / "config.yaml").unlink()  # a finished run is read back, not trained again (it would fail now)
+    assert learning.run_one(tmp_path, "toolcall", "mrtpo", 0, settings) == history
