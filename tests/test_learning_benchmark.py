@@ -25,6 +25,7 @@ def test_summary_of_finished_runs_keeps_window_seconds_and_curves(tmp_path, tiny
     learning.main()
     doc = json.loads((tmp_path / "summary.json").read_text())
     assert doc["seeds"] == [0, 1] and doc["window"] == 2 and doc["settings"]["steps"] == 4
+    assert doc["settings"]["model"] == str(tiny_qwen2_dir)  # a path names itself
     assert doc["command"].startswith("python benchmarks/learning/learning.py --model ")
     assert doc["seconds_per_run"] == {"gdpo": 8.0, "mrtpo": 8.0}
     assert doc["curves"]["toolcall"]["gdpo"]["rewards/format/mean"] == [[0.0, 0.5, 1.0, 1.0], [0.5, 0.5, 0.5, 1.0]]

@@ -102,6 +102,11 @@ def train_apart(cfg, threads: int | None = None) -> None:
                          "rerun the benchmark to resume it from its last checkpoint")
 
 
+def _named(name: str, path: str) -> str:
+    """The model as the results files name it: `name (path)` when a built-in name resolved."""
+    return name if str(path) == name else f"{name} ({path})"
+
+
 def _read(path: Path) -> list[dict]:
     from mrtpo.harness.metrics import JsonlLog
 
@@ -300,7 +305,8 @@ def main() -> None:
                       for m, by_key in c.items()} for t, c in all_curves.items()}
     (out / "summary.json").write_text(json.dumps({
         "command": " ".join(["python benchmarks/learning/learning.py", *sys.argv[1:]]),
-        "settings": {**settings, "model_name": args.model}, "seeds": seeds,
+        "settings": {**settings, "model": _named(args.model, settings["model"]), "model_name": args.model},
+        "seeds": seeds,
         "window": args.window or max(1, settings["steps"] // 10), "rows": rows,
         "seconds_per_run": next(iter(seconds.values())) if len(seconds) == 1 else seconds,
         "curves": curves_out}, indent=1) + "\n")
