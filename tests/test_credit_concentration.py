@@ -9,8 +9,12 @@ from mrtpo.credit.statistics import ALL
 
 def test_rows_hold_the_policy_and_its_control_for_every_reward(tiny_qwen2_dir):
     bench = benchmark_module.load("credit_concentration")
+    from mrtpo.credit.probe import random_control
+    from mrtpo.models.trained import load_frozen_policy
+
+    policy = load_frozen_policy(str(tiny_qwen2_dir))
     # the fixture is itself a random init from seed 0: the control draws from seed 1 here
-    rows = bench.measure(str(tiny_qwen2_dir), "toolcall", limit=2, demo=True, seed=1)
+    rows = bench.measure(policy, random_control(policy.model, seed=1), "toolcall", limit=2, demo=True)
     assert [r["reward"] for r in rows] == ["format", "schema", "correct", ALL]
     for r in rows:
         assert r["responses"] == (12 if r["reward"] == ALL else 4)  # reference + corrupted copy of 2 examples

@@ -25,21 +25,18 @@ import time
 DEMO_TASKS = ("toolcall", "text2sql")
 
 
-def measure(model_name: str, task_name: str, limit: int, demo: bool, seed: int = 0) -> list[dict]:
+def measure(policy, control, task_name: str, limit: int, demo: bool) -> list[dict]:
     """Per reward of the task (then all rewards pooled): responses, and the mean (min-max)
-    top-80 share for the policy and for its random-init control."""
-    from mrtpo.credit.probe import random_control
+    top-80 share for the policy (a loaded `Policy`) and for `control` (a model of its shape)."""
     from mrtpo.credit.records import compute, responses_for
     from mrtpo.credit.statistics import summarize
-    from mrtpo.models.trained import load_frozen_policy
     from mrtpo.tasks import get_task
 
     task = get_task(task_name, **({"demo": True} if demo and task_name in DEMO_TASKS else {}))
     examples = task.load()[:limit]
-    policy = load_frozen_policy(model_name)
     responses = responses_for(task, examples, None)
     summaries = {}
-    for label, model in (("model", policy.model), ("control", random_control(policy.model, seed))):
+    for label, model in (("model", policy.model), ("control", control)):
         records = compute(task, examples, responses, model, policy.tokenizer)
         summaries[label] = {r.name: r for r in summarize(records)}
     rows = []
@@ -91,12 +88,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    from mrtpo.credit.probe import random_control
+    from mrtpo.models.trained import load_frozen_policy
     from mrtpo.textio import strict_json
 
+    policy = load_frozen_policy(args.model)  # loaded once for every task, as is its control
+    control = random_control(policy.model)
     rows = []
     for name in [t.strip() for t in args.tasks.split(",") if t.strip()]:
         t0 = time.perf_counter()
-        part = measure(args.model, name, args.limit, not args.no_demo)
+        part = measure(policy, control, name, args.limit, not args.no_demo)
         rows += part
         for r in part:
             print(f"{name:<9} {r['reward']:<34} {r['responses']:>3} responses  model {_cell(r['model']):<14} "

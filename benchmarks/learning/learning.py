@@ -67,9 +67,10 @@ def run_one(out: Path, task: str, method: str, seed: int, settings: dict, thread
                       **ALL_METHODS[method], **settings)
     t0 = time.perf_counter()
     train_apart(cfg, threads)
-    print(f"  ran {task} {method} seed {seed}: {settings['steps']} steps in "
+    history = _read(metrics)
+    print(f"  ran {task} {method} seed {seed}: {len(history) - len(done) if resume else len(history)} steps in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
-    return _read(metrics)
+    return history
 
 
 def train_apart(cfg, threads: int | None = None) -> None:
