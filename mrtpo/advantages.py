@@ -232,3 +232,24 @@ def place(credit: Credit, distances: torch.Tensor | None = None, mask: torch.Ten
         raise ValueError(f"distances have K={w.shape[1]} rewards, credit has {credit.per_reward.shape[1]}")
     a = torch.einsum("nkt,nk->nt", w, credit.per_reward.to(w))  # [N, T]
     return (a + credit.offset.unsqueeze(-1)) * m  # [N, T]
+
+
+def shuffle_within(distances: torch.Tensor, mask: torch.Tensor,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """The distances [N, K, T] with each (response, reward)'s values permuted among that
+    response's own tokens (the mask's) -> [N, K, T]; padding stays as it was.
+
+    A control for MRTPO's placement: `token_weights` of the result has, per response and
+    reward, exactly the weights of the original (same mean, same spread) on randomly chosen
+    tokens. If the shuffled weights train as well as the real ones, the placement carries no
+    usable information and only the reweighting does anything."""
+    q = distances.clone()  # [N, K, T]
+    n, k, _ = q.shape
+    for i in range(n):
+        idx = mask[i].nonzero().squeeze(-1)  # [L] this response's token positions
+        if idx.numel() < 2:
+            continue
+        for j in range(k):
+            perm = torch.randperm(idx.numel(), generator=generator)  # [L]
+            q[i, j, idx] = distances[i, j, idx[perm]]
+    return q

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1] / "mrtpo"
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation: pure helpers and math, importing nothing above them", [
         "mrtpo", "mrtpo.cache", "mrtpo.textio", "mrtpo.progress", "mrtpo.formats", "mrtpo.edits",
-        "mrtpo.advantages", "mrtpo.replay", "mrtpo.credit.statistics"]),
+        "mrtpo.advantages", "mrtpo.spans", "mrtpo.replay", "mrtpo.credit.statistics"]),
     ("verifiers: scoring one response (SQL sandbox, IFEval/IFBench checks, tool calls)", ["mrtpo.verifiers"]),
     ("tasks: the task types, the registry, the built-in tasks and their data readers", ["mrtpo.tasks"]),
     ("contexts: P0 / P_all / P_without_k as messages and token ids", ["mrtpo.contexts"]),

@@ -35,7 +35,8 @@ CONTEXTS = ("without the format rule", "rule -> an unrelated sentence", "rule ->
 
 def measure(model_name: str) -> dict:
     from mrtpo.contexts import ReplayItem, block_texts, context_messages, render_ids
-    from mrtpo.credit.probe import first_token_mask, span_token_mask
+    from mrtpo.credit.probe import first_token_mask
+    from mrtpo.spans import span_token_mask
     from mrtpo.credit.records import response_ids
     from mrtpo.harness.policy import load_policy
     from mrtpo.models.default import resolve_model

@@ -17,9 +17,10 @@ as `benchmarks/learning/learning.py`), so its curves sit beside the stored GRPO 
 that script's output directory. A response with nothing in a reward's spans (no call could be
 found) gets that reward's credit uniformly, as MRTPO does for an all-zero distance.
 
-This is a diagnostic, not a method: the spans are hand-written for toolcall's JSON calls. During
-the span runs the trainer's replay step (`mrtpo.harness.loop.replay_distances`) is swapped for
-`span_distances`, which has its signature; everything else is `mrtpo train` unchanged.
+This is a diagnostic, not a method: the spans are hand-written for toolcall's JSON calls
+(`ToolCallTask.reward_spans`). The span runs are `mrtpo train --mrtpo-weights spans`: the
+setting travels in the run's config into the process that trains, and everything else is
+`mrtpo train` unchanged.
 
     python benchmarks/experiments/span_placement.py [--seeds 0,1,2] [--lambdas 1] [--threads 1]
         [--out benchmarks/out/learning] [--compare gdpo,mrtpo] [--steps N] [--json PATH]
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -41,74 +41,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))
 
 import learning  # noqa: E402  (benchmarks/learning/learning.py)
-
-Span = tuple[int, int]
-
-_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_ARGS = re.compile(r'"arguments"\s*:\s*\{')
-# one argument: "key": value, where value is a string, number, literal, list or flat object
-_ARG = re.compile(r'\s*,?\s*"((?:[^"\\]|\\.)*)"\s*:\s*'
-                  r'("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*|true|false|null|\[[^\]]*\]|\{[^{}]*\})')
-
-
-def toolcall_spans(text: str) -> dict[str, list[Span]]:
-    """Character spans of `text` that each toolcall reward is about (see the module doc)."""
-    schema: list[Span] = []
-    correct: list[Span] = []
-    for m in _NAME.finditer(text):
-        schema.append(m.span(1))
-    for m in _ARGS.finditer(text):
-        pos = m.end()
-        while True:
-            a = _ARG.match(text, pos)
-            if a is None:
-                break
-            schema.append(a.span(1))
-            correct.append(a.span(2))
-            pos = a.end()
-    schema.sort()
-    taken = sorted(schema + correct)
-    fmt: list[Span] = []
-    at = 0
-    for s, e in taken:
-        if s > at:
-            fmt.append((at, s))
-        at = max(at, e)
-    if at < len(text):
-        fmt.append((at, len(text)))
-    return {"format": fmt, "schema": schema, "correct": correct}
-
-
-def token_offsets(tokenizer, ids: list[int]) -> list[Span]:
-    """Each token's character range in the decoded response (special tokens decode to '')."""
-    out, prev = [], 0
-    for i in range(len(ids)):
-        n = len(tokenizer.decode(ids[: i + 1], skip_special_tokens=True))
-        out.append((prev, max(prev, n)))
-        prev = max(prev, n)
-    return out
-
-
-def span_distances(policy, task, rollout, scored, temperature: float, credit=None):
-    """A stand-in for `mrtpo.harness.distances.replay_distances` with its signature:
-    q [N, K, T] = 1 on the tokens of each reward's spans, 0 elsewhere; no forward pass."""
-    import torch
-
-    from mrtpo.credit.probe import span_token_mask
-    from mrtpo.harness.distances import blocks_for
-
-    t = max(1, rollout.max_length)
-    q = torch.zeros(len(rollout.response_ids), len(scored.names), t)  # [N, K, T]
-    for i, (ids, text) in enumerate(zip(rollout.response_ids, rollout.responses)):
-        offsets = token_offsets(policy.tokenizer, ids)
-        empty = [a == b for a, b in offsets]  # decodes to nothing (the end of turn): the format's
-        for name, ranges in toolcall_spans(text).items():
-            if name not in scored.names:
-                continue
-            masks = [span_token_mask(offsets, span) for span in ranges]
-            hit = [name == "format" if e else any(m[j] for m in masks) for j, e in enumerate(empty)]
-            q[i, scored.column(name), :len(hit)] = torch.tensor(hit, dtype=torch.float32)  # [T_i]
-    return q, blocks_for(task, rollout, scored)
 
 
 def paired_changes(curves: dict, base: str, steps: int) -> dict[str, dict[str, list[float]]]:
@@ -139,7 +71,11 @@ def main() -> None:
     ap.add_argument("--lambdas", default="1", help="MRTPO's lambda for the span runs, comma-separated")
     ap.add_argument("--compare", default="gdpo,mrtpo",
                     help="methods of learning.py shown beside; the first is the baseline of the paired differences")
+    ap.add_argument("--model", default=None, help="policy (default: the built-in mrtpo-tiny); a built-in brings its train settings")
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--log-completions-every", type=int, default=0,
+                    help="log each Nth step's completions with their token weights (0: none)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default="benchmarks/out/learning")
     ap.add_argument("--json", default=None, help="also write the summary rows here")
@@ -149,34 +85,33 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    import mrtpo.harness.loop as loop
+    from mrtpo.harness.builtin import builtin_name
     from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS, resolve_model
 
-    settings = dict(TRAIN_DEFAULTS.get(DEFAULT_MODEL, {}))
+    model = args.model or DEFAULT_MODEL
+    settings = dict(TRAIN_DEFAULTS.get(builtin_name(model) or DEFAULT_MODEL, {}))
     settings.pop("task", None)
     if args.steps:
         settings["steps"] = args.steps
+    if args.max_new_tokens:
+        settings["max_new_tokens"] = args.max_new_tokens
     settings.setdefault("steps", 40)
-    settings.update(model=resolve_model(DEFAULT_MODEL), lora=True, save_every=0,
-                    log_completions_every=0, eval_every=0)
+    settings.update(model=resolve_model(model), lora=True, save_every=0,
+                    log_completions_every=args.log_completions_every, eval_every=0)
     seeds = [int(s) for s in args.seeds.split(",")]
     span_methods = []
     for lam in [float(x) for x in args.lambdas.split(",")]:
         name = "mrtpo-spans" if lam == 1 else f"mrtpo-spans-lambda{lam:g}"
-        learning.ALL_METHODS[name] = {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": lam}
+        learning.ALL_METHODS[name] = {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": lam,
+                                      "mrtpo_weights": "spans"}
         span_methods.append(name)
     out = Path(args.out)
     print(f"settings {settings}; seeds {seeds}; load average {os.getloadavg()[0]:.1f}", flush=True)
     t0 = time.perf_counter()
     histories = {m: [learning.run_one(out, "toolcall", m, s, settings) for s in seeds]
                  for m in args.compare.split(",") if m}
-    real = loop.replay_distances
-    loop.replay_distances = span_distances  # the span runs only
-    try:
-        histories.update({m: [learning.run_one(out, "toolcall", m, s, settings) for s in seeds]
-                          for m in span_methods})
-    finally:
-        loop.replay_distances = real
+    histories.update({m: [learning.run_one(out, "toolcall", m, s, settings) for s in seeds]
+                      for m in span_methods})
     keys = learning.reward_keys([h for hs in histories.values() for h in hs])
     curves = {m: {k: [learning.series(h, k) for h in hs] for k in keys} for m, hs in histories.items()}
     rows = learning.summarise("toolcall", curves, settings["steps"], 0.5)

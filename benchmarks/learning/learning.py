@@ -37,6 +37,9 @@ METHODS = {  # name -> TrainConfig fields
 # further methods --methods can name (not run by default)
 EXTRA_METHODS = {
     "mrtpo-lambda0.5": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": 0.5},
+    # controls: MRTPO's weights shuffled within each response; the task's own reward spans
+    "mrtpo-shuffled": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "shuffled"},
+    "mrtpo-spans": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "spans"},
 }
 ALL_METHODS = {**METHODS, **EXTRA_METHODS}
 

@@ -39,6 +39,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from mrtpo.spans import span_token_mask
+
 SPECIFIC = 2.0  # specificity at which an edit kind counts as reward-specific
 SOME = 1.25  # ... and at which it counts as showing some specificity
 # the text control: a sentence about nothing any task checks (repeated to a block's length, see `filler`)
@@ -176,12 +178,6 @@ class ProbeReport:
 
 
 # ------------------------------------------------------------------------------ the math
-def span_token_mask(offsets: Sequence[tuple[int, int]], span: tuple[int, int]) -> list[bool]:
-    """Which tokens (character offsets per token) overlap the character range `span`."""
-    s, e = span
-    return [a < e and b > s for a, b in offsets]
-
-
 def first_token_mask(in_span: Sequence[bool]) -> list[bool]:
     """Only the first token of a span mask (the decision token)."""
     first = list(in_span).index(True) if any(in_span) else -1

@@ -76,6 +76,7 @@ class TrainConfig:
     saw: Literal["off", "reward", "advantage"] = opt("off", "SAW weights: 'reward' (with grpo: GRPO-h), 'advantage' (with gdpo: GDPO-h), or off.")
     scale_rewards: Literal["group", "batch", "none"] = opt("group", "grpo only: divide by the group's std, the batch's, or nothing (TRL's scale_rewards).")
     mrtpo: bool = opt(True, "Place each reward's credit on its relevant tokens (replay + JS distance); --no-mrtpo gives every token the response's advantage.")
+    mrtpo_weights: Literal["replay", "shuffled", "spans"] = opt("replay", "Where MRTPO's token weights come from: replay (the JS distances, the method), shuffled (the same distances permuted within each response: a control with the weights' distribution and no placement), spans (the task's own reward spans, Task.reward_spans: an oracle control; toolcall has them).")
     mrtpo_lambda: float = opt(1.0, "Blend of MRTPO weights with uniform ones: 1 = pure MRTPO, 0 = plain estimator.")
     replay_zero_credit: bool = opt(False, "Also replay the rewards whose credit on a completion is 0 (a group that scored the reward alike) on every step, not only on steps that log completions: the same advantages up to float rounding of the replay's batching; off by default, which skips those contexts.")
 

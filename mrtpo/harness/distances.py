@@ -15,7 +15,30 @@ from __future__ import annotations
 
 import torch
 
+from mrtpo.advantages import shuffle_within
 from mrtpo.contexts import block_texts, build_item, model_positions, only_rewards
+from mrtpo.harness.errors import ConfigError
+from mrtpo.spans import spans_token_mask, token_offsets
+
+#: where MRTPO's token weights come from (`--mrtpo-weights`): the replay's distances, the
+#: same distances shuffled within each response (a control: placement removed, weight
+#: distribution kept), or the task's own reward spans (an oracle control: `Task.reward_spans`)
+WEIGHT_SOURCES = ("replay", "shuffled", "spans")
+
+
+def token_distances(source: str, policy, task, rollout, scored, temperature: float, credit=None,
+                    seed: int = 0) -> tuple[torch.Tensor, list[list[str]] | None]:
+    """(q [N, K, T] on the batch's reward columns, blocks per completion or None) from
+    `source` (one of WEIGHT_SOURCES); `advantages.place` turns q into token weights.
+    `seed` draws the shuffle (the loop passes one per step, so a resumed run draws the same)."""
+    if source == "spans":
+        return span_distances(policy.tokenizer, task, rollout, scored), None
+    q, blocks = replay_distances(policy, task, rollout, scored, temperature, credit=credit)  # [N, K, T]
+    if source == "shuffled":
+        q = shuffle_within(q, rollout.response_mask(), torch.Generator().manual_seed(seed))
+    elif source != "replay":
+        raise ConfigError(f"--mrtpo-weights must be one of {', '.join(WEIGHT_SOURCES)}, got {source!r}")
+    return q, blocks
 
 
 def blocks_for(task, rollout, scored) -> list[list[str]]:
@@ -48,3 +71,25 @@ def replay_distances(policy, task, rollout, scored, temperature: float,
     finally:
         policy.model.train(was_training)
     return q, [item.blocks for item in items]
+
+
+def span_distances(tokenizer, task, rollout, scored) -> torch.Tensor:
+    """q [N, K, T]: 1 on the tokens of each reward's spans (`task.reward_spans`), 0 elsewhere;
+    no forward pass. A token that decodes to nothing (the end of turn) is the format's; a
+    reward with no spans on a response gets 0 there, hence weight 1 on every token."""
+    q = torch.zeros(len(rollout.response_ids), len(scored.names), max(1, rollout.max_length))  # [N, K, T]
+    for i, (ex, ids, text) in enumerate(zip(rollout.examples, rollout.response_ids, rollout.responses)):
+        spans = task.reward_spans(ex, text)
+        if spans is None:
+            raise ConfigError(f"--mrtpo-weights spans: task {task.name!r} cannot say which tokens each "
+                              "reward is about (it does not override Task.reward_spans); use "
+                              "--mrtpo-weights replay or shuffled, or a task that does (toolcall)")
+        offsets = token_offsets(tokenizer, ids)
+        for name, ranges in spans.items():
+            if name not in scored.names:
+                continue
+            hit = spans_token_mask(offsets, ranges)  # [T_i]
+            if name == "format":
+                hit = [h or a == b for h, (a, b) in zip(hit, offsets)]
+            q[i, scored.column(name), :len(hit)] = torch.tensor(hit, dtype=torch.float32)
+    return q

@@ -30,7 +30,7 @@ from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.builtin import portable_name
-from mrtpo.harness.distances import blocks_for, replay_distances
+from mrtpo.harness.distances import blocks_for, token_distances
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
@@ -139,8 +139,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
             with timer("replay"):  # a reward with zero credit on a completion is not replayed,
                 # except on steps whose completions are logged (the logs show every distance)
                 skip = not (cfg.replay_zero_credit or logs_completions)
-                q, blocks = (replay_distances(policy, task, rollout, scored, cfg.temperature,
-                                              credit=credit if skip else None)
+                q, blocks = (token_distances(cfg.mrtpo_weights, policy, task, rollout, scored, cfg.temperature,
+                                             credit=credit if skip else None, seed=cfg.seed * 1_000_003 + step)
                              if cfg.mrtpo else (None, None))  # q [N, K, T]
             # then on tokens: the mean over a response's tokens stays the estimator's advantage;
             # only where it lands changes

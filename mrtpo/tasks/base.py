@@ -169,6 +169,17 @@ class Task:
         """
         return []
 
+    def reward_spans(self, example: Example, response: str) -> dict[str, list[tuple[int, int]]] | None:
+        """The characters of `response` that each reward is about, as [start, end) ranges by
+        reward name, or None (the default): the task cannot say.
+
+        Where a task says it, `mrtpo train --mrtpo-weights spans` puts each reward's credit on
+        exactly those tokens (Blockwise Advantage Estimation's placement): the ceiling that
+        MRTPO's distances are compared with, not a method for tasks whose spans are unknown.
+        A reward left out, or given no spans on a response, gets its credit uniformly there.
+        """
+        return None
+
     #: the in-prompt reward whose information `demo_messages` carries too ("format" for the
     #: built-in tasks' worked examples): its P_without_k drops the demonstration with its block
     demo_reward: str | None = None

@@ -39,6 +39,7 @@ so `schema` and `correct` judge the calls whatever their wrapping (`format` judg
 from __future__ import annotations
 
 import hashlib
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -77,6 +78,36 @@ DEMO_CALL = [{"name": "lookup_word", "arguments": {"word": "bibliothèque", "lan
 PARSE_CACHE_BYTES = 64_000_000
 PARSE_BYTES_PER_CHAR = 8
 _PARSED = BoundedCache(max_entries=1024, max_bytes=PARSE_CACHE_BYTES)
+
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGS = re.compile(r'"arguments"\s*:\s*\{')
+# one argument: "key": value, where value is a string, number, literal, list or flat object
+_ARG = re.compile(r'\s*,?\s*"((?:[^"\\]|\\.)*)"\s*:\s*'
+                  r'("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*|true|false|null|\[[^\]]*\]|\{[^{}]*\})')
+
+
+def call_spans(text: str) -> dict[str, list[tuple[int, int]]]:
+    """The characters of a response that each toolcall reward is about, read off its JSON
+    calls by pattern (not parsed, so a half-written call still has spans): `schema` the
+    function names and argument names, `correct` the argument values, `format` the rest."""
+    schema: list[tuple[int, int]] = [m.span(1) for m in _NAME.finditer(text)]
+    correct: list[tuple[int, int]] = []
+    for m in _ARGS.finditer(text):
+        pos = m.end()
+        while (a := _ARG.match(text, pos)) is not None:
+            schema.append(a.span(1))
+            correct.append(a.span(2))
+            pos = a.end()
+    fmt: list[tuple[int, int]] = []
+    at = 0
+    for s, e in sorted(schema + correct):
+        if s > at:
+            fmt.append((at, s))
+        at = max(at, e)
+    if at < len(text):
+        fmt.append((at, len(text)))
+    return {"format": fmt, "schema": sorted(schema), "correct": correct}
 
 
 def _parse_cached(response: str, think: bool) -> ParsedCalls:
@@ -150,6 +181,11 @@ class ToolCallTask(Task):
         from mrtpo.tasks.probe_edits import toolcall_edits
 
         return toolcall_edits(self, example)
+
+    def reward_spans(self, example: Example, response: str) -> dict[str, list[tuple[int, int]]]:
+        """schema: each call's function name and argument names; correct: the argument
+        values; format: everything else (tags, JSON punctuation and keys, text around)."""
+        return call_spans(response)
 
     def parse(self, response: object) -> ParsedCalls:
         """The calls in a response (cached: the three rewards read the same response)."""
