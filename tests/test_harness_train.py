@@ -86,17 +86,20 @@ def test_one_step_changes_only_lora_parameters(tiny_qwen2_dir, tmp_path, advanta
 
 
 def test_zero_credit_pairs_are_not_replayed_and_the_advantages_stay(tiny_qwen2_dir):
-    """`replay_distances(..., credit=)` skips the (completion, reward) pairs whose credit is
-    exactly 0: their q is 0, every other q and the token advantages are those of replaying
-    every reward. The random policy's groups score `word` and `format` alike, so there are
-    pairs to skip."""
-    from mrtpo.advantages import estimate, place
-    from mrtpo.harness.distances import replay_distances
+    """`mrtpo_step`, the step `mrtpo train` and the TRL integration share: a step that does not
+    log its completions skips the (completion, reward) pairs whose credit is exactly 0 (their
+    q is 0); every other q and the token advantages are those of replaying every reward, which
+    a logging step and `replay_zero_credit` do. The random policy's groups score `word` and
+    `format` alike, so there are pairs to skip. An empty completion (TRL masks truncated ones
+    out) is not replayed."""
+    from mrtpo.advantages import estimate
+    from mrtpo.harness.distances import logs_completions, mrtpo_step, policy_replayer
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
     from mrtpo.tasks import get_task
 
+    assert [s for s in range(1, 8) if logs_completions(s, 3)] == [1, 3, 6] and not logs_completions(1, 0)
     torch.manual_seed(0)
     task = get_task("harness-words")
     examples = task.load()[:3]
@@ -105,15 +108,24 @@ def test_zero_credit_pairs_are_not_replayed_and_the_advantages_stay(tiny_qwen2_d
     with Scorer(task, 0) as scorer:
         scored = scorer.score(rollout.examples, rollout.responses)
     credit = estimate(scored.scores, 4, "gdpo")
-    mask = rollout.response_mask()  # [N, T]
-    q_all, _ = replay_distances(policy, task, rollout, scored, 1.0)  # [N, K, T]
-    q_some, _ = replay_distances(policy, task, rollout, scored, 1.0, credit=credit)  # [N, K, T]
-    zero = credit.per_reward == 0  # [N, K]
-    assert torch.all(q_some[zero] == 0) and q_all[zero].amax() > 0  # something was skipped
-    torch.testing.assert_close(q_some[~zero], q_all[~zero], atol=1e-5, rtol=1e-4)
+    mask = torch.nn.functional.pad(rollout.response_mask(), (0, 2))  # [N, T + 2]: T may exceed the longest
     for lam in (1.0, 0.5):
-        torch.testing.assert_close(place(credit, q_some, mask, lam), place(credit, q_all, mask, lam),
-                                   atol=1e-5, rtol=1e-4)
+        step = dict(lam=lam, temperature=1.0, seed=0, step=2)
+        some = mrtpo_step("replay", policy_replayer(policy), task, rollout, scored, credit, mask, logs=False, **step)
+        for every in (dict(logs=True), dict(logs=False, replay_zero_credit=True)):
+            full = mrtpo_step("replay", policy_replayer(policy), task, rollout, scored, credit, mask, **every, **step)
+            zero = credit.per_reward == 0  # [N, K]
+            assert some.distances.shape == (len(rollout), len(scored.names), mask.shape[1])
+            assert torch.all(some.distances[zero] == 0) and full.distances[zero].amax() > 0  # something was skipped
+            torch.testing.assert_close(some.distances[~zero], full.distances[~zero], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(some.advantages, full.advantages, atol=1e-5, rtol=1e-4)
+            assert some.blocks == full.blocks
+    off = mrtpo_step(None, policy_replayer(policy), task, rollout, scored, credit, mask, logs=True, **step)
+    assert off.distances is None and off.blocks is None  # MRTPO off: the response's advantage on every token
+    torch.testing.assert_close(off.advantages, credit.total.unsqueeze(-1) * mask)
+    rollout.response_ids[0] = []  # a row TRL masked out
+    empty = mrtpo_step("replay", policy_replayer(policy), task, rollout, scored, credit, mask, logs=True, **step)
+    assert empty.distances[0].eq(0).all() and empty.distances[1:].amax() > 0
 
 
 def test_skipping_zero_credit_rewards_trains_the_same(tiny_qwen2_dir, tmp_path):

@@ -8,6 +8,8 @@
   [B, B, T] broadcast would give another number).
 - use_liger_kernel and TRL-side reward functions are refused with clear messages; the shape
   guard catches the broadcast older TRLs made.
+- `mrtpo_weights` reaches MRTPO's step (mrtpo.harness.distances.mrtpo_step, shared with `mrtpo
+  train` and tested there: zero-credit pairs, logging steps).
 
 Skipped when TRL is not installed (`pip install -e ".[trl]"`).
 """
@@ -284,20 +286,20 @@ def test_two_processes_with_accelerate(tiny_qwen2_dir, tmp_path):
     assert max(abs(x) for x in r0["lora_b"]) > 0
 
 
-def test_zero_credit_rewards_are_not_replayed_and_advantages_stay(tiny_qwen2_dir, tmp_path):
-    """As in `mrtpo train`: pairs with zero credit skip the replay (q 0 there) and the token
-    advantages equal those of replaying every reward (`replay_zero_credit=True`)."""
-    batches = {}
-    for full in (False, True):
-        trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", peft_config=_lora(),
-                                   log_completions_every=0, replay_zero_credit=full,
-                                   args=_args(tmp_path / str(full), multi_objective_aggregation="normalize_then_sum"))
-        trainer.train()
-        batches[full] = trainer.last_batch
-    skip, every = batches[False], batches[True]
-    torch.testing.assert_close(skip.scores, every.scores, equal_nan=True)  # NaN: a reward an example lacks
-    torch.testing.assert_close(skip.advantages, every.advantages, atol=1e-5, rtol=1e-4)
-    zero = skip.credit.per_reward[skip.rows] == 0  # [B, K]
-    assert torch.all(skip.distances[zero] == 0)
-    assert every.distances[zero].amax() > 0  # there was something to skip
-    torch.testing.assert_close(skip.distances[~zero], every.distances[~zero], atol=1e-5, rtol=1e-4)
+def test_weight_sources_reach_trl(tiny_qwen2_dir, tmp_path):
+    """`--mrtpo_weights` goes through the step `mrtpo train` takes (mrtpo.harness.distances,
+    where the rules themselves are tested): `spans` puts toolcall's reward spans, 1 on their
+    tokens and 0 elsewhere, on the completions TRL sampled; an unknown source is refused."""
+    from mrtpo.integrations.trl import startup_line
+
+    trainer = MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="toolcall", peft_config=_lora(), mrtpo_weights="spans",
+                               log_completions_every=0,
+                               args=_args(tmp_path, multi_objective_aggregation="normalize_then_sum",
+                                          max_completion_length=24))
+    trainer.train()
+    batch = trainer.last_batch
+    assert "weights spans" in startup_line(trainer)
+    assert batch.distances.shape[-1] == batch.mask.shape[-1] and set(batch.distances.unique().tolist()) <= {0.0, 1.0}
+    assert batch.distances.sum() > 0  # the format's end-of-turn token at least
+    with pytest.raises(ValueError, match="mrtpo_weights must be one of replay, shuffled, spans"):
+        MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", args=_args(tmp_path), mrtpo_weights="random")

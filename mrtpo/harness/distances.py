@@ -1,21 +1,36 @@
-"""MRTPO's replay step in the trainer: contexts for each completion, JS distances per reward.
+"""MRTPO's step, the one that `mrtpo train` (loop.py) and the TRL integration both call.
 
-Each completion is replayed (teacher-forced, its sampled ids exactly) under P_all and each
-P_without_k by `mrtpo.replay.distances`; the result, in each row's own reward order, is laid
-out on the batch's reward columns (`Scored.names`) so that `advantages.place` can weight
-each reward's credit. A column a row does not have stays 0 (its credit is 0 there anyway).
+Given a batch's completions (a `Rollout`), their scores (`Scored`, this process's rows on the
+batch's reward columns) and their per-reward credit, `mrtpo_step` returns the token
+advantages [N, T]: it takes each (completion, reward)'s token distances q [N, K, T] from the
+chosen source (`--mrtpo-weights`) and lets `advantages.place` weight each reward's credit
+with them. The rules both trainers follow live here and only here:
 
-With `credit`, a (completion, reward) pair whose credit is exactly 0 is not replayed (its q
-stays 0): the estimators give exactly 0 to a reward that a group scored alike (and SAW
-weights a saturated reward 0), and a weight times zero credit adds nothing to the token
-advantage, so `advantages.place` gives the same result (up to float rounding: the replay
-batches other rows) and the replay runs fewer contexts. Nothing left to replay: no forward.
+- which steps log their completions (`logs_completions`: the first and every Nth);
+- a (completion, reward) pair whose credit is exactly 0 is not replayed (its q stays 0): the
+  estimators give exactly 0 to a reward that a group scored alike (and SAW weights a
+  saturated reward 0), and a weight times zero credit adds nothing to the token advantage, so
+  `advantages.place` gives the same result (up to float rounding: the replay batches other
+  rows) and the replay runs fewer contexts. Steps that log their completions replay every
+  pair (the logs show every distance), as does `replay_zero_credit`. Nothing left to replay:
+  no forward;
+- the replay itself: `contexts.build_item` -> `contexts.only_rewards` ->
+  `replay.replay_onto_columns`, each completion's rewards in its own order laid out on the
+  batch's reward columns (a column a row does not have stays 0; its credit is 0 there anyway);
+  an empty completion (TRL masks truncated ones out) is not replayed.
+
+The trainers differ only in how they reach the model, which a `Replayer` carries: the loop
+folds its LoRA adapter in (`policy_replayer`), TRL unwraps its distributed model.
 """
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
 import torch
 
-from mrtpo.advantages import shuffle_within
+from mrtpo.advantages import Credit, place, shuffle_within
 from mrtpo.contexts import block_texts, build_item, model_positions, only_rewards
 from mrtpo.harness.errors import ConfigError
 from mrtpo.spans import spans_token_mask, token_offsets
@@ -26,18 +41,84 @@ from mrtpo.spans import spans_token_mask, token_offsets
 WEIGHT_SOURCES = ("replay", "shuffled", "spans")
 
 
-def token_distances(source: str, policy, task, rollout, scored, temperature: float, credit=None,
+@dataclass(frozen=True)
+class Replayer:
+    """The policy as the replay reads it: its tokenizer, the positions it attends over (the
+    appended blocks are cut so that P_all plus the response fits), and `open()`, a context
+    that yields the model to run teacher-forced."""
+
+    tokenizer: Any
+    positions: int | None
+    open: Callable[[], ContextManager[torch.nn.Module]]
+
+
+def policy_replayer(policy) -> Replayer:
+    """The loop's policy (harness.policy.Policy): in eval mode, its LoRA folded into fp32
+    weights (one product per projection), its training flag restored after."""
+
+    @contextlib.contextmanager
+    def open_model():
+        was_training = policy.model.training
+        policy.model.eval()
+        try:
+            with policy.merged() as model:
+                yield model
+        finally:
+            policy.model.train(was_training)
+
+    return Replayer(policy.tokenizer, model_positions(policy.model), open_model)
+
+
+def logs_completions(step: int, every: int) -> bool:
+    """Whether optimizer step `step` (from 1) logs its completions: the first step and every
+    `every`th; `every` 0 logs none."""
+    return bool(every) and (step == 1 or step % every == 0)
+
+
+def shuffle_seed(seed: int, step: int) -> int:
+    """The generator seed of step `step`'s shuffle (`--mrtpo-weights shuffled`): one per step,
+    so a resumed run draws what an uninterrupted one would."""
+    return seed * 1_000_003 + step
+
+
+@dataclass
+class TokenCredit:
+    """One step's MRTPO output on this process's rows."""
+
+    advantages: torch.Tensor  # [N, T] what the loss multiplies into each token's ratio
+    distances: torch.Tensor | None  # [N, K, T] q on the batch's reward columns (None: MRTPO off)
+    blocks: list[list[str]] | None  # per completion, in its reward order (None: not built)
+
+
+def mrtpo_step(weights: str | None, replayer: Replayer, task, rollout, scored, credit: Credit,
+               mask: torch.Tensor, *, lam: float, temperature: float, logs: bool,
+               replay_zero_credit: bool = False, seed: int = 0, step: int = 1) -> TokenCredit:
+    """Token advantages [N, T] of one step: `credit` (this process's rows and the batch's
+    columns) placed on tokens by the distances from `weights` (one of WEIGHT_SOURCES; None:
+    MRTPO off, every token gets its response's advantage). `mask` [N, T]: the tokens the loss
+    counts (T may exceed the longest completion). `logs`: this step logs its completions, so
+    every pair is replayed; else zero-credit pairs are skipped unless `replay_zero_credit`."""
+    q = blocks = None
+    if weights is not None:
+        skip = not (replay_zero_credit or logs)
+        q, blocks = token_distances(weights, replayer, task, rollout, scored, mask, temperature,
+                                    credit=credit if skip else None, seed=shuffle_seed(seed, step))  # [N, K, T]
+    return TokenCredit(place(credit, q, mask, lam=lam), q, blocks)  # [N, T]
+
+
+def token_distances(source: str, replayer: Replayer, task, rollout, scored, mask: torch.Tensor,
+                    temperature: float, credit: Credit | None = None,
                     seed: int = 0) -> tuple[torch.Tensor, list[list[str]] | None]:
     """(q [N, K, T] on the batch's reward columns, blocks per completion or None) from
-    `source` (one of WEIGHT_SOURCES); `advantages.place` turns q into token weights.
-    `seed` draws the shuffle (the loop passes one per step, so a resumed run draws the same)."""
+    `source` (one of WEIGHT_SOURCES), T = `mask`'s; `advantages.place` turns q into token
+    weights. `credit`: skip the pairs whose credit is 0. `seed` draws the shuffle."""
     if source == "spans":
-        return span_distances(policy.tokenizer, task, rollout, scored), None
-    q, blocks = replay_distances(policy, task, rollout, scored, temperature, credit=credit)  # [N, K, T]
-    if source == "shuffled":
-        q = shuffle_within(q, rollout.response_mask(), torch.Generator().manual_seed(seed))
-    elif source != "replay":
+        return span_distances(replayer.tokenizer, task, rollout, scored, mask.shape[-1]), None
+    if source not in ("replay", "shuffled"):
         raise ConfigError(f"--mrtpo-weights must be one of {', '.join(WEIGHT_SOURCES)}, got {source!r}")
+    q, blocks = replay_distances(replayer, task, rollout, scored, temperature, mask.shape[-1], credit=credit)
+    if source == "shuffled":
+        q = shuffle_within(q, mask, torch.Generator().manual_seed(seed))  # [N, K, T]
     return q, blocks
 
 
@@ -47,37 +128,36 @@ def blocks_for(task, rollout, scored) -> list[list[str]]:
 
 
 @torch.no_grad()
-def replay_distances(policy, task, rollout, scored, temperature: float,
-                     credit=None) -> tuple[torch.Tensor, list[list[str]]]:
-    """(q [N, K, T] on the batch's reward columns, blocks per completion). `credit`
-    (advantages.Credit on the same rows and columns): skip the pairs whose credit is 0."""
+def replay_distances(replayer: Replayer, task, rollout, scored, temperature: float, length: int | None = None,
+                     credit: Credit | None = None) -> tuple[torch.Tensor, list[list[str]]]:
+    """(q [N, K, T] on the batch's reward columns, blocks per completion; T = `length` or the
+    longest completion). `credit` (advantages.Credit on the same rows and columns): skip the
+    pairs whose credit is 0. An empty completion is not replayed (q 0)."""
     from mrtpo.replay import replay_onto_columns
 
-    positions = model_positions(policy.model)  # blocks are cut so that P_all + response fits
-    items = [build_item(task, policy.tokenizer, ex, ids, v, positions)
-             for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts)]
+    shape = (len(rollout.response_ids), len(scored.names), max(1, length or rollout.max_length))
+    rows = [i for i, ids in enumerate(rollout.response_ids) if len(ids)]
+    items = [build_item(task, replayer.tokenizer, rollout.examples[i], rollout.response_ids[i],
+                        scored.verdicts[i], replayer.positions) for i in rows]
     if credit is not None:
-        items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0) for name in names])
-                 for i, (item, names) in enumerate(zip(items, scored.row_names))]
-    shape = (len(items), len(scored.names), max(1, rollout.max_length))
+        items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0)
+                                     for name in scored.row_names[i]]) for i, item in zip(rows, items)]
+    replayed = dict(zip(rows, items))
+    blocks = [replayed[i].blocks if i in replayed else block_texts(task, ex, v)
+              for i, (ex, v) in enumerate(zip(rollout.examples, scored.verdicts))]
     if all(ctx == item.context_ids[0] for item in items for ctx in item.context_ids[1:]):
-        return torch.zeros(shape), [item.blocks for item in items]  # every pair has zero credit
-    columns = [[scored.column(name) for name in names] for names in scored.row_names]
-    was_training = policy.model.training
-    policy.model.eval()
-    try:
-        with policy.merged() as model:  # LoRA folded into fp32 weights: one product per projection
-            q = replay_onto_columns(model, items, columns, shape, temperature=temperature)  # [N, K, T]
-    finally:
-        policy.model.train(was_training)
-    return q, [item.blocks for item in items]
+        return torch.zeros(shape), blocks  # nothing to replay (every pair has zero credit)
+    columns = [[scored.column(name) for name in scored.row_names[i]] for i in rows]
+    with replayer.open() as model:
+        q = replay_onto_columns(model, items, columns, shape, temperature=temperature, rows=rows)  # [N, K, T]
+    return q, blocks
 
 
-def span_distances(tokenizer, task, rollout, scored) -> torch.Tensor:
+def span_distances(tokenizer, task, rollout, scored, length: int | None = None) -> torch.Tensor:
     """q [N, K, T]: 1 on the tokens of each reward's spans (`task.reward_spans`), 0 elsewhere;
     no forward pass. A token that decodes to nothing (the end of turn) is the format's; a
     reward with no spans on a response gets 0 there, hence weight 1 on every token."""
-    q = torch.zeros(len(rollout.response_ids), len(scored.names), max(1, rollout.max_length))  # [N, K, T]
+    q = torch.zeros(len(rollout.response_ids), len(scored.names), max(1, length or rollout.max_length))  # [N, K, T]
     for i, (ex, ids, text) in enumerate(zip(rollout.examples, rollout.response_ids, rollout.responses)):
         spans = task.reward_spans(ex, text)
         if spans is None:

@@ -24,13 +24,13 @@ from typing import Any, Callable
 
 import torch
 
-from mrtpo.advantages import estimate, place, saw_weights, token_weights
+from mrtpo.advantages import estimate, saw_weights, token_weights
 from mrtpo.harness import checkpoints
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.builtin import portable_name
-from mrtpo.harness.distances import blocks_for, token_distances
+from mrtpo.harness.distances import blocks_for, logs_completions, mrtpo_step, policy_replayer
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
@@ -98,6 +98,7 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
         device=dist.policy_device(cfg.device), dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         keep_reference=cfg.beta > 0, base_name=portable_name(cfg.model, model_path),
         weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
+    replayer = policy_replayer(policy)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
     dist.broadcast_parameters(policy.trainable_parameters())  # every process starts from rank 0's weights
@@ -135,16 +136,13 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
             # statistics are the ones a single process would see; each process keeps its own rows)
             credit = local_credit(estimate(batch_scored.scores, G, cfg.advantage, weights=batch_scored.weights,
                                            saw=cfg.saw, floors=batch_scored.floors, scale=cfg.scale_rewards), rows)
-            logs_completions = bool(cfg.log_completions_every) and (step == 1 or step % cfg.log_completions_every == 0)
-            with timer("replay"):  # a reward with zero credit on a completion is not replayed,
-                # except on steps whose completions are logged (the logs show every distance)
-                skip = not (cfg.replay_zero_credit or logs_completions)
-                q, blocks = (token_distances(cfg.mrtpo_weights, policy, task, rollout, scored, cfg.temperature,
-                                             credit=credit if skip else None, seed=cfg.seed * 1_000_003 + step)
-                             if cfg.mrtpo else (None, None))  # q [N, K, T]
-            # then on tokens: the mean over a response's tokens stays the estimator's advantage;
-            # only where it lands changes
-            advantages = place(credit, q, mask, lam=cfg.mrtpo_lambda)  # [N, T]
+            logs = logs_completions(step, cfg.log_completions_every)
+            with timer("replay"):  # then on tokens (MRTPO): the mean over a response's tokens
+                # stays the estimator's advantage; only where it lands changes
+                placed = mrtpo_step(cfg.mrtpo_weights if cfg.mrtpo else None, replayer, task, rollout, scored,
+                                    credit, mask, lam=cfg.mrtpo_lambda, temperature=cfg.temperature, logs=logs,
+                                    replay_zero_credit=cfg.replay_zero_credit, seed=cfg.seed, step=step)
+            advantages, q = placed.advantages, placed.distances  # [N, T], [N, K, T]
 
             lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
             for group in optimizer.param_groups:
@@ -173,11 +171,11 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
                 record.update(mrtpo_metrics(dist.gather_rows(q), dist.gather_rows(mask), scored.names,
                                             dist.gather_rows(credit.per_reward)))
 
-            if logs_completions:
+            if logs:
                 used_w = scored.weights * (saw_weights(batch_scored.scores, batch_scored.floors)
                                            if cfg.saw != "off" else 1.0)  # [K]
                 records = dist.gather_objects(completion_records(
-                    step, rollout, scored, blocks or blocks_for(task, rollout, scored), credit,
+                    step, rollout, scored, placed.blocks or blocks_for(task, rollout, scored), credit,
                     used_w, advantages, q,
                     None if q is None else token_weights(q, mask, cfg.mrtpo_lambda), policy.tokenizer))
                 if dist.is_main:

@@ -11,10 +11,11 @@ checkpoints stay TRL's. Per generation batch it changes four things:
    computes per-reward credit with the estimator TRL's `multi_objective_aggregation` names
    ("normalize_then_sum" = GDPO, "sum_then_normalize" = GRPO with TRL's `scale_rewards`),
    optionally SAW-weighted; each process keeps its own rows;
-3. replay: each process replays its own completions (their sampled ids, exactly) under P_all
-   and every P_without_k (mrtpo.contexts, mrtpo.replay) -> JS distances [B, K, T];
-4. placement: `mrtpo.advantages.place` -> token advantages [B, T], handed to TRL as the
-   batch's `advantages` (TRL >= 0.26 takes [B, T] in `_compute_loss`).
+3. and 4., MRTPO's step: each process hands its own completions, scores and credit to
+   `mrtpo.harness.distances.mrtpo_step`, the step `mrtpo train` takes too (the replay under
+   P_all and every P_without_k, or the `mrtpo_weights` control; zero-credit pairs skipped; the
+   placement), -> token advantages [B, T], handed to TRL as the batch's `advantages` (TRL >=
+   0.26 takes [B, T] in `_compute_loss`).
 
 With `mrtpo=False` every token carries its response's advantage, which is TRL's own
 advantage for the same aggregation (the tests check this). The mean of a response's token
@@ -38,6 +39,7 @@ surrogate terms, the clip masks) is [B, T].
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -45,10 +47,13 @@ from typing import Any, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mrtpo.advantages import Credit, estimate, place
-from mrtpo.contexts import build_item, model_positions, only_rewards
+from mrtpo.advantages import Credit, estimate
+from mrtpo.contexts import model_positions
+from mrtpo.harness.distances import (WEIGHT_SOURCES, Replayer, TokenCredit, blocks_for, logs_completions,
+                                     mrtpo_step)
 from mrtpo.harness.distributed import local_credit
-from mrtpo.harness.scoring import reward_names
+from mrtpo.harness.rollout import Rollout
+from mrtpo.harness.scoring import Scored, reward_names
 from mrtpo.tasks.contract import checked_verify
 from mrtpo.tasks import TaskLoadError, TaskNotFound, get_task
 from mrtpo.tasks.base import Example, Task, Verdict
@@ -203,6 +208,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     keyword arguments. data: the task's data file (default: its bundled sample); examples:
     Examples to train on instead. mrtpo: place credit on tokens by replay (False: every token
     gets the response's advantage). mrtpo_lambda: blend with uniform weights (1 = pure MRTPO).
+    mrtpo_weights: where the token weights come from, as `mrtpo train --mrtpo-weights`: "replay",
+    "shuffled" or "spans" (mrtpo.harness.distances.WEIGHT_SOURCES).
     saw: "off", "reward" (with GRPO) or "advantage" (with GDPO). The estimator follows
     `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
     log_completions_every: every completion of step 1 and of every Nth step goes to
@@ -216,7 +223,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def __init__(self, model, task: str | Task, args: GRPOConfig | None = None, *,
                  task_args: dict[str, Any] | None = None, data: str | None = None,
                  examples: Sequence[Example] | None = None, mrtpo: bool = True, mrtpo_lambda: float = 1.0,
-                 saw: str = "off", log_completions_every: int = 10, replay_zero_credit: bool = False,
+                 mrtpo_weights: str = "replay", saw: str = "off", log_completions_every: int = 10, replay_zero_credit: bool = False,
                  train_dataset=None, **kwargs):
         if "reward_funcs" in kwargs:
             raise TypeError("MRTPOGRPOTrainer takes its rewards from the task; drop reward_funcs (or use "
@@ -238,6 +245,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                              "normalize_then_sum (GDPO-h), or saw='off'")
         if not 0.0 <= mrtpo_lambda <= 1.0:
             raise ValueError(f"mrtpo_lambda must be in [0, 1], got {mrtpo_lambda}")
+        if mrtpo_weights not in WEIGHT_SOURCES:
+            raise ValueError(f"mrtpo_weights must be one of {', '.join(WEIGHT_SOURCES)}, got {mrtpo_weights!r}")
 
         if isinstance(task, str):
             task = get_task(task, **(task_args or {}))
@@ -262,6 +271,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self._mrtpo_model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None),
                                                                                "_name_or_path", None)
         self.mrtpo_enabled, self.mrtpo_lambda, self.mrtpo_saw = mrtpo, mrtpo_lambda, saw
+        self.mrtpo_weights = mrtpo_weights
         self.mrtpo_estimator = estimator
         self.mrtpo_replay_zero_credit = replay_zero_credit
         if log_completions_every < 0:
@@ -270,6 +280,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self.mrtpo_floors = torch.tensor(floors)  # [K]
         self.last_batch: MRTPOBatch | None = None
         self._gathered_scores: torch.Tensor | None = None
+        self._completions_logged: int | None = None  # the last step whose completions were logged
         self._shape_checked = False
 
     # -------------------------------------------------------------------- TRL's hook points
@@ -291,22 +302,21 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         mask = mask.detach().float().cpu()  # [B, T]
         mine = local_credit(credit, rows)
         step = self.state.global_step + 1  # the optimizer step this generation batch feeds
-        every = self.mrtpo_log_completions_every
-        logs = bool(every) and (step == 1 or step % every == 0) and step != getattr(self, "_completions_logged", None)
-        # zero-credit pairs are not replayed, except when the completions are logged
-        skip = not (self.mrtpo_replay_zero_credit or logs)
-        q = (self._replay(inputs, out, mine.per_reward if skip else None)
-             if self.mrtpo_enabled else None)  # [B, K, T]
-        advantages = place(mine, q, mask, lam=self.mrtpo_lambda)  # [B, T]
-        if advantages.shape != mask.shape:
-            raise AssertionError(f"token advantages {tuple(advantages.shape)} != completions {tuple(mask.shape)}")
+        # once per step: a step may take several generation batches
+        logs = logs_completions(step, self.mrtpo_log_completions_every) and step != self._completions_logged
+        rollout, scored = self._batch(inputs, out, scores[rows])
+        placed = mrtpo_step(self.mrtpo_weights if self.mrtpo_enabled else None, self._replayer(), self.mrtpo_task,
+                            rollout, scored, mine, mask, lam=self.mrtpo_lambda, temperature=self.temperature,
+                            logs=logs, replay_zero_credit=self.mrtpo_replay_zero_credit, seed=self.args.seed,
+                            step=step)
+        advantages, q = placed.advantages, placed.distances  # [B, T], [B, K, T]
         trl_advantages = out["advantages"]  # [B]
         out["advantages"] = advantages.to(trl_advantages.device)
         self._log_mrtpo(credit, q, mask, mine.per_reward)
         self.last_batch = MRTPOBatch(scores, credit, rows, trl_advantages.detach().cpu(), advantages, mask, q)
         if logs:
             self._completions_logged = step
-            self._log_completions(step, inputs, out, scores[rows], mine, rows, advantages, q, mask)
+            self._log_completions(step, rollout, scored, placed, mine, rows, mask)
         return out
 
     def _compute_loss(self, model, inputs):
@@ -333,69 +343,53 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                             credit.offset.masked_fill(unscorable, 0.0))
         return credit
 
-    @torch.no_grad()
-    def _replay(self, inputs: list[dict], out: dict, credit: torch.Tensor | None = None) -> torch.Tensor:
-        """JS distances of this process's completions on the reward columns -> [B, K, T].
-        `credit` [B, K]: the (completion, reward) pairs with credit 0 are not replayed (q 0)."""
-        from mrtpo.replay import replay_onto_columns
+    def _replayer(self) -> Replayer:
+        """The policy for the replay: TRL's model unwrapped as for generation (DeepSpeed ZeRO-3
+        gathers its parameters), profiled as `mrtpo.replay`."""
 
-        ids = out["completion_ids"].cpu()  # [B, T]
-        valid = out["completion_mask"].cpu().bool()  # [B, T] the sampled tokens (up to EOS)
-        names = self.reward_func_names
-        shape = (ids.shape[0], len(names), ids.shape[1])  # [B, K, T]
-        items, rows, columns = [], [], []
-        for i, row in enumerate(inputs):
-            response = ids[i][valid[i]].tolist()
-            if not response:  # masked out (e.g. mask_truncated_completions): no loss, no replay
-                continue
-            example = self.mrtpo_examples[row[INDEX_COLUMN]]
-            row_names = reward_names(self.mrtpo_task.rewards(example))
-            verdicts = [self._mrtpo_state.verdicts[name][i] for name in row_names]
-            item = build_item(self.mrtpo_task, self._mrtpo_state.tokenizer, example, response, verdicts,
-                              model_positions(self.model))  # blocks cut to fit the positions
-            if credit is not None:
-                item = only_rewards(item, [bool(credit[i, names.index(name)] != 0) for name in row_names])
-            items.append(item)
-            rows.append(i)
-            columns.append([names.index(name) for name in row_names])
-        if not items:
-            return torch.zeros(shape)
-        with profiling_context(self, "mrtpo.replay"), unwrap_model_for_generation(
-                self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model:
-            return replay_onto_columns(model, items, columns, shape, temperature=self.temperature, rows=rows)
+        @contextlib.contextmanager
+        def open_model():
+            with profiling_context(self, "mrtpo.replay"), unwrap_model_for_generation(
+                    self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model:
+                yield model
 
-    def _log_completions(self, step: int, inputs, out, scores: torch.Tensor, credit: Credit, rows: slice,
-                         advantages: torch.Tensor, q: torch.Tensor | None, mask: torch.Tensor) -> None:
+        return Replayer(self._mrtpo_state.tokenizer, model_positions(self.model), open_model)
+
+    def _batch(self, inputs: list[dict], out: dict, scores: torch.Tensor) -> tuple[Rollout, Scored]:
+        """This process's completions as `mrtpo train` holds them: their sampled ids up to the
+        end (a row TRL masked out is empty), examples, verdicts and `scores` [B, K]."""
+        tok = self._mrtpo_state.tokenizer
+        ids, valid = out["completion_ids"].cpu(), out["completion_mask"].cpu().bool()  # [B, T]
+        p_ids, p_mask = out["prompt_ids"].cpu(), out["prompt_mask"].cpu().bool()  # [B, P]
+        response_ids = [ids[i][valid[i]].tolist() for i in range(ids.shape[0])]
+        prompt_ids = [p_ids[i][p_mask[i]].tolist() for i in range(p_ids.shape[0])]
+        examples = [self.mrtpo_examples[row[INDEX_COLUMN]] for row in inputs]
+        row_names = [reward_names(self.mrtpo_task.rewards(ex)) for ex in examples]
+        verdicts = [[self._mrtpo_state.verdicts[n][i] for n in row] for i, row in enumerate(row_names)]
+        stops = set(getattr(self, "eos_token_ids", None) or [self.eos_token_id]) | {tok.pad_token_id}  # TRL < 1.0: one
+        rollout = Rollout(examples, [tok.decode(p) for p in prompt_ids], prompt_ids, response_ids,
+                          [tok.decode(r, skip_special_tokens=True) for r in response_ids],
+                          [not r or r[-1] not in stops for r in response_ids], self.num_generations)
+        scored = Scored(list(self.reward_func_names), scores, self.reward_weights.detach().float().cpu(),
+                        self.mrtpo_floors, row_names, verdicts, {})
+        return rollout, scored
+
+    def _log_completions(self, step: int, rollout: Rollout, scored: Scored, placed: TokenCredit, credit: Credit,
+                         rows: slice, mask: torch.Tensor) -> None:
         """Append this batch's completions to `<output_dir>/completions.jsonl` in `mrtpo train`'s
         format (mrtpo.harness.completions), so `mrtpo credit OUTPUT_DIR` shows TRL runs too."""
         import json
         from pathlib import Path
 
         from mrtpo.advantages import token_weights
-        from mrtpo.contexts import block_texts
         from mrtpo.harness.completions import records
-        from mrtpo.harness.rollout import Rollout
-        from mrtpo.harness.scoring import Scored
 
-        tok = self._mrtpo_state.tokenizer
-        ids, valid = out["completion_ids"].cpu(), out["completion_mask"].cpu().bool()  # [B, T]
-        p_ids, p_mask = out["prompt_ids"].cpu(), out["prompt_mask"].cpu().bool()  # [B, P]
-        response_ids = [ids[i][valid[i]].tolist() for i in range(ids.shape[0])]
-        examples = [self.mrtpo_examples[row[INDEX_COLUMN]] for row in inputs]
-        names = self.reward_func_names
-        row_names = [reward_names(self.mrtpo_task.rewards(ex)) for ex in examples]
-        verdicts = [[self._mrtpo_state.verdicts[n][i] for n in row] for i, row in enumerate(row_names)]
-        stops = set(self.eos_token_ids) | {tok.pad_token_id}
-        rollout = Rollout(examples, [tok.decode(p_ids[i][p_mask[i]].tolist()) for i in range(p_ids.shape[0])],
-                          [p_ids[i][p_mask[i]].tolist() for i in range(p_ids.shape[0])], response_ids,
-                          [tok.decode(r, skip_special_tokens=True) for r in response_ids],
-                          [not r or r[-1] not in stops for r in response_ids], self.num_generations)
-        weights = self.reward_weights.detach().float().cpu()  # [K]
-        scored = Scored(names, scores, weights, self.mrtpo_floors, row_names, verdicts, {})
-        blocks = [block_texts(self.mrtpo_task, ex, v) for ex, v in zip(examples, verdicts)]
+        q = placed.distances
         token_w = None if q is None else token_weights(q, mask, self.mrtpo_lambda)  # [B, K, T]
-        lines = records(step, rollout, scored, blocks, credit, weights, advantages, q, token_w, tok)
+        blocks = placed.blocks or blocks_for(self.mrtpo_task, rollout, scored)
+        lines = records(step, rollout, scored, blocks, credit, scored.weights, placed.advantages, q, token_w,
+                        self._mrtpo_state.tokenizer)
         for i, line in enumerate(lines):  # group and sample in the whole batch, not this process's share
             line["group"], line["sample"] = divmod(rows.start + i, self.num_generations)
         if self.accelerator.num_processes > 1:  # every process's rows, in rank order
@@ -449,6 +443,9 @@ class MRTPOScriptArguments:
     mrtpo: bool = field(default=True, metadata={
         "help": "Place each reward's credit on its tokens by replay; --no_mrtpo: every token gets the response's advantage."})
     mrtpo_lambda: float = field(default=1.0, metadata={"help": "Blend with uniform weights: 1 = pure MRTPO, 0 = plain estimator."})
+    mrtpo_weights: str = field(default="replay", metadata={
+        "help": "Where the token weights come from: replay (the method), shuffled (the replay's distances "
+                "permuted within each completion: a control) or spans (the task's reward spans: an oracle control)."})
     saw: str = field(default="off", metadata={
         "help": "SAW weights: off, reward (with sum_then_normalize) or advantage (with normalize_then_sum)."})
     log_completions_every: int = field(default=10, metadata={
@@ -481,7 +478,8 @@ def startup_line(trainer: MRTPOGRPOTrainer) -> str:
                      "TRL's default, while `mrtpo train` defaults to GDPO: pass "
                      "--multi_objective_aggregation normalize_then_sum for GDPO)")
     weights = ", ".join(f"{n}={float(w):g}" for n, w in zip(trainer.reward_func_names, trainer.reward_weights.tolist()))
-    credit = (f"MRTPO token credit (lambda {trainer.mrtpo_lambda:g})" if trainer.mrtpo_enabled
+    source = "" if trainer.mrtpo_weights == "replay" else f", weights {trainer.mrtpo_weights}"
+    credit = (f"MRTPO token credit (lambda {trainer.mrtpo_lambda:g}{source})" if trainer.mrtpo_enabled
               else "no MRTPO (every token gets its response's advantage)")
     saw = f", SAW {trainer.mrtpo_saw}" if trainer.mrtpo_saw != "off" else ""
     return (f"mrtpo: task {trainer.mrtpo_task.name}, estimator {estimator}{saw}, {credit}, "
@@ -515,7 +513,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     except (ValueError, TypeError, TaskNotFound, TaskLoadError) as exc:
         parser.error(str(exc))
     trainer = MRTPOGRPOTrainer(model_args.model_name_or_path, task=task, args=args, data=script.data, mrtpo=script.mrtpo,
-                               mrtpo_lambda=script.mrtpo_lambda, saw=script.saw,
+                               mrtpo_lambda=script.mrtpo_lambda, mrtpo_weights=script.mrtpo_weights, saw=script.saw,
                                log_completions_every=script.log_completions_every,
                                replay_zero_credit=script.replay_zero_credit,
                                peft_config=get_peft_config(model_args), callbacks=list(callbacks or []) or None)
