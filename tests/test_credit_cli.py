@@ -75,7 +75,7 @@ def test_credit_on_a_run_directory(run_dir, tmp_path):
     assert fig.read_bytes()[:4] == b"\x89PNG"
 
     # the summary's concentration equals the statistic computed on the logged distances
-    from mrtpo.credit.statistics import ALL, summarize
+    from mrtpo.statistics import ALL, summarize
 
     view = read_run(run_dir)
     pooled = next(r for r in summarize(view.records) if r.name == ALL)

@@ -67,7 +67,7 @@ def test_json_is_one_document_with_records_and_summary(run_dir):
     names = [s["name"] for s in doc["summary"]]
     assert names[-1] == "all rewards" and set(names[:-1]) == {n for r in log for n in r["reward_names"]}
     from mrtpo.credit.records import read_run
-    from mrtpo.credit.statistics import summarize
+    from mrtpo.statistics import summarize
 
     want = [r.as_dict() for r in summarize(read_run(run_dir, limit=3).records)]
     assert [{k: v for k, v in s.items() if k != "paper"} for s in doc["summary"]] == want

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mrtpo.credit.statistics import (ALL, PAPER_TOP80, paper_figure, percent, response_top_share, summarize,
+from mrtpo.statistics import (ALL, PAPER_TOP80, paper_figure, percent, response_top_share, summarize,
                                      top_share, top_tokens)
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from mrtpo.models import builtin
 from mrtpo.models import default as dm
 from mrtpo.models import sft
 from mrtpo.models.errors import candidate_errors
@@ -20,8 +21,8 @@ from mrtpo.tasks import get_task
 TASKS = ("toolcall", "text2sql", "instruct")
 
 
-def tiny_recipe(name: str = "test-tiny", **over) -> dm.Recipe:
-    base = dm.Recipe(name=name, examples_per_task=3, vocab_size=600, hidden_size=32, num_layers=2,
+def tiny_recipe(name: str = "test-tiny", **over) -> builtin.Recipe:
+    base = builtin.Recipe(name=name, examples_per_task=3, vocab_size=600, hidden_size=32, num_layers=2,
                      num_heads=4, num_kv_heads=2, intermediate_size=64, max_positions=1024,
                      sft=sft.SFTConfig(steps=4, batch_prompts=2, targets_per_prompt=2, max_length=1024,
                                        copy_steps=2, copy_batch=4, copy_span=16))
@@ -264,17 +265,17 @@ def test_build_is_cached_and_reused(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     recipe = tiny_recipe()
-    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     path = dm.resolve_model(recipe.name, cache_dir=tmp_path, progress=False)
     assert path == str(dm.model_dir(recipe, tmp_path)) and dm.is_built(path)
     manifest = dm.read_manifest(path)
     assert manifest["fingerprint"] == dm.fingerprint(recipe)
     assert set(manifest["data"]) == set(TASKS)
     assert manifest["data"]["toolcall"]["examples"] == 3
-    stamp = (tmp_path / path / dm.MANIFEST).stat().st_mtime_ns
+    stamp = (tmp_path / path / builtin.MANIFEST).stat().st_mtime_ns
     # reused: the same directory, not rebuilt
     assert dm.resolve_model(recipe.name, cache_dir=tmp_path, progress=False) == path
-    assert (tmp_path / path / dm.MANIFEST).stat().st_mtime_ns == stamp
+    assert (tmp_path / path / builtin.MANIFEST).stat().st_mtime_ns == stamp
     # no temporary directories left behind
     assert [p.name for p in (tmp_path / "models").iterdir()] == [f"{recipe.name}-{dm.fingerprint(recipe)}"]
     # a user's model would load the same way
@@ -289,11 +290,11 @@ def test_build_is_cached_and_reused(tmp_path, monkeypatch):
 def test_force_rebuilds_in_place(tmp_path):
     recipe = tiny_recipe()
     path = dm.build(recipe, cache_dir=tmp_path, progress=False)
-    first = json.loads((path / dm.MANIFEST).read_text())
+    first = json.loads((path / builtin.MANIFEST).read_text())
     (path / "stale.txt").write_text("from the old build")
     again = dm.build(recipe, cache_dir=tmp_path, progress=False, force=True)
     assert again == path and dm.is_built(path) and not (path / "stale.txt").exists()
-    assert json.loads((path / dm.MANIFEST).read_text())["fingerprint"] == first["fingerprint"]
+    assert json.loads((path / builtin.MANIFEST).read_text())["fingerprint"] == first["fingerprint"]
     assert [p.name for p in (tmp_path / "models").iterdir()] == [path.name]
 
 
@@ -338,7 +339,7 @@ def test_the_default_recipe_is_in_the_documented_size_range():
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    r = dm.RECIPES[dm.DEFAULT_MODEL]
+    r = builtin.RECIPES[builtin.DEFAULT_MODEL]
     config = Qwen2Config(vocab_size=r.vocab_size, hidden_size=r.hidden_size, intermediate_size=r.intermediate_size,
                          num_hidden_layers=r.num_layers, num_attention_heads=r.num_heads,
                          num_key_value_heads=r.num_kv_heads, tie_word_embeddings=True)
@@ -353,7 +354,7 @@ def test_cli_model_build(tmp_path, monkeypatch):
     from mrtpo.cli import app
 
     recipe = tiny_recipe(name="test-tiny-cli")
-    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     runner = CliRunner()
     res = runner.invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -371,13 +372,13 @@ def test_train_without_model_uses_the_builtin_policy_and_its_settings():
     from mrtpo.harness.config import resolve
 
     cfg = resolve(None, {"lora": True})
-    assert cfg.model == dm.DEFAULT_MODEL and cfg.lora
-    for key, value in dm.TRAIN_DEFAULTS[dm.DEFAULT_MODEL].items():
+    assert cfg.model == builtin.DEFAULT_MODEL and cfg.lora
+    for key, value in builtin.TRAIN_DEFAULTS[builtin.DEFAULT_MODEL].items():
         assert getattr(cfg, key) == value
     cfg = resolve(None, {"steps": 3, "task": "instruct"})  # flags given win
-    assert (cfg.model, cfg.steps, cfg.task) == (dm.DEFAULT_MODEL, 3, "instruct")
+    assert (cfg.model, cfg.steps, cfg.task) == (builtin.DEFAULT_MODEL, 3, "instruct")
     cfg = resolve(None, {"model": "some/model", "task": "toolcall"})  # another model: trainer defaults
-    assert cfg.lr != dm.TRAIN_DEFAULTS[dm.DEFAULT_MODEL]["lr"]
+    assert cfg.lr != builtin.TRAIN_DEFAULTS[builtin.DEFAULT_MODEL]["lr"]
 
 
 def test_the_trainer_loads_a_builtin_name_from_the_cache(tmp_path, monkeypatch):
@@ -385,7 +386,7 @@ def test_the_trainer_loads_a_builtin_name_from_the_cache(tmp_path, monkeypatch):
     from mrtpo.harness import TrainConfig, train
 
     recipe = tiny_recipe(name="test-tiny-train", tasks=("toolcall",))
-    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     monkeypatch.setenv("MRTPO_CACHE_DIR", str(tmp_path / "cache"))
     cfg = TrainConfig(model=recipe.name, task="toolcall", steps=1, batch_prompts=1, num_generations=2,
                       max_new_tokens=4, output_dir=str(tmp_path / "run"), verify_workers=0,

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 import harness_task
 from mrtpo.cli import app
 from mrtpo.harness import TrainConfig, train
-from mrtpo.models.trained import TrainedModelError, locate, portable_name
+from mrtpo.harness.trained import TrainedModelError, locate
+from mrtpo.models.builtin import portable_name
 
 harness_task.register()
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}

@@ -1,7 +1,10 @@
 """The layers of mrtpo/ (issue 31: 5): imports point only down, and no modules import each other.
 
 Every `import mrtpo...` and `from ... import` in mrtpo/**/*.py counts, at module level and inside
-functions alike (a lazy import is still a dependency); relative imports are resolved. Only
+functions alike (a lazy import is still a dependency); relative imports are resolved. A package's
+__init__ counts as a module: an import of pkg.mod from outside pkg depends on pkg/__init__ too
+(it runs first), and so does `from pkg import name` from anywhere, inside pkg included (it reads
+pkg's namespace), so cycles through __init__ files are found. Only
 imports under `if TYPE_CHECKING:` are left out: they never run (the replay package names the
 item type it duck-types that way). An imported name is resolved to the module that defines it
 (`from mrtpo.harness import checkpoints` is the module mrtpo.harness.checkpoints; `from
@@ -18,24 +21,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "mrtpo"
 
 #: the layers, bottom to top: a module may import its own layer's modules and lower layers' only.
-#: A module takes the layer of its longest matching entry (a package covers its modules).
+#: A module takes the layer of its longest matching entry (a package covers its modules, its
+#: __init__ included).
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation: pure helpers and math, importing nothing above them", [
         "mrtpo", "mrtpo.cache", "mrtpo.textio", "mrtpo.progress", "mrtpo.formats", "mrtpo.edits",
-        "mrtpo.advantages", "mrtpo.spans", "mrtpo.replay", "mrtpo.credit.statistics"]),
+        "mrtpo.advantages", "mrtpo.spans", "mrtpo.replay", "mrtpo.statistics"]),
     ("verifiers: scoring one response (SQL sandbox, IFEval/IFBench checks, tool calls)", ["mrtpo.verifiers"]),
     ("tasks: the task types, the registry, the built-in tasks and their data readers", ["mrtpo.tasks"]),
     ("contexts: P0 / P_all / P_without_k as messages and token ids", ["mrtpo.contexts"]),
     ("blocks: the writing-rules lint, probes and previews of each reward's block", ["mrtpo.blocks"]),
-    ("harness: the trainer (config, policy, loop...); it loads the model path it is given", ["mrtpo.harness"]),
-    ("models: the built-in policies' factory, and trained runs as loadable models", ["mrtpo.models"]),
+    ("models: the built-in policies (their table, their factory)", ["mrtpo.models"]),
+    ("harness: the trainer (config, policy, loop...), and its runs read back as models", ["mrtpo.harness"]),
     ("uses of trained models: evaluation, credit, other training engines",
      ["mrtpo.evaluation", "mrtpo.credit", "mrtpo.integrations"]),
     ("commands: the CLI", ["mrtpo.commands", "mrtpo.cli", "mrtpo.__main__"]),
 ]
-#: modules placed on their own, above their package: `mrtpo.harness` itself (its __init__, the
-#: public `train`) hands the loop the built-in policies' `resolve_model`, so it sits with models
-PACKAGE_FACES = {"mrtpo.harness": 6}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -77,6 +78,16 @@ def _imported_names(node: ast.AST, package: str) -> list[str]:
     return []
 
 
+def _packages_above(module: str, modules: dict[str, Path]) -> list[str]:
+    """The packages (directories with an __init__.py) that hold `module`, outermost first."""
+    parts = module.split(".")
+    return [p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in modules]
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
     """{imported mrtpo module: first line} for one module, in-function imports included."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -95,6 +106,12 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> dict[str, int
         if names:
             # `from a.b import c`: c is the module a.b.c when there is one, else a name in a.b
             targets = {_defining_module(n, modules) for n in (names[1:] or names)}
+            # a package's __init__ runs before any of its modules: importing a.b.c from outside
+            # a.b runs a/__init__ and a/b/__init__ (the importer's own packages are running already)
+            targets |= {a for t in targets if t for a in _packages_above(t, modules) if not _within(name, a)}
+            # `from a.b import c` reads a.b's namespace: its __init__, even from inside a.b
+            if isinstance(node, ast.ImportFrom) and modules.get(names[0], Path()).name == "__init__.py":
+                targets.add(names[0])
             for target in targets - {None, name}:
                 if target.split(".")[0] == "mrtpo":
                     found.setdefault(target, node.lineno)
@@ -110,8 +127,6 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
 
 
 def layer_of(module: str) -> int:
-    if module in PACKAGE_FACES:
-        return PACKAGE_FACES[module]
     best, layer = -1, None
     for n, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
@@ -194,30 +209,48 @@ def test_the_checks_see_in_function_and_relative_imports(tmp_path):
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "low.py").write_text("def f():\n    from mrtpo.sub import high\n")
-    (pkg / "sub" / "high.py").write_text("from .. import low\nfrom typing import TYPE_CHECKING\n"
+    (pkg / "low.py").write_text("def f():\n    from mrtpo.sub.high import g\n")
+    (pkg / "sub" / "high.py").write_text("from ..low import f\nfrom typing import TYPE_CHECKING\n"
                                          "if TYPE_CHECKING:\n    from mrtpo import sub\n")
     graph = import_graph(pkg)
-    assert graph["mrtpo.low"] == {"mrtpo.sub.high": 2}
+    assert graph["mrtpo.low"] == {"mrtpo.sub.high": 2, "mrtpo.sub": 2}  # sub/__init__ runs first
     assert graph["mrtpo.sub.high"] == {"mrtpo.low": 1}
     assert cycles(graph) == [["mrtpo.low", "mrtpo.sub.high"]]
 
 
-def test_the_trainer_imports_nothing_of_the_built_in_policies():
-    """The training path loads the model path it is given: importing the loop (and everything
-    it imports) brings in no module of mrtpo.models, whose factory builds the built-in policies."""
+def test_the_checks_see_cycles_through_package_inits(tmp_path):
+    """A package's __init__ is a module too: `from pkg import sibling` reads pkg's namespace (its
+    __init__), and an import of pkg.mod from outside pkg runs pkg/__init__ first; a module's
+    imports of its own package's modules (`from pkg.mod import x` inside pkg) do not."""
+    pkg = tmp_path / "mrtpo"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from mrtpo.sub.reg import get\n")
+    (pkg / "sub" / "reg.py").write_text("from mrtpo.sub import checks\n")
+    (pkg / "sub" / "checks.py").write_text("from mrtpo.sub.reg import get\n")
+    (pkg / "user.py").write_text("from mrtpo.sub.checks import x\n")
+    graph = import_graph(pkg)
+    assert graph["mrtpo.sub.reg"] == {"mrtpo.sub.checks": 1, "mrtpo.sub": 1}
+    assert graph["mrtpo.user"] == {"mrtpo.sub.checks": 1, "mrtpo.sub": 1}
+    assert cycles(graph) == [["mrtpo.sub", "mrtpo.sub.checks", "mrtpo.sub.reg"]]
+    (pkg / "sub" / "reg.py").write_text("from mrtpo.sub.checks import y\n")  # the module, not the package
+    assert cycles(import_graph(pkg)) == [["mrtpo.sub.checks", "mrtpo.sub.reg"]]
+
+
+def test_each_built_in_policy_is_one_entry():
+    """mrtpo/models/builtin.py's table gives each built-in policy its recipe and its train
+    defaults together; `RECIPES` and `TRAIN_DEFAULTS` are that table by name."""
+    from mrtpo.models.builtin import POLICIES, RECIPES, TRAIN_DEFAULTS
+
+    assert list(RECIPES) == list(TRAIN_DEFAULTS) == [p.name for p in POLICIES]
+    assert all(RECIPES[p.name] is p.recipe and TRAIN_DEFAULTS[p.name] is p.train_defaults for p in POLICIES)
+
+
+def test_the_trainer_builds_no_built_in_policy():
+    """The training loop loads the model path it is given: importing it (and everything it
+    imports) brings in the built-in policies' table, never their factory (mrtpo.models.default)."""
     code = ("import sys, mrtpo.harness.loop; "
-            "print(sorted(m for m in sys.modules if m.startswith('mrtpo.models')))")
+            "print('mrtpo.models.builtin' in sys.modules, 'mrtpo.models.default' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT.parent)}).stdout
-    assert out.strip() == "[]"
-
-
-def test_the_trainer_knows_each_built_in_policy_by_name():
-    """harness/builtin.py names the built-in policies; models/default.py gives each its recipe,
-    in the same table."""
-    from mrtpo.harness import builtin
-    from mrtpo.models.default import RECIPES
-
-    assert RECIPES is builtin.RECIPES and list(RECIPES) == list(builtin.TRAIN_DEFAULTS)
-    assert all(recipe is not None and recipe.name == name for name, recipe in RECIPES.items())
+    assert out.split() == ["True", "False"]

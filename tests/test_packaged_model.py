@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mrtpo.models import builtin
 from mrtpo.models import default as dm
 from mrtpo.models import packaged
 from mrtpo.models.packaged import PackagedModelError, PackagedRecipe
@@ -59,12 +60,12 @@ def test_conversion_gives_the_gguf_model_as_a_dense_checkpoint(gguf_file, tmp_pa
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     recipe = _recipe(gguf_file)
-    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     path = dm.build(recipe, cache_dir=tmp_path, progress=False, source=gguf_file)
     assert path == dm.model_dir(recipe, tmp_path) and dm.is_built(path)
     m = dm.read_manifest(path)
     assert m["name"] == recipe.name and m["gguf"]["sha256"] == recipe.sha256 and m["architecture"] == "LlamaForCausalLM"
-    assert dm.builtin_name(path) == recipe.name
+    assert builtin.builtin_name(path) == recipe.name
     tok = AutoTokenizer.from_pretrained(path)
     dense = AutoModelForCausalLM.from_pretrained(path)
     assert getattr(dense.config, "quantization_config", None) is None
@@ -80,9 +81,9 @@ def test_conversion_gives_the_gguf_model_as_a_dense_checkpoint(gguf_file, tmp_pa
     dense.save_pretrained(tmp_path / "saved")  # a GGUF-loaded model refuses this
     assert _left(tmp_path) == [path.name]
     # cached: the same directory, not converted again
-    stamp = (path / dm.MANIFEST).stat().st_mtime_ns
+    stamp = (path / builtin.MANIFEST).stat().st_mtime_ns
     assert dm.build(recipe, cache_dir=tmp_path, progress=False) == path
-    assert (path / dm.MANIFEST).stat().st_mtime_ns == stamp
+    assert (path / builtin.MANIFEST).stat().st_mtime_ns == stamp
 
 
 def test_a_wheel_is_read_as_a_zip_and_never_imported(gguf_file, tmp_path):
@@ -161,7 +162,7 @@ def test_cli_builds_from_a_file_and_lists_the_policy(gguf_file, tmp_path, monkey
     from mrtpo.cli import app
 
     recipe = _recipe(gguf_file)
-    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     runner = CliRunner()
     res = runner.invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path), "--from", str(gguf_file)])
     assert res.exit_code == 0, res.output

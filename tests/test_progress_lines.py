@@ -57,10 +57,11 @@ def test_credit_prints_replay_lines_in_a_log(tiny_qwen2_dir):
 
 def test_model_build_prints_phase_lines_in_a_log(tmp_path, monkeypatch):
     import mrtpo.models.default as dm
+    from mrtpo.models import builtin
     from test_default_model import tiny_recipe
 
     recipe = tiny_recipe(name="test-tiny-lines")
-    monkeypatch.setitem(dm.RECIPES, recipe.name, recipe)
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     r = CliRunner().invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path)], env=ENV)
     assert r.exit_code == 0, r.output
     lines = [line for line in r.stderr.splitlines() if line.startswith("building ")]

@@ -23,7 +23,7 @@ from mrtpo.harness import ConfigError, train
 from mrtpo.harness import checkpoints
 from mrtpo.harness.metrics import JsonlLog
 from mrtpo.harness.runlock import RunLock
-from mrtpo.models.trained import TrainedModelError, locate
+from mrtpo.harness.trained import TrainedModelError, locate
 
 harness_task.register()
 pytestmark = pytest.mark.timeout(300)

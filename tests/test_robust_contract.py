@@ -392,7 +392,7 @@ def test_credit_refuses_a_task_that_breaks_the_contract(tiny_qwen2_dir, mode):
 
 
 def test_a_hub_id_with_dots_is_not_taken_for_a_missing_directory():
-    from mrtpo.models.trained import model_arg_problem
+    from mrtpo.harness.policy import model_arg_problem
 
     assert model_arg_problem("Qwen/Qwen2.5-0.5B-Instruct", trained=False) is None
     assert model_arg_problem("gpt2", trained=True) is None

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import mrtpo.commands.train as train_cmd
 from mrtpo.cli import app
 from mrtpo.harness.config import resolve
-from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS
+from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ tokens). A low share alone does not say the policy read the block: a model that 
 nothing can concentrate its distances too (on a few tokens whose next-token distributions
 happen to move most). This script computes the figure as `mrtpo credit` does
 (`mrtpo.credit.records.compute` on each example's reference and a corrupted copy, one group
-per example; `mrtpo.credit.statistics.summarize`), for the policy and for a random-init model
+per example; `mrtpo.statistics.summarize`), for the policy and for a random-init model
 of the same architecture and tokenizer (`mrtpo.credit.probe.random_control`, the probe's
 control), and writes both side by side beside the paper's figures. Nothing is asserted.
 
@@ -29,7 +29,7 @@ def measure(policy, control, task_name: str, limit: int, demo: bool) -> list[dic
     """Per reward of the task (then all rewards pooled): responses, and the mean (min-max)
     top-80 share for the policy (a loaded `Policy`) and for `control` (a model of its shape)."""
     from mrtpo.credit.records import compute, responses_for
-    from mrtpo.credit.statistics import summarize
+    from mrtpo.statistics import summarize
     from mrtpo.tasks import get_task
 
     task = get_task(task_name, **({"demo": True} if demo and task_name in DEMO_TASKS else {}))
@@ -55,7 +55,7 @@ def _cell(share: list) -> str:
 
 def table(rows: list[dict], model_name: str, command: str, limit: int) -> dict:
     """The rows as a `mrtpo.table/1` file for the results page."""
-    from mrtpo.credit.statistics import paper_figure
+    from mrtpo.statistics import paper_figure
 
     return {
         "schema": "mrtpo.table/1", "section": "probe", "model": model_name,
@@ -89,7 +89,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrtpo.credit.probe import random_control
-    from mrtpo.models.trained import load_frozen_policy
+    from mrtpo.harness.trained import load_frozen_policy
     from mrtpo.textio import strict_json
 
     policy = load_frozen_policy(args.model)  # loaded once for every task, as is its control

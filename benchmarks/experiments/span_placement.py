@@ -85,8 +85,9 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.harness.builtin import builtin_name
-    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS, resolve_model
+    from mrtpo.models.builtin import builtin_name
+    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS
+    from mrtpo.models.default import resolve_model
 
     model = args.model or DEFAULT_MODEL
     settings = dict(TRAIN_DEFAULTS.get(builtin_name(model) or DEFAULT_MODEL, {}))

@@ -16,7 +16,7 @@ Runs go to <out>/runs/<task>/<method>/seed<k>/, each trained in a fresh process;
 is read back instead of run again and an interrupted one resumes, so the script can be
 stopped and restarted. Settings
 other than the task, method and seed are those `mrtpo train` uses for the built-in policy
-(`mrtpo.models.default.TRAIN_DEFAULTS`), overridable with the flags below.
+(`mrtpo.models.builtin.TRAIN_DEFAULTS`), overridable with the flags below.
 """
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def plot(all_curves: dict, steps: int, path: Path) -> bool:
 
 
 def parser() -> argparse.ArgumentParser:
-    from mrtpo.models.default import DEFAULT_MODEL
+    from mrtpo.models.builtin import DEFAULT_MODEL
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="toolcall,text2sql,instruct")
@@ -262,7 +262,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    from mrtpo.models.default import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name
+    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name
 
     args = parser().parse_args()
 

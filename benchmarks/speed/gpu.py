@@ -53,7 +53,8 @@ SMOKE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 
 def tokenizer():
     """The built-in policy's tokenizer if it is cached, else one trained the same way here."""
-    from mrtpo.models.default import RECIPES, DEFAULT_MODEL, is_built, model_dir
+    from mrtpo.models.builtin import DEFAULT_MODEL, RECIPES
+    from mrtpo.models.default import is_built, model_dir
 
     built = model_dir(RECIPES[DEFAULT_MODEL])
     if is_built(built):
@@ -136,7 +137,8 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
     pieces joined in order; the build checks the pinned size and SHA-256)."""
     if len(files) == 1 and Path(files[0]).is_dir():
         return files[0]
-    from mrtpo.models.default import SMOLLM2, build
+    from mrtpo.models.default import build
+    from mrtpo.models.packaged import SMOLLM2
 
     source = Path(files[0])
     if len(files) > 1:  # the build tells a GGUF from a wheel by its first bytes, not its name
@@ -150,7 +152,8 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
 
 def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     """SmolLM2: timed MRTPO and GDPO steps, then the learning runs (see the module docstring)."""
-    from mrtpo.models.default import SMOLLM2, TRAIN_DEFAULTS
+    from mrtpo.models.builtin import TRAIN_DEFAULTS
+    from mrtpo.models.packaged import SMOLLM2
 
     model = smollm2_dir(args.smollm2, tmp)
     defaults = TRAIN_DEFAULTS[SMOLLM2.name]

@@ -136,7 +136,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.commands.options import parse_task_options
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
-    from mrtpo.models.trained import TrainedModelError
+    from mrtpo.harness.trained import TrainedModelError
     from mrtpo.tasks import get_task
     from mrtpo.tasks.contract import RewardError
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound

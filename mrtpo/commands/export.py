@@ -3,7 +3,7 @@
     mrtpo export runs/demo exported/demo-adapter            # LoRA adapter + tokenizer
     mrtpo export runs/demo exported/demo --merge --step 40  # merged: a plain transformers model
 
-The library side is mrtpo.models.export.
+The library side is mrtpo.harness.export.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
     ) -> None:
         """Write a trained checkpoint as a directory that `from_pretrained` loads on another machine."""
-        from mrtpo.models.export import export
-        from mrtpo.models.trained import TrainedModelError
+        from mrtpo.harness.export import export
+        from mrtpo.harness.trained import TrainedModelError
 
         try:
             info = export(source, out, step=step, merge=merge)
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         load = ("AutoModelForCausalLM.from_pretrained" if info["kind"] != "adapter" else
                 f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({info['base_model']!r}), ...)")
         typer.echo(f"exported{step_text} ({info['kind']}, base {info['base_model']}) to {out}; load it with {load}")
-        from mrtpo.models.default import RECIPES
+        from mrtpo.models.builtin import RECIPES
 
         if info["kind"] == "adapter" and info["base_model"] in RECIPES:
             typer.echo(f"note: the base {info['base_model']} is mrtpo's built-in policy, not a hub model: "

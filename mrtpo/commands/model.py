@@ -59,7 +59,8 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from mrtpo.models.default import RECIPES, is_built, model_dir
+        from mrtpo.models.builtin import RECIPES
+        from mrtpo.models.default import is_built, model_dir
 
         table = Table("name", "parameters", "built", "directory", box=None, pad_edge=False)
         for name, recipe in RECIPES.items():

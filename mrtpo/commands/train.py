@@ -137,7 +137,7 @@ def run(**kwargs) -> None:
         _say(err, "error", exc)
         raise typer.Exit(2)
     from mrtpo.harness.distributed import is_main_process
-    from mrtpo.models.default import defaults_line
+    from mrtpo.harness.config import defaults_line
 
     if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
         err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mrtpo.credit.records import CreditRecord
-from mrtpo.credit.statistics import (ALL, PAPER_NOTE, SHARE, paper_figure, percent, response_top_share,
+from mrtpo.statistics import (ALL, PAPER_NOTE, SHARE, paper_figure, percent, response_top_share,
                                      summarize)
 from mrtpo.credit.terminal import levels, sign
 

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from typing import Sequence, TextIO
 
 from mrtpo.credit.records import CreditRecord
-from mrtpo.credit.statistics import SHARE, paper_figure, percent, response_top_share, summarize, top_tokens
+from mrtpo.statistics import SHARE, paper_figure, percent, response_top_share, summarize, top_tokens
 from mrtpo.credit.terminal import concentration_notes, shown
 from mrtpo.textio import strict_json
 

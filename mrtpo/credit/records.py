@@ -287,7 +287,7 @@ def fresh(task, examples, model_path: str, responses_path: str | Path | None = N
     """Load the model at `model_path` (a directory, a hub id, a built-in policy's name, or a
     training run / checkpoint / adapter directory) and
     `compute` the records of `examples` with the given responses (or reference + corrupted)."""
-    from mrtpo.models.trained import load_frozen_policy
+    from mrtpo.harness.trained import load_frozen_policy
 
     responses = responses_for(task, examples, responses_path)
     policy = load_frozen_policy(model_path, device=device, dtype=dtype)  # also a run dir or adapter

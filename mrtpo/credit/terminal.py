@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mrtpo.credit.records import CreditRecord
-from mrtpo.credit.statistics import (ALL, PAPER_NOTE, SHARE, paper_figure, percent, response_top_share,
+from mrtpo.statistics import (ALL, PAPER_NOTE, SHARE, paper_figure, percent, response_top_share,
                                      summarize, top_tokens)
 
 # five shades per sign of credit, light to strong (ColorBrewer Greens / Reds / Blues)

@@ -44,11 +44,11 @@ class GenerationConfig:
 
 def load_model(path: str | Path, config: GenerationConfig):
     """(model, tokenizer) from a local directory, a hub id, a built-in policy's name, or what
-    `mrtpo train` wrote (a run directory, a checkpoint, an adapter: mrtpo.models.trained),
+    `mrtpo train` wrote (a run directory, a checkpoint, an adapter: mrtpo.harness.trained),
     in eval mode, left padding. An adapter is merged into its base's weights."""
     import torch
 
-    from mrtpo.models import trained
+    from mrtpo.harness import trained
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if config.dtype == "auto":

@@ -5,12 +5,13 @@ rollout.py (sampling), scoring.py (rewards -> scores [N, K]), distances.py (MRTP
 loss.py (clipped surrogate, KL, aggregation), update.py (micro-batched optimizer step),
 metrics.py and completions.py (logs), checkpoints.py (atomic save, exact resume).
 
+trained.py and export.py read what a run wrote back as loadable models.
+
 `train` and `RunResult` are imported on first use, so reading the config (the CLI does it
 to build its flags) does not import torch. `train(cfg)` here is the public entry: the loop
 given `mrtpo.models.default.resolve_model` as the one way to turn `cfg.model` into a path
-(a built-in policy's name is built on first use); the loop itself never imports the built-in
-policies' factory. This package face is why tests/test_layers.py puts `mrtpo.harness` (this
-file) in the models layer, above the harness's own modules.
+(a built-in policy's name is built on first use); the loop itself is handed that function
+and builds nothing.
 """
 from mrtpo.harness.config import ConfigError, TrainConfig, resolve
 

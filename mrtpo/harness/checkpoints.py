@@ -2,7 +2,7 @@
 
 Layout: `<run>/checkpoints/step-000010/` with
 - `adapter/` (peft `save_pretrained` + tokenizer: loadable with `PeftModel.from_pretrained`;
-  its `base_model_name_or_path` is portable, see mrtpo.models.trained) or `model/`
+  its `base_model_name_or_path` is portable, see mrtpo.harness.trained) or `model/`
   (full weights + tokenizer, loadable with `from_pretrained`) for --no-lora runs;
 - `optimizer.pt` (AdamW state), `rng.pt` (torch CPU/CUDA, python, numpy states);
 - `state.json` (`{"step": 10, "run": <run fingerprint>, "files": {name: [bytes, sha256]}}`),

@@ -381,7 +381,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
     from_file = set(values) - set(overrides or {})  # what the file sets and no flag overrides
     values.update(check_keys(dict(overrides or {}), where="flags"))
     if not values.get("resume"):  # no --model: the built-in policy, with the settings it trains with
-        from mrtpo.harness.builtin import with_train_defaults
+        from mrtpo.models.builtin import with_train_defaults
 
         values = with_train_defaults(values)
     if values.get("resume"):
@@ -407,6 +407,25 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
         return build(values, where="flags")
     except ConfigError as exc:
         raise _naming_the_file(exc, from_file, config_file) from exc
+
+
+def defaults_line(given: dict, model: str | None) -> str:
+    """One line for the start of `mrtpo train`: whose defaults fill the settings not `given`
+    (a built-in policy's, `mrtpo.models.builtin.TRAIN_DEFAULTS`, or the trainer's)."""
+    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name
+
+    name = builtin_name(model or DEFAULT_MODEL)
+    if name is not None:
+        used = {k: v for k, v in TRAIN_DEFAULTS.get(name, {}).items() if k not in given}
+        if not used:
+            return f"settings: every setting that {name} brings was given; the rest are the trainer's defaults"
+        listed = ", ".join(f"{k}={v}" for k, v in used.items())
+        return (f"settings: the built-in policy {name}'s defaults for {listed} (given settings win); "
+                "the rest are the trainer's defaults")
+    keys = sorted({k for d in TRAIN_DEFAULTS.values() for k in d} - set(given) - {"task"})
+    listed = ", ".join(f"{k}={FIELDS[k].default}" for k in keys)
+    return (f"settings: the trainer's defaults, meant for pretrained models ({listed}); a built-in policy's "
+            "own defaults apply only to it (`mrtpo model ls`)")
 
 
 def _naming_the_file(exc: ConfigError, from_file: set[str], config_file) -> ConfigError:

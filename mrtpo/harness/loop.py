@@ -24,12 +24,11 @@ from typing import Any, Callable
 
 import torch
 
+import mrtpo.harness.checkpoints as checkpoints
 from mrtpo.advantages import estimate, saw_weights, token_weights
-from mrtpo.harness import checkpoints
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
-from mrtpo.harness.builtin import portable_name
 from mrtpo.harness.distances import blocks_for, logs_completions, mrtpo_step, policy_replayer
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
@@ -41,6 +40,7 @@ from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
 from mrtpo.harness.trackers import Trackers, parse_report_to
 from mrtpo.harness.update import NonFiniteError, update
+from mrtpo.models.builtin import portable_name
 from mrtpo.tasks import get_task
 
 logger = logging.getLogger(__name__)  # (`log` names a JsonlLog in _train)
@@ -65,7 +65,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     """Train as `cfg` says; `on_start(first_step)` and `on_step(record)` feed a progress display.
 
     `model_path(cfg.model)` is asked once, on the main process, for what `from_pretrained`
-    loads: the trainer knows built-in policies only by name (mrtpo.harness.builtin) and never
+    loads: the trainer knows built-in policies only by name (mrtpo.models.builtin) and never
     builds one. `mrtpo.harness.train` and `mrtpo train` pass the one that does
     (`mrtpo.models.default.resolve_model`). The run directory is locked for the whole run
     (mrtpo.harness.runlock): a second run started in it is refused, naming this one."""

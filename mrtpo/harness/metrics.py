@@ -40,7 +40,7 @@ from mrtpo.harness.config import ConfigError
 from mrtpo.harness.runfiles import open_append, write_atomic
 
 # the concentration metric has one implementation, shared with `mrtpo credit`
-from mrtpo.credit.statistics import credited_top_share, top_share  # noqa: F401 (top_share: re-exported)
+from mrtpo.statistics import credited_top_share, top_share  # noqa: F401 (top_share: re-exported)
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import torch
 
-from mrtpo.harness.builtin import RECIPES
+from mrtpo.models.builtin import RECIPES
 
 
 class PolicyLoadError(RuntimeError):

@@ -419,7 +419,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         logged.extend(credit.total.tolist())
         if q is None:
             return
-        from mrtpo.credit.statistics import credited_top_share
+        from mrtpo.statistics import credited_top_share
 
         shares = credited_top_share(q, mask, mine).float()  # [B, K]
         shares = self.accelerator.gather(shares.to(self.accelerator.device)).cpu()  # [N, K]

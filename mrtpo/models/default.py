@@ -25,66 +25,15 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
 from mrtpo.cache import cache_dir
-from mrtpo.harness import builtin
-from mrtpo.harness.builtin import (DEFAULT_MODEL, MANIFEST, TRAIN_DEFAULTS, builtin_name,  # noqa: F401
-                                   with_train_defaults)
-from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
-from mrtpo.models.sft import SFTConfig
+from mrtpo.models.builtin import DEFAULT_MODEL, MANIFEST, RECIPES, Recipe
+from mrtpo.models.packaged import PackagedRecipe
 
 RECIPE_VERSION = 3  # bump when the recipe's code changes what it builds
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How the built-in policy is made. Every field enters the fingerprint."""
-
-    name: str = DEFAULT_MODEL  # what `--model` accepts
-    tasks: tuple[str, ...] = ("toolcall", "text2sql", "instruct")  # bundled samples it learns from
-    examples_per_task: int | None = None  # None: every example of each bundled sample
-    vocab_size: int = 4096  # byte-level BPE merges learnt on the tasks' text
-    arch: Literal["qwen2", "llama"] = "qwen2"
-    # about 2.4M parameters: for ~5 minutes of 2 CPU cores a smaller model that takes more
-    # steps learns more than a larger one (a 5.5M, 6-layer, 256-wide model given the same
-    # CPU time could not yet tell one prompt's tool call from another's)
-    hidden_size: int = 192
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 576
-    max_positions: int = 2048  # longest prompt + response the policy can attend over
-    seed: int = 0  # model initialisation, error injection and data order
-    sft: SFTConfig = field(default_factory=SFTConfig)
-
-
-#: every built-in policy by name: `mrtpo-tiny` is built here from a recipe; `smollm2-135m` is a
-#: pretrained model converted from the GGUF a registry package ships (`mrtpo.models.packaged`)
-#: (the dict is `mrtpo.harness.builtin.RECIPES`, which names them for the trainer: the names, their
-#: train defaults and the build manifest are all the trainer knows of them)
-RECIPES: dict[str, Recipe | PackagedRecipe] = builtin.RECIPES
-RECIPES.update({DEFAULT_MODEL: Recipe(), SMOLLM2.name: SMOLLM2})
-
-
-def defaults_line(given: dict, model: str | None) -> str:
-    """One line for the start of `mrtpo train`: whose defaults fill the settings not `given`."""
-    name = builtin_name(model or DEFAULT_MODEL)
-    if name is not None:
-        used = {k: v for k, v in TRAIN_DEFAULTS.get(name, {}).items() if k not in given}
-        if not used:
-            return f"settings: every setting that {name} brings was given; the rest are the trainer's defaults"
-        listed = ", ".join(f"{k}={v}" for k, v in used.items())
-        return (f"settings: the built-in policy {name}'s defaults for {listed} (given settings win); "
-                "the rest are the trainer's defaults")
-    from mrtpo.harness.config import FIELDS
-
-    keys = sorted({k for d in TRAIN_DEFAULTS.values() for k in d} - set(given) - {"task"})
-    listed = ", ".join(f"{k}={FIELDS[k].default}" for k in keys)
-    return (f"settings: the trainer's defaults, meant for pretrained models ({listed}); a built-in policy's "
-            "own defaults apply only to it (`mrtpo model ls`)")
 
 
 def default_cache_dir() -> Path:

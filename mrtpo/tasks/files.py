@@ -104,17 +104,6 @@ def lines(text: str) -> Iterator[tuple[int, str]]:
             yield n, line
 
 
-def json_lines(path: str | Path, error: type[Exception] = ValueError,
-               what: str = "JSONL file") -> Iterator[tuple[int, object]]:
-    """(line number, parsed value) for each non-blank line of a JSON Lines file."""
-    for n, line in lines(read_text(path, error, what)):
-        try:
-            yield n, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise error(f"{path}, line {n}: not valid JSON ({exc}); each line must be one JSON "
-                        "object") from None
-
-
 def read_records(path: Path, error: type[Exception] = ValueError, where: str = "line",
                  hint: str = "") -> list[tuple[int, Any]]:
     """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or

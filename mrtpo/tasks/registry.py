@@ -169,7 +169,3 @@ def get_task(name: str, **kwargs) -> Task:
     if not task.name:
         task.name = name
     return task
-
-
-def task_origin(name: str) -> str:
-    return available_tasks().get(name, "unknown")

@@ -9,9 +9,8 @@ first line, without its last line, without both, each also with every `*` remove
 (whitespace-only) response or variant fails every check. No NLTK data and no network are needed;
 language detection is seeded (langdetect is random otherwise).
 """
+from mrtpo.verifiers.ifeval.instruction import REGISTRY, Instruction
 from mrtpo.verifiers.ifeval.registry import (
-    REGISTRY,
-    Instruction,
     UnsupportedInstruction,
     get_instruction,
     normalize_kwargs,

@@ -22,9 +22,11 @@ import string
 import unicodedata
 from collections import Counter, deque
 
-from mrtpo.verifiers.ifeval.instruction import register
+from mrtpo.verifiers.ifeval.instruction import REGISTRY, register, registered_since
 from mrtpo.verifiers.ifeval.stopwords import ENGLISH_STOPWORDS
 from mrtpo.verifiers.ifeval.text import count_words, split_sentences, word_tokenize, words
+
+_FIRST = len(REGISTRY)  # the table before this module registers (see IDS at the end)
 
 _P = string.punctuation
 _PS = string.punctuation + " "
@@ -877,3 +879,6 @@ def repeat_span(value: str, kw: dict, prompt: str) -> tuple[bool, str]:
     span = kw["prompt_to_repeat"][kw["n_start"]:kw["n_end"] + 1]
     return _res(value.strip().lower() == span.strip().lower(), "the span copied exactly",
                 f"the response is not the span {span.strip()!r}")
+
+
+IDS = registered_since(_FIRST)  # the instructions this module checks

@@ -17,8 +17,10 @@ import re
 from collections import Counter
 
 from mrtpo.verifiers.ifeval.lang import LANGUAGE_CODES, detect_language
-from mrtpo.verifiers.ifeval.instruction import RELATIONS, register
+from mrtpo.verifiers.ifeval.instruction import REGISTRY, RELATIONS, register, registered_since
 from mrtpo.verifiers.ifeval.text import count_capital_words, count_sentences, count_words
+
+_FIRST = len(REGISTRY)  # the table before this module registers (see IDS at the end)
 
 _REL = {"relation": RELATIONS}
 
@@ -398,3 +400,6 @@ def english_lowercase(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
 def no_comma(response: str, kw: dict, prompt: str) -> tuple[bool, str]:
     n = response.count(",")
     return n == 0, "no commas" if n == 0 else f"commas: {n}"
+
+
+IDS = registered_since(_FIRST)  # the instructions this module checks

@@ -26,8 +26,10 @@ from __future__ import annotations
 import re
 
 from mrtpo.verifiers.ifeval.ifeval_checks import _counted, letter_frequency, number_paragraphs
-from mrtpo.verifiers.ifeval.instruction import REGISTRY, RELATIONS, register
+from mrtpo.verifiers.ifeval.instruction import REGISTRY, RELATIONS, register, registered_since
 from mrtpo.verifiers.ifeval.text import word_tokenize
+
+_FIRST = len(REGISTRY)  # the table before this module registers (see IDS at the end)
 
 _REL = {"relation": RELATIONS}
 
@@ -513,3 +515,6 @@ def reference_is_random(instruction_id: str, kwargs: dict) -> bool:
     if instruction_id == "keywords:word_count_different_numbers":
         return kw.get("frequency", 0) < 0
     return any(not kw.get(k) for k in _RANDOM_WHEN_FALSY.get(instruction_id, ()))
+
+
+IDS = registered_since(_FIRST)  # the instructions this module checks

@@ -1,9 +1,10 @@
 """One instruction type (`Instruction`) and the table the checker modules register into.
 
 The checker modules (ifeval_checks, ifbench_checks, iftrain_checks) import `register` from here
-and fill `REGISTRY` when they are imported; `mrtpo.verifiers.ifeval.registry` imports the three
-of them (an explicit list, so a lookup never misses one) and answers lookups. Kept apart so
-that the checkers never import the module that imports them.
+and fill `REGISTRY` when they are imported; each ends with the ids it registered
+(`registered_since`), which `mrtpo.verifiers.ifeval.registry` imports from all three (an explicit
+list, so a lookup never misses one) before it answers lookups. Kept apart so that the checkers
+never import the module that imports them.
 """
 from __future__ import annotations
 
@@ -58,3 +59,9 @@ def register(id: str, *, source: Source, describe: Callable[[dict], str],
         return fn
 
     return deco
+
+
+def registered_since(count: int) -> tuple[str, ...]:
+    """The ids registered after the first `count`: a checker module notes `len(REGISTRY)` before
+    its first `register` and ends with the ids it added (the table keeps registration order)."""
+    return tuple(REGISTRY)[count:]

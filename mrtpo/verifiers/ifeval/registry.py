@@ -15,15 +15,18 @@ import difflib
 import re
 from typing import Any
 
-# every checker module, imported for the instructions it registers into REGISTRY
-from mrtpo.verifiers.ifeval import ifbench_checks, ifeval_checks, iftrain_checks  # noqa: F401
-from mrtpo.verifiers.ifeval.instruction import (REGISTRY, RELATIONS, CheckFn, Instruction,  # noqa: F401
-                                                Source, register)
+# every checker module: importing one registers its instructions into REGISTRY
+from mrtpo.verifiers.ifeval.ifbench_checks import IDS as IFBENCH_IDS
+from mrtpo.verifiers.ifeval.ifeval_checks import IDS as IFEVAL_IDS
+from mrtpo.verifiers.ifeval.iftrain_checks import IDS as IFTRAIN_IDS
+from mrtpo.verifiers.ifeval.instruction import REGISTRY, Instruction, Source
+
+CHECKED_IDS = IFEVAL_IDS + IFBENCH_IDS + IFTRAIN_IDS  # every registered instruction, by module
 
 
 def supported_ids(source: Source | None = None) -> list[str]:
     """Instruction ids with a checker, sorted; `source` restricts to one benchmark."""
-    return sorted(i for i, ins in REGISTRY.items() if source is None or ins.source == source)
+    return sorted(i for i in CHECKED_IDS if source is None or REGISTRY[i].source == source)
 
 
 class UnsupportedInstruction(ValueError):

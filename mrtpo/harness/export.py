@@ -1,7 +1,7 @@
 """`mrtpo export`: a trained checkpoint as a directory that `from_pretrained` loads anywhere.
 
 - LoRA run, default: the adapter (`adapter_config.json`, `adapter_model.safetensors`) and
-  the tokenizer. `base_model_name_or_path` is portable (mrtpo.models.trained.portable_name),
+  the tokenizer. `base_model_name_or_path` is portable (mrtpo.models.builtin.portable_name),
   so `AutoPeftModelForCausalLM.from_pretrained(OUT)` loads it where the base is a hub id,
   and `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), OUT)` anywhere.
 - LoRA run with `merge`: the adapter merged into the base's weights (peft
@@ -12,7 +12,7 @@
 Every export also holds `mrtpo_export.json` (run, step, base, merged). It is written into a
 temporary directory next to OUT and renamed into place, so a failed export leaves nothing.
 The source is checked first, as resume checks it: a checkpoint's state.json and the sizes
-and SHA-256 of its weights (mrtpo.models.trained), so a damaged checkpoint is refused naming
+and SHA-256 of its weights (mrtpo.harness.trained), so a damaged checkpoint is refused naming
 the file instead of being exported. OUT and its new parents get the usual permissions
 (0777 less the umask); an OUT that cannot be written is refused with the reason.
 """
@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 
 from mrtpo.harness.runfiles import new_temp_dir, unwritable
-from mrtpo.models.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
+from mrtpo.harness.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 
 INFO = "mrtpo_export.json"
 _NOT_COPIED = {"optimizer.pt", "rng.pt", "state.json"}

@@ -29,8 +29,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrtpo.harness.builtin import portable_name  # noqa: F401 (re-exported: what adapters record)
-from mrtpo.harness.policy import has_tokenizer, model_arg_problem  # noqa: F401 (model_arg_problem: re-exported)
+from mrtpo.harness.policy import has_tokenizer, model_arg_problem
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -152,7 +151,8 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
 
 
 def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified: bool = False) -> Located:
-    from mrtpo.models.default import RECIPES, resolve_model
+    from mrtpo.models.builtin import RECIPES
+    from mrtpo.models.default import resolve_model
 
     if not verified and path.name == "adapter" and is_checkpoint(path.parent):  # given alone
         _verified_step(path.parent)

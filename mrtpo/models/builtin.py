@@ -1,0 +1,120 @@
+"""The built-in policies, each in one place: what `--model NAME` builds and what it trains with.
+
+`POLICIES` is the table: per policy, its recipe (a `Recipe` that `mrtpo.models.default` builds
+from scratch, or a `PackagedRecipe` that `mrtpo.models.packaged` converts from the checkpoint a
+registry package ships) and the `mrtpo train` settings it brings (`train_defaults`). Adding a
+policy is one entry here. `RECIPES` and `TRAIN_DEFAULTS` are views of the table by name. The
+rest answers questions about names: is a `--model` value (a name, or a build's directory,
+recognised by its manifest) a built-in policy, which settings it brings, and which name an
+adapter trained on it records. Pure data and lookups: the trainer reads them; building is
+`mrtpo.models.default`'s (`resolve_model`, which the trainer is handed).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
+from mrtpo.models.sft import SFTConfig
+
+DEFAULT_MODEL = "mrtpo-tiny"
+MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the built-in policy is made. Every field enters the fingerprint."""
+
+    name: str = DEFAULT_MODEL  # what `--model` accepts
+    tasks: tuple[str, ...] = ("toolcall", "text2sql", "instruct")  # bundled samples it learns from
+    examples_per_task: int | None = None  # None: every example of each bundled sample
+    vocab_size: int = 4096  # byte-level BPE merges learnt on the tasks' text
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    # about 2.4M parameters: for ~5 minutes of 2 CPU cores a smaller model that takes more
+    # steps learns more than a larger one (a 5.5M, 6-layer, 256-wide model given the same
+    # CPU time could not yet tell one prompt's tool call from another's)
+    hidden_size: int = 192
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 576
+    max_positions: int = 2048  # longest prompt + response the policy can attend over
+    seed: int = 0  # model initialisation, error injection and data order
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+@dataclass(frozen=True)
+class BuiltinPolicy:
+    """One built-in policy: how it is made, and the `mrtpo train` settings used with it for every
+    setting the user does not give."""
+
+    recipe: Recipe | PackagedRecipe
+    train_defaults: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+
+#: every built-in policy. `mrtpo-tiny` is built here from a seeded recipe; `smollm2-135m` is a
+#: pretrained model converted from the GGUF a registry package ships (`mrtpo.models.packaged`).
+POLICIES: tuple[BuiltinPolicy, ...] = (
+    # a LoRA on a few-million-parameter model wants a far larger learning rate than the
+    # trainer's default, which suits pretrained models; with the previous recipe 40 steps took
+    # 6.3 minutes on 2 cores and raised the total reward in each of 12 benchmark runs; see the
+    # learning tables in docs/results.md for the current figures
+    BuiltinPolicy(Recipe(name=DEFAULT_MODEL), {"task": "toolcall", "steps": 40, "batch_prompts": 4,
+                                                "num_generations": 8, "max_new_tokens": 160, "lr": 2e-3}),
+    # SmolLM2-135M-Instruct writes tool calls only after a worked example (`demo`: a made-up
+    # tool, the format only); its calls take 40-55 tokens; a LoRA on a pretrained model wants a
+    # small learning rate; 2 prompts x 4 completions is what 2 CPU cores step in about 1-2 minutes
+    BuiltinPolicy(SMOLLM2, {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
+                            "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5}),
+)
+#: the table by name: each policy's recipe (a test may add one) and its train defaults
+RECIPES: dict[str, Recipe | PackagedRecipe] = {p.name: p.recipe for p in POLICIES}
+TRAIN_DEFAULTS: dict[str, dict] = {p.name: p.train_defaults for p in POLICIES}
+
+
+def builtin_name(model: str | Path | None) -> str | None:
+    """The built-in policy `model` is, by name or by its built directory (any cached build,
+    found by its manifest), else None."""
+    if model is None:
+        return None
+    if str(model) in RECIPES and not Path(str(model)).exists():
+        return str(model)
+    manifest = Path(str(model)).expanduser() / MANIFEST
+    if manifest.is_file():
+        try:
+            name = json.loads(manifest.read_text()).get("name")
+        except (OSError, ValueError):
+            return None
+        return name if name in RECIPES else None
+    return None
+
+
+def with_train_defaults(values: dict) -> dict:
+    """`mrtpo train` settings with the built-in policy filled in: no model given means
+    `mrtpo-tiny`, and a built-in policy, named or given as its cached directory, brings its
+    `TRAIN_DEFAULTS` for every setting not given (so `mrtpo train --lora` alone is a
+    complete, few-minute run, and the same directory passed as --model trains the same)."""
+    out = dict(values)
+    if not out.get("model"):
+        out["model"] = DEFAULT_MODEL
+    for key, value in TRAIN_DEFAULTS.get(builtin_name(out["model"]) or "", {}).items():
+        out.setdefault(key, value)
+    return out
+
+
+def portable_name(given: str, resolved: str | Path) -> str:
+    """The base model's name as another machine can load it: a built-in policy's name when
+    `resolved` is its cached build (however it was given), the hub id as given, or a local
+    directory's absolute path."""
+    name = builtin_name(resolved) or builtin_name(given)
+    if name is not None:
+        return name
+    if Path(given).expanduser().exists():
+        return str(Path(given).expanduser().resolve())
+    return given
