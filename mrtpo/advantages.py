@@ -15,7 +15,6 @@ from typing import Literal
 
 import torch
 
-from mrtpo.replay.js import js_distance, js_distance_log_probs  # noqa: F401 (the one implementation, re-exported)
 
 EPS = 1e-4  # TRL's and trl-GDPO's epsilon in the std denominators
 CV_EPS = 1e-8  # SAW's epsilon (released code)

@@ -91,7 +91,7 @@ class MiniSQL(Task):
         return Verdict(1.0 if p.strict else 0.0, p.error)
 
     def _run(self, ex: Example, response: str):
-        from mrtpo.verifiers.sql import execute
+        from mrtpo.verifiers.sql_sandbox import execute
 
         p = self.format.parse(response)
         if p.answer is None:

@@ -9,9 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrtpo.advantages import (
-    Credit, estimate, gdpo, grpo, js_distance, place, saw_weights, token_weights,
-)
+from mrtpo.advantages import Credit, estimate, gdpo, grpo, place, saw_weights, token_weights
+from mrtpo.replay import js_distance
 
 EPS = 1e-4
 

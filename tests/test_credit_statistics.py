@@ -41,12 +41,6 @@ def test_top_share_is_exact_at_the_boundary_despite_rounding():
         top_share(torch.ones(2, 3), torch.ones(2, 3))
 
 
-def test_the_trainer_logs_the_same_function():
-    from mrtpo.harness import metrics
-
-    assert metrics.top_share is top_share  # one implementation, not two
-
-
 def test_top_tokens_largest_first_ties_earlier_first():
     assert top_tokens([0.5, 2.0, 0.0, 2.0, 1.0], 3) == [1, 3, 4]
     assert top_tokens([0.0, 0.0], 3) == []

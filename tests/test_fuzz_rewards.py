@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from limits import time_limit
-from mrtpo.harness.scoring import check_verdict
+from mrtpo.tasks.contract import check_verdict
 from mrtpo.tasks import get_task
 from mrtpo.verifiers.ifeval import supported_ids
 from mrtpo.verifiers.ifeval.examples import EXAMPLE_KWARGS

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mrtpo.harness.data import prompts_for_step
-from mrtpo.harness.metrics import JsonlLog, clean, completion_metrics, mrtpo_metrics, reward_metrics, top_share
+from mrtpo.harness.metrics import JsonlLog, clean, completion_metrics, mrtpo_metrics, reward_metrics
+from mrtpo.statistics import top_share
 
 
 def test_reward_metrics_by_hand():

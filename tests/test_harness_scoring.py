@@ -8,7 +8,8 @@ import time
 import pytest
 
 from harness_task import BrokenTask, WordTask
-from mrtpo.harness.scoring import RewardError, Scorer, reward_names
+from mrtpo.harness.scoring import Scorer, reward_names
+from mrtpo.tasks.contract import RewardError
 from mrtpo.tasks.base import Reward, Verdict
 
 RESPONSES = ["<answer>select</answer>", "select count", "<answer>", "", "poem poem", "<answer>name</answer>"]

@@ -20,7 +20,7 @@ from mrtpo.harness import ConfigError, TrainConfig, train
 from mrtpo.harness import checkpoints
 from mrtpo.harness.data import DataError
 from mrtpo.harness.policy import PolicyLoadError
-from mrtpo.harness.scoring import RewardError
+from mrtpo.tasks.contract import RewardError
 
 harness_task.register()
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from mrtpo.advantages import js_distance
+from mrtpo.replay import js_distance
 from mrtpo.contexts import ReplayItem, build_item
 from mrtpo.replay import distances, replay_groups, replay_tokens
 from mrtpo.tasks.base import Example

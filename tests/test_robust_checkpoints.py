@@ -106,7 +106,8 @@ def test_a_hard_linked_lock_is_refused(tiny_qwen2_dir, tmp_path):
 
 
 def test_log_and_atomic_writes_replace_or_refuse_a_link_planted_later(tmp_path):
-    from mrtpo.harness.runfiles import RunFileError, open_append, write_atomic
+    from mrtpo.harness.runfiles import RunFileError, open_append
+    from mrtpo.textio import write_atomic
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")

@@ -11,7 +11,7 @@ import pytest
 from limits import peak_rss_mb, time_limit, timed
 from mrtpo.tasks import get_task
 from mrtpo.tasks.text2sql import CACHE_BYTES
-from mrtpo.verifiers.sql import MAX_RESULT_BYTES, execute, leading_keyword
+from mrtpo.verifiers.sql_sandbox import MAX_RESULT_BYTES, execute, leading_keyword
 from mrtpo.verifiers.sql_pool import execute_many, hard_grace
 
 pytestmark = pytest.mark.timeout(300)

@@ -96,7 +96,8 @@ def register(app: typer.Typer) -> None:
         """Show P0, each reward's score, feedback and block, the contexts and lint findings."""
         from mrtpo.blocks.preview import preview
         from mrtpo.blocks.show import record_plain, record_rich
-        from mrtpo.commands.jsonout import dumps, preview_document
+        from mrtpo.commands.jsonout import preview_document
+        from mrtpo.textio import strict_json as dumps
 
         if as_json and as_jsonl:
             typer.echo("error: give --json (one document) or --jsonl (one record per line), not both", err=True)
@@ -145,7 +146,8 @@ def register(app: typer.Typer) -> None:
             report = lint_task(t, examples, resp, progress=lambda k: bar.advance(job, k))
         console, use_rich = _console(style)
         if as_json:
-            from mrtpo.commands.jsonout import dumps, lint_document
+            from mrtpo.commands.jsonout import lint_document
+            from mrtpo.textio import strict_json as dumps
 
             typer.echo(dumps(lint_document(report, t.name)))
         elif use_rich:

@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             except OutputPathError as exc:
                 _fail(f"--out {exc}")
         if as_json:
-            from mrtpo.commands.jsonout import dumps
+            from mrtpo.textio import strict_json as dumps
 
             typer.echo(dumps({"schema": "mrtpo.eval/1", **report.summary()}, indent=2))
         else:

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=2)
         info["out"] = str(out)
         if as_json:
-            from mrtpo.commands.jsonout import dumps
+            from mrtpo.textio import strict_json as dumps
 
             typer.echo(dumps({"schema": "mrtpo.export/1", **info}, indent=2))
             return

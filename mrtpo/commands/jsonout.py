@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from mrtpo.textio import finite, strict_json as dumps  # noqa: F401 (the one strict-JSON writer)
 
 
 def tasks_document(rows: list[dict[str, Any]]) -> dict[str, Any]:

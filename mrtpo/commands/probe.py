@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             _fail(f"task {task.name!r} made no probe edit that lowers its reward on these examples; "
                   "a custom task provides edits by overriding Task.probe_edits (see docs/custom-tasks.md)")
         if as_json:
-            from mrtpo.commands.jsonout import dumps
+            from mrtpo.textio import strict_json as dumps
 
             typer.echo(dumps({"schema": "mrtpo.probe/1", **report.to_dict()}, indent=1))
         else:

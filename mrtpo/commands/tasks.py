@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
             except Exception as exc:  # show a broken plugin in the list instead of dying
                 rows.append({"name": name, "origin": origin, "rewards": [], "error": f"failed to load: {exc}"})
         if as_json:
-            from mrtpo.commands.jsonout import dumps, tasks_document
+            from mrtpo.commands.jsonout import tasks_document
+            from mrtpo.textio import strict_json as dumps
 
             typer.echo(dumps(tasks_document(rows), indent=2))
             return

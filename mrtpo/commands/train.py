@@ -123,7 +123,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
-    from mrtpo.harness.scoring import RewardError
+    from mrtpo.tasks.contract import RewardError
     from mrtpo.harness.update import NonFiniteError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 

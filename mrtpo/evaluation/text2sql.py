@@ -21,7 +21,8 @@ from typing import Sequence
 from mrtpo.evaluation.report import EvalReport, mean
 from mrtpo.formats import CodeBlockFormat, Format, split_think
 from mrtpo.tasks.base import Example, Task
-from mrtpo.verifiers.sql import DEFAULT_TIMEOUT, MODES, verify_batch
+from mrtpo.verifiers.sql import MODES, verify_batch
+from mrtpo.verifiers.sql_sandbox import DEFAULT_TIMEOUT
 
 OPTIONS = ("mode", "timeout", "workers")
 

@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 
 from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import check_entry, new_temp_dir, write_atomic
+from mrtpo.harness.runfiles import check_entry
+from mrtpo.textio import new_temp_dir, write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -203,7 +203,7 @@ class TrainConfig:
         """Write the config as YAML, atomically and never through a link (runfiles)."""
         import yaml
 
-        from mrtpo.harness.runfiles import write_atomic
+        from mrtpo.textio import write_atomic
 
         write_atomic(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
 

@@ -23,7 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
-from mrtpo.harness.runfiles import new_temp_dir, unwritable
+from mrtpo.textio import new_temp_dir, unwritable
 from mrtpo.harness.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 
 INFO = "mrtpo_export.json"

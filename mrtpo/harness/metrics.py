@@ -37,10 +37,11 @@ from typing import Any, Iterable
 import torch
 
 from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import open_append, write_atomic
+from mrtpo.harness.runfiles import open_append
+from mrtpo.textio import write_atomic
 
 # the concentration metric has one implementation, shared with `mrtpo credit`
-from mrtpo.statistics import credited_top_share, top_share  # noqa: F401 (top_share: re-exported)
+from mrtpo.statistics import credited_top_share
 
 log = logging.getLogger(__name__)
 

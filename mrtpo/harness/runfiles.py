@@ -17,7 +17,7 @@ New files get the usual permissions (0666 less the umask), as `open` gives them,
 makes it 0700, which a directory renamed into place, a checkpoint or an export, would keep).
 `unwritable(path, exc)` words an OSError about an output path for a one-line message.
 `write_atomic`, `new_temp_dir` and `unwritable` live in `mrtpo.textio` (every command's output
-files use them) and are re-exported here.
+files use them); the run's writers import them from there.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from mrtpo.harness.errors import ConfigError
-from mrtpo.textio import new_temp_dir, unwritable, write_atomic  # noqa: F401 (the run's writers too)
+from mrtpo.textio import unwritable
 
 #: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", ".wandb_run_id")

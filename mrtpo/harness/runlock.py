@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import RunFileError, check_entry, unwritable
+from mrtpo.harness.runfiles import RunFileError, check_entry
+from mrtpo.textio import unwritable
 
 LOCK_NAME = ".lock"
 

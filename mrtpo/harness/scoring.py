@@ -32,7 +32,7 @@ from multiprocessing.connection import wait
 import torch
 
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
-from mrtpo.tasks.contract import RewardError, _where, check_verdict, checked_rewards  # noqa: F401 (re-exported)
+from mrtpo.tasks.contract import RewardError, _where, check_verdict, checked_rewards
 
 
 #: the feedback of a reward that ran past the scorer's deadline (`Scorer.score` writes it)
@@ -44,7 +44,7 @@ def timed_out(verdict: Verdict) -> bool:
     verifier's own (an SQL query past its limit, mrtpo.verifiers.sql.TIMEOUT_ERROR, which
     text2sql's `executes` quotes after "SQLite error: "). Counted by the
     `rewards/<name>/timeout_frac` metric."""
-    from mrtpo.verifiers.sql import TIMEOUT_ERROR
+    from mrtpo.verifiers.sql_sandbox import TIMEOUT_ERROR
 
     text = verdict.feedback or ""
     return (text.startswith(TIMEOUT_FEEDBACK.split("{")[0])

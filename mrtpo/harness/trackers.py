@@ -103,7 +103,7 @@ class _TensorBoard:
 
 class _WandB:
     def __init__(self, run_dir: Path, name: str, config: dict[str, Any]):
-        from mrtpo.harness.runfiles import write_atomic
+        from mrtpo.textio import write_atomic
 
         wandb = _require("wandb")
         id_file = run_dir / ".wandb_run_id"  # a resumed run continues its wandb run

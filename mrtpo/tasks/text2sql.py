@@ -33,14 +33,8 @@ from typing import Mapping, Sequence
 from mrtpo.formats import CodeBlockFormat, Parsed
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.text2sql_data import DataError, SQLRow, read_rows
-from mrtpo.verifiers.sql import (
-    DEFAULT_MAX_ROWS,
-    DEFAULT_TIMEOUT,
-    MODES,
-    ExecResult,
-    execute,
-    match_executed,
-)
+from mrtpo.verifiers.sql import MODES, match_executed
+from mrtpo.verifiers.sql_sandbox import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, ExecResult, execute
 from mrtpo.verifiers.lru import BoundedCache
 from mrtpo.verifiers.sql_pool import execute_many
 

@@ -3,7 +3,7 @@
 `execute` runs one model-written query and never raises: a bad query comes back as an
 `ExecResult` whose `.error` is SQLite's own message or a refusal that names what was refused.
 The sandbox (read-only, an authorizer, a deadline, row, value and result caps) is
-`mrtpo.verifiers.sql_sandbox`, whose names are re-exported here.
+`mrtpo.verifiers.sql_sandbox`, where its limits and `execute` are imported from.
 
 `exec_match` compares a prediction with the gold query on one database in one of three
 modes (see `compare_results`); `verify_batch` does it for many pairs in parallel worker
@@ -19,20 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from mrtpo.verifiers.sql_pool import execute_many
-from mrtpo.verifiers.sql_sandbox import (  # noqa: F401 (the sandbox's public names, re-exported)
-    DEFAULT_MAX_ROWS,
-    DEFAULT_TIMEOUT,
-    MAX_LIKE_PATTERN,
-    MAX_RESULT_BYTES,
-    MAX_SQL_CHARS,
-    MAX_VALUE_BYTES,
-    TIMEOUT_ERROR,
-    ExecResult,
-    PathLike,
-    db_uri,
-    execute,
-    leading_keyword,
-)
+from mrtpo.verifiers.sql_sandbox import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, ExecResult, PathLike, execute
 
 Mode = Literal["bag", "set", "ordered"]
 MODES: tuple[str, ...] = ("bag", "set", "ordered")
