@@ -14,15 +14,16 @@ checkpoints stay TRL's. Per generation batch it changes four things:
 3. and 4., MRTPO's step: each process hands its own completions, scores and credit to
    `mrtpo.harness.distances.mrtpo_step`, the step `mrtpo train` takes too (the replay under
    P_all and every P_without_k, or the `mrtpo_weights` control; zero-credit pairs skipped; the
-   placement), -> token advantages [B, T], handed to TRL as the batch's `advantages` (TRL >=
-   0.26 takes [B, T] in `_compute_loss`).
+   placement), -> token advantages [B, T], handed to TRL as the batch's `advantages` (TRL
+   >= 0.26 takes [B, T] in `_compute_loss`).
 
 With `mrtpo=False` every token carries its response's advantage, which is TRL's own
 advantage for the same aggregation (the tests check this). The mean of a response's token
 advantages is that advantage in both cases: MRTPO only moves credit between tokens.
 
-Refused: TRL < 0.26 (its loss unsqueezes the advantages unconditionally and broadcasts a
-[B, T] tensor to [B, B, T] without an error) and `use_liger_kernel` (Liger's fused GRPO loss,
+Refused: TRL < 1.7, the lowest version tested (pyproject.toml says why; below 0.26 the loss
+unsqueezes the advantages unconditionally and broadcasts a [B, T] tensor to [B, B, T] without
+an error) and `use_liger_kernel` (Liger's fused GRPO loss,
 where TRL has it, takes one advantage per sequence). The first loss computation runs under
 a guard that checks every tensor TRL computes directly from the advantages (the per-token
 surrogate terms, the clip masks) is [B, T].
@@ -40,6 +41,7 @@ surrogate terms, the clip masks) is [B, T].
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -58,21 +60,22 @@ from mrtpo.tasks.contract import checked_verify
 from mrtpo.tasks import TaskLoadError, TaskNotFound, get_task
 from mrtpo.tasks.base import Example, Task, Verdict
 
-MIN_TRL = "0.26"
+MIN_TRL = "1.7"  # the floor pyproject.toml declares and .ci/run tests (why: its comment there)
 
 
 def _require_trl():
     try:
         import trl
     except ImportError as exc:
-        raise ImportError('mrtpo.integrations.trl needs TRL: pip install "mrtpo[trl]" (trl>=0.26)') from exc
+        raise ImportError(f'mrtpo.integrations.trl needs TRL: pip install "mrtpo[trl]" (trl>={MIN_TRL})') from exc
     from packaging.version import Version
 
     if Version(trl.__version__) < Version(MIN_TRL):
         raise ImportError(
-            f"mrtpo.integrations.trl needs trl>={MIN_TRL}, found {trl.__version__}: older GRPOTrainers "
-            "unsqueeze the advantages unconditionally, which broadcasts MRTPO's token-level [B, T] "
-            f"advantages to [B, B, T] without an error. Upgrade: pip install -U 'trl>={MIN_TRL}'")
+            f"mrtpo.integrations.trl needs trl>={MIN_TRL}, found {trl.__version__}: the lowest TRL tested "
+            "with it (before 0.26, GRPOTrainer unsqueezes the advantages and broadcasts MRTPO's [B, T] "
+            "token advantages to [B, B, T] without an error; before 1.7 it fails at import with "
+            f"transformers 5 or lacks settings the launcher reads). Upgrade: pip install -U 'trl>={MIN_TRL}'")
     return trl
 
 
@@ -347,11 +350,14 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         """The policy for the replay: TRL's model unwrapped as for generation (DeepSpeed ZeRO-3
         gathers its parameters), profiled as `mrtpo.replay`."""
 
+        unwrap = {"gather_deepspeed3_params": self.args.ds3_gather_for_generation}
+        if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters:  # newer TRLs
+            unwrap["gradient_checkpointing_kwargs"] = self.args.gradient_checkpointing_kwargs
+
         @contextlib.contextmanager
         def open_model():
             with profiling_context(self, "mrtpo.replay"), unwrap_model_for_generation(
-                    self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model:
+                    self.model_wrapped, self.accelerator, **unwrap) as model:
                 yield model
 
         return Replayer(self._mrtpo_state.tokenizer, model_positions(self.model), open_model)
@@ -367,7 +373,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         examples = [self.mrtpo_examples[row[INDEX_COLUMN]] for row in inputs]
         row_names = [reward_names(self.mrtpo_task.rewards(ex)) for ex in examples]
         verdicts = [[self._mrtpo_state.verdicts[n][i] for n in row] for i, row in enumerate(row_names)]
-        stops = set(getattr(self, "eos_token_ids", None) or [self.eos_token_id]) | {tok.pad_token_id}  # TRL < 1.0: one
+        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)  # int or list
+        stops = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tok.eos_token_id, tok.pad_token_id}
         rollout = Rollout(examples, [tok.decode(p) for p in prompt_ids], prompt_ids, response_ids,
                           [tok.decode(r, skip_special_tokens=True) for r in response_ids],
                           [not r or r[-1] not in stops for r in response_ids], self.num_generations)
