@@ -182,7 +182,7 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
                     completions_log.write(records)
             if cfg.eval_every and step % cfg.eval_every == 0 and dist.is_main:
                 with timer("eval"):
-                    record.update(evaluate(policy, task, eval_set, scorer, cfg))
+                    record.update(held_out_metrics(policy, task, eval_set, scorer, cfg))
 
             record.update(timer.totals())
             record = clean(record)
@@ -271,7 +271,7 @@ def check_reward_weights(task, examples, overrides: dict[str, float]) -> None:
                           f"does not have; its rewards: {', '.join(sorted(known))}")
 
 
-def evaluate(policy, task, examples, scorer: Scorer, cfg: TrainConfig) -> dict[str, float]:
+def held_out_metrics(policy, task, examples, scorer: Scorer, cfg: TrainConfig) -> dict[str, float]:
     """Greedy completions on the held-out examples, scored by the task's rewards -> eval/... metrics."""
     out: dict[str, float] = {}
     scores, names, lengths, truncated = [], [], [], []
