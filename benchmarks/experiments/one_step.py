@@ -1,0 +1,406 @@
+"""Does MRTPO's placement make a better update? A paired one-step test.
+
+For each of R batches: B prompts, G completions each sampled from the starting policy (a fresh
+LoRA, so the pretrained model itself), scored by every reward of the task. Every method takes
+ONE optimizer step from the same starting weights on the same batch, completions and scores;
+only the token advantages differ:
+
+- grpo, gdpo, gdpo+saw: one advantage per response (the estimators);
+- mrtpo: GDPO's credit placed by the replay's JS distances (the method);
+- mrtpo-shuffled: the same distances permuted within each response (the weights'
+  distribution without their placement: a control);
+- oracle: GDPO's credit on the tokens the task says each reward is about (`Task.reward_spans`;
+  toolcall only): the ceiling of placement.
+
+The measure is each update's effect on each reward's expected value on the batch's prompts,
+estimated on a pool of P fresh completions per prompt from the starting policy, drawn
+beside the batch and shared by all methods (importance weights: the change of E[r_k] is
+mean_y (rho(y) - 1) (r_k(y) - mean r_k), rho = pi_new(y) / pi_start(y) under the sampling
+temperature). The step is the trainer's own: `mrtpo.harness.update.update` with a fresh AdamW,
+whose first step moves every weight with a gradient by the learning rate (Adam's first step is
+lr * g / |g|), so every method's step has the same parameter norm, reported beside its KL
+from the start on the pool (k3 estimator over whole completions). Per method and reward the
+mean over batches has a 95% interval (Student t), and so do the paired differences
+mrtpo - gdpo, mrtpo - mrtpo-shuffled (and the others against gdpo). `total` is the task's
+weighted sum of rewards.
+
+    python benchmarks/experiments/one_step.py --model smollm2-135m --task text2sql -o demo=true \
+        --batches 30 --pool 32 --seed 0 --json benchmarks/results/one-step-text2sql-smollm2-135m.json
+
+Each finished batch is appended to `--out` (JSONL, default benchmarks/out/one-step/); a rerun
+with the same settings reads those back and goes on from the next batch, so the script can be
+stopped and restarted, and `--batches` raised later. Settings other than the task's are
+`mrtpo train`'s for the model (a built-in brings its train defaults).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+METHODS = ("grpo", "gdpo", "gdpo+saw", "mrtpo", "mrtpo-shuffled", "oracle")
+PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"), ("oracle", "gdpo"),
+         ("mrtpo", "oracle"), ("gdpo+saw", "gdpo"), ("grpo", "gdpo"))
+
+
+# ------------------------------------------------------------------------------ statistics
+def t_quantile(p: float, df: int) -> float:
+    """Student t's p-quantile (Cornish-Fisher expansion around the normal): 0.004 below the
+    exact 97.5% point at df 3, within 3e-4 from df 5 and 1e-4 from df 9 (an interval over
+    batches has df >= 29)."""
+    z = statistics.NormalDist().inv_cdf(p)
+    v = float(df)
+    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
+
+
+def interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of `xs` with its Student-t interval (NaN bounds for n < 2)."""
+    xs = [x for x in xs if x == x]
+    if not xs:
+        return math.nan, math.nan, math.nan
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, math.nan, math.nan
+    half = t_quantile(0.5 + level / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+# ------------------------------------------------------------------------------ one batch
+def split_rollout(rollout, first: int):
+    """(the first `first` completions of every group, the rest) as two Rollouts."""
+    from mrtpo.harness.rollout import Rollout
+
+    n = rollout.group_size
+    rows = [[g * n + j for j in range(first)] for g in range(len(rollout) // n)]
+    rest = [[g * n + j for j in range(first, n)] for g in range(len(rollout) // n)]
+
+    def take(idx: list[list[int]], size: int) -> Rollout:
+        flat = [i for grp in idx for i in grp]
+        return Rollout(**{f: [getattr(rollout, f)[i] for i in flat]
+                          for f in ("examples", "prompts", "prompt_ids", "response_ids", "responses", "truncated")},
+                       group_size=size)
+
+    return take(rows, first), take(rest, n - first)
+
+
+def totals(scored) -> torch.Tensor:
+    """Each row's weighted sum of rewards (a reward that does not apply counts 0) -> [N]."""
+    return (torch.nan_to_num(scored.scores, nan=0.0) * scored.weights).sum(-1)
+
+
+@torch.no_grad()
+def sequence_logps(policy, rollout, temperature: float, rows_per_pass: int = 32) -> torch.Tensor:
+    """log pi(y | x) of every completion under the policy as it stands, at the sampling
+    temperature -> [N]. Each pass holds completions of one prompt (its prefix shared)."""
+    from mrtpo.harness.loss import token_logps
+
+    out = torch.zeros(len(rollout))
+    batch = rollout.batch(policy.pad_id, policy.device)
+    t = batch.response_mask.shape[1]
+    was = policy.model.training
+    policy.model.eval()
+    try:
+        with policy.merged() as model:
+            for g in range(0, len(rollout), rollout.group_size):
+                for i in range(g, g + rollout.group_size, rows_per_pass):
+                    b = batch.rows(slice(i, min(i + rows_per_pass, g + rollout.group_size)))
+                    logp, _ = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
+                                          temperature, share_prompts=True)  # [n, T]
+                    out[i:i + len(logp)] = (logp * b.response_mask).sum(-1).cpu()
+    finally:
+        policy.model.train(was)
+    return out
+
+
+def effects(logp_new, logp_start, pool_scores, group_size: int) -> dict[str, float]:
+    """The change of each reward's expected value (reward name -> float) and `kl`, estimated
+    on the pool: per prompt, mean_y (rho - 1) (r - mean r), then the mean over prompts; kl is
+    the k3 estimate of KL(start || new) per completion, mean over the pool."""
+    rho = torch.exp(logp_new - logp_start)  # [M]
+    out: dict[str, float] = {}
+    for name, r in pool_scores.items():  # r [M], NaN where the reward does not apply
+        per_prompt = []
+        for g in range(0, len(r), group_size):
+            rg, wg = r[g:g + group_size], rho[g:g + group_size]
+            keep = ~torch.isnan(rg)
+            if keep.sum() < 2:
+                continue
+            per_prompt.append(float(((wg[keep] - 1) * (rg[keep] - rg[keep].mean())).mean()))
+        out[name] = sum(per_prompt) / len(per_prompt) if per_prompt else math.nan
+    log_ratio = logp_start - logp_new  # [M]
+    out["kl"] = float((torch.exp(-log_ratio) - 1 + log_ratio).mean())
+    return out
+
+
+def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int) -> dict:
+    """One batch: sample, score, replay, one step per method, effects on the pool -> a record."""
+    from mrtpo.advantages import estimate, place, shuffle_within
+    from mrtpo.harness.distances import policy_replayer, replay_distances, span_distances
+    from mrtpo.harness.rollout import sample
+    from mrtpo.harness.update import update
+
+    G = cfg.num_generations
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    both = sample(policy, task, examples, G + pool, temperature=cfg.temperature, top_p=cfg.top_p,
+                  max_new_tokens=cfg.max_new_tokens)
+    train_r, pool_r = split_rollout(both, G)
+    t_sample = time.perf_counter() - t0
+    scored = scorer.score(train_r.examples, train_r.responses)  # [B*G, K]
+    pooled = scorer.score(pool_r.examples, pool_r.responses)  # [B*P, K']
+    pool_scores = {name: pooled.scores[:, k] for k, name in enumerate(pooled.names)}
+    pool_scores["total"] = totals(pooled)
+    mask = train_r.response_mask()  # [N, T]
+
+    w, f = scored.weights, scored.floors
+    credit = {"grpo": estimate(scored.scores, G, "grpo", weights=w, floors=f),
+              "gdpo": estimate(scored.scores, G, "gdpo", weights=w, floors=f),
+              "gdpo+saw": estimate(scored.scores, G, "gdpo", weights=w, saw="advantage", floors=f)}
+    t1 = time.perf_counter()
+    q, _ = replay_distances(policy_replayer(policy), task, train_r, scored, cfg.temperature,
+                            credit=credit["gdpo"])  # [N, K, T]
+    t_replay = time.perf_counter() - t1
+    distances = {"mrtpo": q, "mrtpo-shuffled": shuffle_within(q, mask, torch.Generator().manual_seed(seed))}
+    if "oracle" in methods:
+        distances["oracle"] = span_distances(policy.tokenizer, task, train_r, scored)
+    advantages = {m: place(credit[m], None, mask) for m in ("grpo", "gdpo", "gdpo+saw")}
+    advantages.update({m: place(credit["gdpo"], d, mask) for m, d in distances.items()})  # [N, T]
+
+    params = policy.trainable_parameters()
+    start = [p.detach().clone() for p in params]
+    logp_start = sequence_logps(policy, pool_r, cfg.temperature)  # [M]
+    record = {"batch_seed": seed, "examples": [ex.id for ex in examples],
+              "flat": bool(credit["gdpo"].per_reward.abs().sum() == 0),
+              "pool_means": {k: float(torch.nanmean(v)) for k, v in pool_scores.items()},
+              "train_means": {name: float(torch.nanmean(scored.scores[:, k])) for k, name in enumerate(scored.names)},
+              "effects": {}, "param_norm": {}, "seconds": {"sample": t_sample, "replay": t_replay}}
+    batch = train_r.batch(policy.pad_id, policy.device)
+    for m in methods:
+        t2 = time.perf_counter()
+        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        torch.manual_seed(seed)  # the same LoRA-dropout draws for every method
+        update(policy, optimizer, batch, advantages[m], temperature=cfg.temperature, loss_type=cfg.loss_type,
+               epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=0.0, num_iterations=1,
+               grad_accum=cfg.grad_accum, max_grad_norm=cfg.max_grad_norm,
+               max_completion_length=cfg.max_new_tokens)
+        record["param_norm"][m] = math.sqrt(sum(float((p.detach() - s).pow(2).sum()) for p, s in zip(params, start)))
+        record["effects"][m] = effects(sequence_logps(policy, pool_r, cfg.temperature), logp_start,
+                                       pool_scores, pool)
+        with torch.no_grad():
+            for p, s in zip(params, start):
+                p.copy_(s)
+        record["seconds"][m] = time.perf_counter() - t2
+    record["seconds"]["batch"] = time.perf_counter() - t0
+    return record
+
+
+# ------------------------------------------------------------------------------ summary
+def summarise(records: list[dict], methods, rewards) -> tuple[list[dict], list[dict]]:
+    """(rows: per method and reward, the mean effect over batches with its 95% interval;
+    paired: per pair (a, b) and reward, the mean of a - b with its interval). `kl` and
+    `param_norm` come as rewards named so, and `per_sqrt_kl` divides each batch's total
+    effect by the square root of its KL (the effect per unit of distribution change)."""
+    rows, paired = [], []
+
+    def values(m: str, r: str) -> list[float]:
+        if r == "param_norm":
+            return [rec["param_norm"][m] for rec in records]
+        if r == "total_per_sqrt_kl":
+            return [rec["effects"][m]["total"] / math.sqrt(rec["effects"][m]["kl"])
+                    if rec["effects"][m]["kl"] > 0 else 0.0 for rec in records]
+        return [rec["effects"][m].get(r, math.nan) for rec in records]
+
+    names = list(rewards) + ["kl", "param_norm", "total_per_sqrt_kl"]
+    for m in methods:
+        for r in names:
+            mean, low, high = interval(values(m, r))
+            rows.append({"method": m, "reward": r, "mean": mean, "low": low, "high": high})
+    for a, b in PAIRS:
+        if a in methods and b in methods:
+            for r in list(rewards) + ["total_per_sqrt_kl"]:
+                mean, low, high = interval([x - y for x, y in zip(values(a, r), values(b, r))])
+                paired.append({"a": a, "b": b, "reward": r, "mean": mean, "low": low, "high": high})
+    return rows, paired
+
+
+def verdict(p: dict) -> str:
+    if not (p["low"] == p["low"]):
+        return "?"
+    return "a > b" if p["low"] > 0 else "a < b" if p["high"] < 0 else "no difference"
+
+
+def plot(rows: list[dict], methods, rewards, path: Path, title: str) -> bool:
+    """Per reward, each method's mean effect with its 95% interval; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, len(rewards), figsize=(3.2 * len(rewards), 3.2), squeeze=False)
+    for ax, r in zip(axes[0], rewards):
+        got = [next(x for x in rows if x["method"] == m and x["reward"] == r) for m in methods]
+        ys = [g["mean"] for g in got]
+        err = [[g["mean"] - g["low"] for g in got], [g["high"] - g["mean"] for g in got]]
+        ax.errorbar(range(len(methods)), ys, yerr=err, fmt="o", capsize=3)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_xticks(range(len(methods)), methods, rotation=60, fontsize=7)
+        ax.set_title(r, fontsize=9)
+    axes[0][0].set_ylabel("change of E[reward], one step")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+# ------------------------------------------------------------------------------ main
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="policy: a built-in name or a directory")
+    ap.add_argument("--task", default="text2sql")
+    ap.add_argument("-o", dest="options", action="append", default=[], metavar="KEY=VALUE", help="task option")
+    ap.add_argument("--data", default=None, help="the task's data file (default: its bundled sample)")
+    ap.add_argument("--batches", type=int, default=30, help="R: batches (each a fresh draw of prompts and completions)")
+    ap.add_argument("--pool", type=int, default=32, help="P: fresh completions per prompt that measure the effects")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--seed", type=int, default=0, help="LoRA init, prompt order and each batch's sampling")
+    ap.add_argument("--lr", type=float, default=None, help="step size (default: the model's train lr)")
+    ap.add_argument("--batch-prompts", type=int, default=None)
+    ap.add_argument("--num-generations", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default=None, help="per-batch records (JSONL); default benchmarks/out/one-step/<task>-<model>-seed<k>.jsonl")
+    ap.add_argument("--json", default=None, help="the summary (settings, rows, paired)")
+    ap.add_argument("--png", default=None, help="the plot (needs matplotlib)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    import random
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from mrtpo.models.builtin import builtin_name, with_train_defaults
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.scoring import Scorer
+    from mrtpo.models.default import resolve_model
+    from mrtpo.tasks import get_task
+    from mrtpo.tasks.options import read_options
+
+    given = {"model": args.model, "task": args.task, "lr": args.lr, "batch_prompts": args.batch_prompts,
+             "num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}
+    values = with_train_defaults({k: v for k, v in given.items() if v is not None})
+    if builtin_name(args.model) and values.get("task") != args.task:
+        values.pop("task_args", None)  # the built-in's task options are for its own task
+    task_args = {**values.get("task_args", {}), **read_options(args.options)}
+    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args, "seed": args.seed})
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    task = get_task(args.task, **task_args)
+    examples = task.load(args.data)
+    if "oracle" in methods and task.reward_spans(examples[0], "") is None:
+        methods.remove("oracle")  # the task cannot say which tokens each reward is about
+    model_label = builtin_name(args.model) or Path(args.model).name
+    out = Path(args.out or f"benchmarks/out/one-step/{args.task}-{model_label}-seed{args.seed}.jsonl")
+    settings = {"model": model_label, "task": args.task, "task_args": task_args, "batches": args.batches,
+                "pool": args.pool, "batch_prompts": cfg.batch_prompts, "num_generations": cfg.num_generations,
+                "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "lr": cfg.lr,
+                "step_sizes": [cfg.lr], "optimizer": "AdamW, first step (every weight with a gradient moves by lr)",
+                "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "loss_type": cfg.loss_type,
+                "seed": args.seed, "methods": methods}
+    done = read_records(out, settings)
+
+    scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
+    try:
+        torch.manual_seed(args.seed)  # the one fresh LoRA every method starts from
+        policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                             lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
+                             device=cfg.device, dtype=cfg.dtype)
+        order: list[int] = []
+        rng = random.Random(args.seed)
+        while len(order) < args.batches * cfg.batch_prompts:  # every example once before any repeats
+            perm = list(range(len(examples)))
+            rng.shuffle(perm)
+            order += perm
+        print(f"one-step test: {args.task} on {model_label}, {len(methods)} methods, {args.batches} batches of "
+              f"{cfg.batch_prompts} x {cfg.num_generations}, pool {args.pool} per prompt; {len(done)} batches "
+              f"already in {out}", flush=True)
+        for r in range(len(done), args.batches):
+            picked = [examples[i] for i in order[r * cfg.batch_prompts:(r + 1) * cfg.batch_prompts]]
+            rec = run_batch(policy, task, scorer, picked, cfg, args.pool, methods, seed=args.seed * 100_003 + r)
+            rec["batch"] = r
+            append_record(out, settings, rec)
+            done.append(rec)
+            e = rec["effects"]
+            print(f"  batch {r + 1}/{args.batches}: {rec['seconds']['batch']:.0f} s; total effect "
+                  + " ".join(f"{m} {e[m]['total']:+.4f}" for m in methods), flush=True)
+    finally:
+        scorer.close()
+    return report(done, methods, settings, args)
+
+
+def read_records(out: Path, settings: dict) -> list[dict]:
+    """The batches a previous call with the same settings finished (all but `batches`)."""
+    if not out.is_file():
+        return []
+    lines = out.read_text().splitlines()
+    head = json.loads(lines[0]) if lines else {}
+    same = {k: v for k, v in settings.items() if k != "batches"}
+    if head.get("settings", {}) != same:
+        raise SystemExit(f"{out} holds batches of other settings ({head.get('settings')}); "
+                         "pass another --out or remove it")
+    return [json.loads(line) for line in lines[1:]]
+
+
+def append_record(out: Path, settings: dict, record: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.is_file():
+        out.write_text(json.dumps({"settings": {k: v for k, v in settings.items() if k != "batches"}}) + "\n")
+    with out.open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def report(records: list[dict], methods, settings: dict, args) -> dict:
+    rewards = [r for r in records[0]["effects"][methods[0]] if r != "kl"] if records else []
+    rows, paired = summarise(records, methods, rewards)
+    seconds = statistics.mean(rec["seconds"]["batch"] for rec in records) if records else math.nan
+    doc = {"settings": {**settings, "batches": len(records)}, "rows": rows, "paired": paired,
+           "flat_batches": sum(rec["flat"] for rec in records), "seconds_per_batch": seconds,
+           "command": "python benchmarks/experiments/one_step.py " + " ".join(sys.argv[1:]),
+           "pool_means": {r: statistics.mean(rec["pool_means"][r] for rec in records) for r in rewards}}
+    print(f"\n{len(records)} batches ({doc['flat_batches']} where every group scored every reward alike), "
+          f"{seconds:.0f} s a batch")
+    print("change of E[reward] after one step (mean over batches, 95% interval):")
+    for r in rewards + ["kl", "param_norm"]:
+        print(f"  {r}")
+        for row in rows:
+            if row["reward"] == r:
+                print(f"    {row['method']:<15} {row['mean']:+.5f}  [{row['low']:+.5f}, {row['high']:+.5f}]")
+    print("paired differences a - b:")
+    for p in paired:
+        print(f"  {p['a']} - {p['b']:<15} {p['reward']:<20} {p['mean']:+.5f}  [{p['low']:+.5f}, {p['high']:+.5f}]"
+              f"  {verdict(p)}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    if args.png and records:
+        plot(rows, methods, rewards, Path(args.png),
+             f"{settings['task']} on {settings['model']}: one step, {len(records)} batches")
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""benchmarks/experiments/one_step.py: the paired one-step test's plumbing on a tiny model.
+
+Every method steps from the same weights on the same batch (the weights are put back after
+each), the effects are read off a shared pool, a rerun goes on from the batches already
+written, and the statistics are the textbook ones."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import benchmark_module
+
+
+@pytest.fixture(scope="module")
+def one_step():
+    return benchmark_module.load("one_step")
+
+
+def test_t_quantiles_and_intervals(one_step):
+    for df, want in ((5, 2.5706), (9, 2.2622), (29, 2.0452), (100, 1.9840)):  # tables' 97.5% points
+        assert one_step.t_quantile(0.975, df) == pytest.approx(want, abs=3e-4)
+    mean, low, high = one_step.interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    half = 2.5706 * math.sqrt(3.5) / math.sqrt(6)
+    assert mean == 3.5 and low == pytest.approx(3.5 - half, abs=1e-3) and high == pytest.approx(3.5 + half, abs=1e-3)
+    assert math.isnan(one_step.interval([1.0])[1])
+
+
+def test_effects_are_importance_weighted_changes(one_step):
+    # one prompt, 4 pool completions; the new policy doubles the weight of the two that score 1
+    start = torch.log(torch.tensor([0.25, 0.25, 0.25, 0.25]))
+    new = torch.log(torch.tensor([0.5, 0.5, 0.0001, 0.0001]))
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    out = one_step.effects(new, start, {"format": r}, group_size=4)
+    # mean of (rho - 1)(r - 0.5): rho = 2, 2, ~0, ~0 -> (0.5 + 0.5 + 0.5 + 0.5) / 4
+    assert out["format"] == pytest.approx(0.5, abs=1e-3)
+    assert out["kl"] > 0
+    same = one_step.effects(start, start, {"format": r}, group_size=4)
+    assert same == {"format": 0.0, "kl": 0.0}
+
+
+def test_every_method_steps_from_the_same_start_and_a_rerun_goes_on(one_step, tiny_qwen2_dir, tmp_path):
+    args = ["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--pool", "3", "--batch-prompts", "2",
+            "--num-generations", "2", "--max-new-tokens", "6", "--lr", "0.01", "--out", str(tmp_path / "b.jsonl"),
+            "--json", str(tmp_path / "s.json")]
+    doc = one_step.main(args + ["--batches", "2"])
+    assert doc["settings"]["batches"] == 2
+    methods = doc["settings"]["methods"]
+    assert methods == list(one_step.METHODS)  # toolcall says its reward spans: the oracle runs
+    rewards = {r["reward"] for r in doc["rows"]}
+    assert {"format", "schema", "correct", "total", "kl", "param_norm"} <= rewards
+    assert {(p["a"], p["b"]) for p in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
+    lines = (tmp_path / "b.jsonl").read_text().splitlines()
+    first = [json.loads(x) for x in lines[1:]]
+    assert [r["batch"] for r in first] == [0, 1]
+    for rec in first:
+        norms = rec["param_norm"]
+        if not rec["flat"]:  # Adam's first step: every weight with a gradient moves by lr
+            assert norms["gdpo"] > 0 and norms["mrtpo"] == pytest.approx(norms["gdpo"], rel=0.05)
+    # a rerun with more batches keeps the two written and adds one
+    doc = one_step.main(args + ["--batches", "3"])
+    again = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()[1:]]
+    assert again[:2] == first and len(again) == 3 and doc["settings"]["batches"] == 3
+    # the same settings from scratch give the same numbers (seeded), so the start is shared
+    one_step.main(args[:-4] + ["--out", str(tmp_path / "c.jsonl"), "--batches", "2"])
+    fresh = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()[1:]]
+    for a, b in zip(first, fresh):
+        for m in methods:
+            assert a["effects"][m] == pytest.approx(b["effects"][m], rel=1e-4, abs=1e-7)
+
+
+def test_other_settings_are_not_mixed_into_a_results_file(one_step, tiny_qwen2_dir, tmp_path):
+    args = ["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--pool", "2", "--batch-prompts", "2",
+            "--num-generations", "2", "--max-new-tokens", "4", "--out", str(tmp_path / "b.jsonl"),
+            "--batches", "1", "--methods", "gdpo,mrtpo"]
+    one_step.main(args)
+    with pytest.raises(SystemExit, match="holds batches of other settings"):
+        one_step.main(args[:-2] + ["--methods", "grpo,mrtpo"])
