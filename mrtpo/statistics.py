@@ -65,6 +65,34 @@ def credited_top_share(distances: torch.Tensor, mask: torch.Tensor, credit: torc
     return torch.where(credit.to(shares.device) != 0, shares, torch.full_like(shares, float("nan")))
 
 
+def gini(distances: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per response and reward, the Gini coefficient of the distances over the response's own
+    tokens -> [N, K]: 0 for an even spread (MRTPO's weights all 1), (T - 1) / T when one token
+    holds everything. NaN where the distances are all zero. Scale-free, so it is also the
+    Gini of MRTPO's weights (the distances over their mean). ARCA (arXiv 2606.00257) logs it to
+    see weights collapse under LoRA (toward even, or onto a few tokens)."""
+    q = distances.double().clamp(min=0.0) * mask.unsqueeze(1).double()  # [N, K, T]
+    n_tok = mask.double().sum(-1).clamp(min=1).unsqueeze(-1)  # [N, 1]
+    total = q.sum(-1)  # [N, K]
+    # padding sorts first (0), so the i-th smallest real token has rank i - (T - n_tok)
+    sorted_q, _ = q.sort(-1)  # [N, K, T] ascending
+    t = q.shape[-1]
+    rank = torch.arange(1, t + 1, dtype=torch.float64) - (t - n_tok).unsqueeze(-1)  # [N, 1, T]
+    g = (2.0 * (rank * sorted_q).sum(-1) / (n_tok * total.clamp(min=1e-300))) - (n_tok + 1.0) / n_tok  # [N, K]
+    return torch.where(total > 0, g, torch.full_like(g, float("nan"))).float()
+
+
+def effective_token_ratio(distances: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per response and reward, (sum q)^2 / (T sum q^2) over the response's T tokens -> [N, K]:
+    the share of the tokens that effectively carry the weight (1 for an even spread, 1/T for
+    one token). NaN where the distances are all zero."""
+    q = distances.double().clamp(min=0.0) * mask.unsqueeze(1).double()  # [N, K, T]
+    n_tok = mask.double().sum(-1).clamp(min=1).unsqueeze(-1)  # [N, 1]
+    total = q.sum(-1)  # [N, K]
+    ratio = total ** 2 / (n_tok * (q ** 2).sum(-1)).clamp(min=1e-300)  # [N, K]
+    return torch.where(total > 0, ratio, torch.full_like(ratio, float("nan"))).float()
+
+
 def response_top_share(q: Sequence[float], share: float = SHARE) -> float | None:
     """The top-`share` token share of one response's distances for one reward (None: all zero)."""
     if len(q) == 0:

@@ -84,3 +84,34 @@ def test_paper_figures_only_where_the_paper_reports_one():
     assert paper_figure("text2sql", "format") is None
     assert paper_figure(None, ALL) is None
     assert percent(0.2625) == "26.2%" and percent(None) == "-"
+
+
+def test_gini_and_effective_token_ratio_read_the_spread():
+    from mrtpo.statistics import effective_token_ratio, gini
+
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0]])  # 4 and 2 tokens
+    q = torch.tensor([[[0.3, 0.3, 0.3, 0.3, 9.0],    # even over its 4 tokens (padding ignored)
+                       [0.0, 0.0, 0.7, 0.0, 0.0],    # one token of 4
+                       [0.0, 0.0, 0.0, 0.0, 0.0]],   # nothing
+                      [[1.0, 3.0, 5.0, 5.0, 5.0],    # 1 and 3 over 2 tokens
+                       [2.0, 2.0, 0.0, 0.0, 0.0],
+                       [0.0, 1.0, 0.0, 0.0, 0.0]]])
+    g, e = gini(q, mask), effective_token_ratio(q, mask)
+    assert g[0, 0] == pytest.approx(0.0, abs=1e-6) and e[0, 0] == pytest.approx(1.0)
+    assert g[0, 1] == pytest.approx(3 / 4) and e[0, 1] == pytest.approx(1 / 4)
+    assert torch.isnan(g[0, 2]) and torch.isnan(e[0, 2])
+    # two tokens 1 and 3: mean abs difference 2 * 2 / 4 = 1, over twice the mean 4 -> 0.25
+    assert g[1, 0] == pytest.approx(0.25) and e[1, 0] == pytest.approx(16 / (2 * 10))
+    assert g[1, 2] == pytest.approx(0.5) and e[1, 2] == pytest.approx(0.5)
+    # scale-free: the same figures for MRTPO's weights (q over its mean)
+    assert torch.allclose(gini(q * 7.0, mask), g, equal_nan=True)
+
+
+def test_the_trainer_logs_the_spread_of_credited_pairs():
+    from mrtpo.harness.metrics import mrtpo_metrics
+
+    q = torch.tensor([[[1.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, 1.0]]])  # [N=2, K=2, T=2]
+    out = mrtpo_metrics(q, torch.ones(2, 2), ["a", "b"], credit=torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    assert out["mrtpo/a/gini"] == pytest.approx((0.5 + 0.0) / 2)
+    assert out["mrtpo/b/gini"] == pytest.approx(0.5)  # the first row has no credit for b: left out
+    assert out["mrtpo/a/effective_token_ratio"] == pytest.approx((0.5 + 1.0) / 2)

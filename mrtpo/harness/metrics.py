@@ -41,7 +41,7 @@ from mrtpo.harness.runfiles import open_append
 from mrtpo.textio import write_atomic
 
 # the concentration metric has one implementation, shared with `mrtpo credit`
-from mrtpo.statistics import credited_top_share
+from mrtpo.statistics import credited_top_share, effective_token_ratio, gini
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +128,20 @@ def completion_metrics(lengths: list[int], truncated: list[bool], prefix: str = 
 
 def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str],
                   credit: torch.Tensor | None = None) -> dict[str, float]:
-    shares = credited_top_share(distances, mask, credit)  # [N, K]
+    """Per reward, means over the (completion, reward) pairs with credit of how concentrated
+    the distances are: `top80_token_share` (mrtpo.statistics.top_share), `gini` and
+    `effective_token_ratio` (whether the weights collapse toward even or onto a few tokens)."""
+    figures = {"top80_token_share": credited_top_share(distances, mask, credit),  # [N, K] each
+               "gini": gini(distances, mask), "effective_token_ratio": effective_token_ratio(distances, mask)}
     out = {}
-    for k, name in enumerate(names):
-        col = shares[:, k]
-        col = col[~torch.isnan(col)]
-        if col.numel():
-            out[f"mrtpo/{name}/top80_token_share"] = float(col.mean())
+    for label, values in figures.items():
+        if credit is not None:
+            values = torch.where(credit.to(values.device) != 0, values, torch.full_like(values, float("nan")))
+        for k, name in enumerate(names):
+            col = values[:, k]
+            col = col[~torch.isnan(col)]
+            if col.numel():
+                out[f"mrtpo/{name}/{label}"] = float(col.mean())
     return out
 
 
