@@ -75,6 +75,8 @@ def kind_of(name: str, data: dict) -> str:
         return "context-sensitivity"
     if name.startswith("span-placement-") and "rows" in data:
         return "span-placement"
+    if name.startswith("one-step-") and "paired" in data:
+        return "one-step"
     if name.startswith("learning-") and "rows" in data:
         return "learning"
     return "other"
@@ -292,6 +294,43 @@ def render_span_placement(name: str, data: dict) -> str:
     return block(title, command, name, table(columns, body), [data["note"]] if data.get("note") else [])
 
 
+def _ci(r: dict, digits: int = 4) -> str:
+    return f"{r['mean']:+.{digits}f} [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}]" \
+        if all(isinstance(r.get(k), (int, float)) and math.isfinite(r[k]) for k in ("mean", "low", "high")) else ""
+
+
+def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
+    """benchmarks/experiments/one_step.py: per method and reward the mean effect of one step with
+    its 95% interval, then the paired differences with a verdict (an interval that holds 0 is
+    "no difference")."""
+    settings = data.get("settings") or {}
+    rows, paired = data.get("rows") or [], data.get("paired") or []
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    rewards = list(dict.fromkeys(r["reward"] for r in rows))
+    cell = {(r["reward"], r["method"]): r for r in rows}
+    body = [[reward] + [_ci(cell[(reward, m)], 5 if reward == "kl" else 4) if (reward, m) in cell else ""
+                        for m in methods] for reward in rewards]
+    task = settings.get("task", "?")
+    title = (f"{task}, {model_label(model_field(data))}, {settings.get('batches')} batches of "
+             f"{settings.get('batch_prompts')} x {settings.get('num_generations')}, pool {settings.get('pool')} "
+             f"per prompt, lr {settings.get('lr')}")
+    notes = [f"{data.get('flat_batches', 0)} of {settings.get('batches')} batches had no credit to place "
+             f"(every group scored every reward alike); {num(data.get('seconds_per_batch'), 0)} s a batch"]
+    verdicts = []
+    for p in paired:
+        if not all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) for k in ("low", "high")):
+            continue
+        word = "a > b" if p["low"] > 0 else "a < b" if p["high"] < 0 else "no difference"
+        verdicts.append([f"{p['a']} - {p['b']}", p["reward"], _ci(p), word])
+    png = name[:-len(".json")] + ".png"
+    if (Path(results_dir) / png).exists():
+        notes.append(f"plot: [{png}](../benchmarks/results/{png})")
+    command = data.get("command") or "python benchmarks/experiments/one_step.py"
+    return (block(title, command, name, table(["change of E[reward]"] + methods, body), notes) + "\n\n"
+            + block(f"{task}: paired differences", command, name,
+                    table(["a - b", "reward", "mean [95% interval]", "verdict"], verdicts)))
+
+
 def render_table(name: str, data: dict) -> str:
     """A `mrtpo.table/1` file: figures moved from prose into data, shown as they are."""
     title = data.get("title", name)
@@ -306,7 +345,7 @@ def render_table(name: str, data: dict) -> str:
 
 RENDER = {"probe": render_probe, "variants": render_variants, "block-reading": render_block_reading,
           "context-sensitivity": render_context_sensitivity, "learning": render_learning,
-          "span-placement": render_span_placement}
+          "span-placement": render_span_placement, "one-step": render_one_step}
 
 
 def _sort_key(item: tuple[str, dict]) -> tuple:
@@ -325,8 +364,8 @@ def render_section(section: str, files: list[tuple[str, dict]], results_dir: Pat
         schema = str(data.get("schema", ""))
         if schema.startswith("mrtpo.table/"):
             parts.append(render_table(name, data))
-        elif section == "learning":
-            parts.append(render_learning(name, data, results_dir))
+        elif section in ("learning", "one-step"):
+            parts.append(RENDER[section](name, data, results_dir))
         else:
             parts.append(RENDER[section](name, data))
     return "\n\n".join(parts) if parts else "(no results yet)"

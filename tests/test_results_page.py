@@ -109,3 +109,24 @@ def test_an_unknown_file_is_listed_and_a_broken_one_named(page, tmp_path):
     (results / "broken.json").write_text("{not json")
     with pytest.raises(SystemExit, match=re.escape(str(results / "broken.json"))):
         page.render(results)
+
+
+def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
+    """benchmarks/experiments/one_step.py's summary: each method's effect with its interval, and the
+    paired differences with "no difference" where the interval holds 0."""
+    results = tmp_path / "results"
+    results.mkdir()
+    doc = {"settings": {"model": "smollm2-135m", "task": "text2sql", "batches": 30, "batch_prompts": 2,
+                        "num_generations": 4, "pool": 16, "lr": 5e-5},
+           "command": "python benchmarks/experiments/one_step.py --task text2sql",
+           "rows": [{"method": m, "reward": "total", "mean": v, "low": v - 0.01, "high": v + 0.01}
+                    for m, v in (("gdpo", 0.02), ("mrtpo", 0.05))],
+           "paired": [{"a": "mrtpo", "b": "gdpo", "reward": "total", "mean": 0.03, "low": 0.01, "high": 0.05},
+                      {"a": "mrtpo", "b": "gdpo", "reward": "format", "mean": 0.01, "low": -0.01, "high": 0.03}],
+           "flat_batches": 2, "seconds_per_batch": 300.0}
+    (results / "one-step-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    text = page.render(results)
+    assert "| total | +0.0200 [+0.0100, +0.0300] | +0.0500 [+0.0400, +0.0600] |" in text
+    assert "| mrtpo - gdpo | total | +0.0300 [+0.0100, +0.0500] | a > b |" in text
+    assert "| mrtpo - gdpo | format | +0.0100 [-0.0100, +0.0300] | no difference |" in text
+    assert "2 of 30 batches had no credit to place" in text
