@@ -71,3 +71,17 @@ def test_resume_starts_from_the_saved_config(tmp_path):
         resolve(None, {"resume": True})
     with pytest.raises(ConfigError, match="does not exist"):
         resolve(None, {"resume": True, "output_dir": str(tmp_path / "nope")})
+
+
+def test_a_dtype_the_device_cannot_compute_in_is_refused_before_loading():
+    import torch
+
+    from mrtpo.harness.policy import resolve_dtype
+
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16  # CPUs compute in bf16
+    from mrtpo.harness.policy import _cannot_compute
+
+    # every dtype --dtype names computes on a CPU; the probe itself names what a device lacks
+    assert _cannot_compute(torch.float16, torch.device("cpu")) is None
+    assert "not implemented for 'Float8_e4m3fn'" in _cannot_compute(torch.float8_e4m3fn, torch.device("cpu"))

@@ -97,11 +97,32 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The weights' dtype for `--dtype NAME` on `device`; a dtype the device cannot compute in
+    is refused here, before any model loads (PolicyLoadError naming the device and what to use)."""
     if name == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise PolicyLoadError(f"--dtype bfloat16: this GPU ({device}) has no bfloat16 support; "
+                              "use --dtype float16 or float32")
+    problem = _cannot_compute(dtype, device)
+    if problem:
+        raise PolicyLoadError(f"--dtype {name}: {device} cannot compute in it ({problem}); use --dtype float32")
+    return dtype
+
+
+def _cannot_compute(dtype: torch.dtype, device: torch.device) -> str | None:
+    """What fails when `device` runs the kernels a forward and backward need in `dtype`
+    (a matrix product, softmax, their gradients), or None."""
+    try:
+        x = torch.ones(2, 4, dtype=dtype, device=device, requires_grad=True)
+        w = torch.ones(4, 3, dtype=dtype, device=device)
+        (x @ w).softmax(-1).float().sum().backward()
+    except (RuntimeError, TypeError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def _looks_local(name: str) -> bool:
