@@ -1,6 +1,6 @@
 """Lint a whole dataset's blocks: every example, every response, every reward.
 
-Each example is evaluated with its probe responses (the reference and a corrupted copy, or
+Each example is checked with its sample responses (the reference and a corrupted copy, or
 the user's responses) by `mrtpo.blocks.evaluate`, which runs the single-example checks.
 Then the cross-example check of R2 runs (for "append" placement, where the task builds the
 blocks): a response-independent block that is identical for two examples is only right when
@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from mrtpo.blocks import rules
 from mrtpo.blocks.evaluate import Evaluation, evaluate, location
 from mrtpo.blocks.evaluate import waivers as waivers_of
-from mrtpo.blocks.probes import Probe, probes
+from mrtpo.blocks.samples import NamedResponse, sample_responses
 from mrtpo.blocks.rules import Finding
 from mrtpo.tasks.base import Example, Reward, Task
 from mrtpo.tasks.contract import USER_CODE_ERRORS
@@ -79,7 +79,7 @@ def dedupe(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def lint_task(task: Task, examples: list[Example],
-              responses: dict[str, list[Probe]] | None = None,
+              responses: dict[str, list[NamedResponse]] | None = None,
               progress: Callable[[int], None] | None = None) -> LintReport:
     """Lint every block `task` builds for `examples`; `progress(1)` after each example."""
     report = LintReport()
@@ -89,7 +89,7 @@ def lint_task(task: Task, examples: list[Example],
     waived: list[Finding] = []
     waivers: dict[str, object] = {}
     for example in examples:
-        own = probes(task, example)
+        own = sample_responses(task, example)
         ref = next((t for n, t in own if n == "reference"), None)
         pr = (responses.get(example.id) if responses is not None else None) or own
         for i, (name, text) in enumerate(pr):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from mrtpo.blocks.evaluate import Evaluation, Messages, evaluate
-from mrtpo.blocks.probes import Probe, probes
+from mrtpo.blocks.samples import NamedResponse, sample_responses
 from mrtpo.tasks.base import Example, Task
 
 
@@ -98,10 +98,10 @@ def record(task: Task, ev: Evaluation) -> dict:
 
 
 def preview(task: Task, examples: list[Example],
-            responses: dict[str, list[Probe]] | None = None) -> Iterator[dict]:
+            responses: dict[str, list[NamedResponse]] | None = None) -> Iterator[dict]:
     """Preview records for each example and each of its responses (the reference and a
     corrupted copy when `responses` has none for the example)."""
     for example in examples:
-        pr = (responses.get(example.id) if responses is not None else None) or probes(task, example)
+        pr = (responses.get(example.id) if responses is not None else None) or sample_responses(task, example)
         for i, (name, text) in enumerate(pr):
             yield record(task, evaluate(task, example, name, text, probe_builders=(i == 0)))

@@ -157,7 +157,7 @@ class Task:
         blocks preview` and `mrtpo blocks lint` show beside the reference (so that
         response-dependent blocks appear). None (the default) uses the built-in corruption,
         which parses `response` with `self.format` and breaks the answer inside it
-        (`mrtpo.blocks.probes.corrupt`). Override it when that edit says little for the task.
+        (`mrtpo.blocks.samples.corrupt`). Override it when that edit says little for the task.
         """
         return None
 
