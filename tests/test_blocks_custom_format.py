@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mrtpo.blocks.evaluate import evaluate
+from mrtpo.blocks.check import check_response
 from mrtpo.blocks.lint import lint_task
 from mrtpo.blocks.samples import break_answer, corrupt, sample_responses
 from mrtpo.blocks.rules import check_block, check_text
@@ -201,8 +201,8 @@ def test_the_default_corruption_breaks_the_answer_inside_the_format(fmt, good, b
     assert task.reference(ex) == good
     assert sample_responses(task, ex) == [("reference", good), ("corrupted", bad)]
     assert fmt.parse(bad).strict  # the format still holds: only the answer is wrong
-    ev = evaluate(task, ex, "corrupted", bad)
-    assert [v.score for v in ev.verdicts] == [1.0, 0.0]
+    checked = check_response(task, ex, "corrupted", bad)
+    assert [v.score for v in checked.verdicts] == [1.0, 0.0]
 
 
 def test_break_answer_keeps_the_shape():

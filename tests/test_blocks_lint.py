@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from blocks_minitask import BROKEN, MiniConstraints, MiniSQL, build_db
-from mrtpo.blocks.evaluate import evaluate
+from mrtpo.blocks.check import check_response
 from mrtpo.blocks.lint import lint_task
 from mrtpo.blocks.samples import corrupt, sample_responses
 from mrtpo.blocks.rules import RULES, Finding, check_text
@@ -85,8 +85,8 @@ def test_a_task_written_to_the_rules_is_clean(db):
     assert report.findings == [], [str(f) for f in report.findings]
     assert report.examples == 5 and report.responses == 10
     # the corrupted copy really produced a response-dependent block
-    ev = evaluate(task, task.load()[0], *sample_responses(task, task.load()[0])[1])
-    assert ev.verdicts[1].score == 0.0 and "SQLite error" in ev.blocks[1]
+    checked = check_response(task, task.load()[0], *sample_responses(task, task.load()[0])[1])
+    assert checked.verdicts[1].score == 0.0 and "SQLite error" in checked.blocks[1]
 
 
 @pytest.mark.parametrize("rule,cls", [(r, c) for r, cs in BROKEN.items() for c in cs],

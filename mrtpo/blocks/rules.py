@@ -24,7 +24,7 @@ Three layers, from cheap to complete:
   own blocks.
 - `check_block(...)`: one block in its context (example, verdict, reward, format): R2's
   "nothing taken from the example", R4, R5 and R6's in-prompt presence, plus `check_text`.
-- dataset-level checks over evaluated examples, in `mrtpo.blocks.lint`, which call the
+- dataset-level checks over checked examples, in `mrtpo.blocks.lint`, which call the
   functions of `dataset_rules` (R1 structure, R2 identical blocks, R6 contexts).
 
 This module is the rules' one import path; the code is in the modules named for what they hold:
