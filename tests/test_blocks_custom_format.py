@@ -142,7 +142,7 @@ def test_generic_requirements_are_caught_for_every_kind(text, kind):
     ex = MathTask().load()[0]
     assert ("R2", "generic-requirement") in {(f.rule, f.check) for f in check_text(text)}
     found = check_block(text, kind=kind, example=ex, verdict=Verdict(0.0, ""), fmt=MathTask().format,
-                        probe=False)
+                        try_builder=False)
     assert "R2" in {f.rule for f in found}, (kind, found)
 
 

@@ -62,10 +62,10 @@ def _raised(what: str, exc: BaseException) -> str:
 
 
 def check_response(task: Task, example: Example, response_name: str, response: str,
-                   probe_builders: bool = True) -> ResponseCheck:
+                   try_builders: bool = True) -> ResponseCheck:
     """Score, build blocks and contexts for one response, and lint what was built.
 
-    `probe_builders` also calls block builders with synthetic verdicts (R4, R6's declared
+    `try_builders` also calls block builders with synthetic verdicts (R4, R6's declared
     dependence); the lint does it once per example, not once per response.
     """
     checked = ResponseCheck(example, response_name, response)
@@ -103,7 +103,7 @@ def check_response(task: Task, example: Example, response_name: str, response: s
         reference = None
         add([Finding("R5", "reference-error", _raised("task.reference(example)", exc))])
     else:
-        if reference is None and probe_builders and not _reference_may_be_none(task):  # once per example
+        if reference is None and try_builders and not _reference_may_be_none(task):  # once per example
             add([Finding("R5", "no-reference", "task.reference(example) returned None: probe and "
                          "credit have no correct response to replay, and preview and lint check "
                          "an empty response instead; return the correct response in the task's "
@@ -158,9 +158,9 @@ def check_response(task: Task, example: Example, response_name: str, response: s
             continue
         add(rules.check_block(b, kind=kind, example=example, verdict=v, reward=r, fmt=fmt,
                               placement=placement, p0_messages=checked.p0, reference=reference,
-                              probe=probe_builders), r.name)
-        if probe_builders and v is not None:
-            add(_probe_dependence(r, example, v, b), r.name)
+                              try_builder=try_builders), r.name)
+        if try_builders and v is not None:
+            add(_check_dependence(r, example, v, b), r.name)
     names = [r.name for r in checked.rewards]
     add(rules.check_shared_blocks(names, [b or "" for b in checked.blocks]))
 
@@ -184,7 +184,7 @@ def waivers(rewards: list[Reward]) -> dict[str, Any]:
     return {r.name: r.waive for r in rewards if getattr(r, "waive", None)}
 
 
-def _probe_dependence(reward: Reward, example: Example, verdict: Verdict, block: str) -> list[Finding]:
+def _check_dependence(reward: Reward, example: Example, verdict: Verdict, block: str) -> list[Finding]:
     """R6: build the block again for other verdicts; a response-independent reward's block
     must not change."""
     if reward.response_dependent:

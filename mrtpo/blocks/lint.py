@@ -93,7 +93,7 @@ def lint_task(task: Task, examples: list[Example],
         ref = next((t for n, t in own if n == "reference"), None)
         pr = (responses.get(example.id) if responses is not None else None) or own
         for i, (name, text) in enumerate(pr):
-            checked = check_response(task, example, name, text, probe_builders=(i == 0))
+            checked = check_response(task, example, name, text, try_builders=(i == 0))
             found += checked.findings
             waived += checked.waived
             waivers.update(waivers_of(checked.rewards))

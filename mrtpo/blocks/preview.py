@@ -104,4 +104,4 @@ def preview(task: Task, examples: list[Example],
     for example in examples:
         pr = (responses.get(example.id) if responses is not None else None) or sample_responses(task, example)
         for i, (name, text) in enumerate(pr):
-            yield record(task, check_response(task, example, name, text, probe_builders=(i == 0)))
+            yield record(task, check_response(task, example, name, text, try_builders=(i == 0)))

@@ -47,7 +47,7 @@ from __future__ import annotations
 from mrtpo.blocks.block_rules import (as_response, check_bare_answer, check_block, check_feedback,
                                       check_in_prompt, check_reference, check_specific, distinctive_tokens,
                                       flatten_strings, format_markers, has_format_payload, infer_kind,
-                                      probe_feedback_builder, prompt_text, reference_payload)
+                                      prompt_text, reference_payload, try_feedback_builder)
 from mrtpo.blocks.dataset_rules import (check_contexts, check_declared_dependence, check_identical_across,
                                         check_rewards, check_shared_blocks, check_verdict, check_waivers,
                                         split_waived, waiver)
@@ -61,6 +61,6 @@ __all__ = [
     "check_feedback", "check_generic_requirement", "check_identical_across", "check_in_prompt",
     "check_reference", "check_rewards", "check_shared_blocks", "check_specific", "check_text",
     "check_verdict", "check_waivers", "distinctive_tokens", "flatten_strings", "format_markers",
-    "has_format_payload", "infer_kind", "own_words", "probe_feedback_builder", "prompt_text",
-    "reference_payload", "split_text", "split_waived", "waiver",
+    "has_format_payload", "infer_kind", "own_words", "prompt_text", "reference_payload",
+    "split_text", "split_waived", "try_feedback_builder", "waiver",
 ]
