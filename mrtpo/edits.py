@@ -2,7 +2,7 @@
 
 Three users break a reference on purpose, each for its own reason, and compose these:
 `mrtpo.blocks.samples` (a corrupted copy for the preview and the lint: deterministic, the first
-name), `mrtpo.models.errors` (the warm start's injected errors: random, many kinds) and
+name), `mrtpo.models.injected` (the warm start's injected errors: random, many kinds) and
 `mrtpo.tasks.probe_edits` (one targeted edit per reward for the credit probe). Pure functions
 of their input (and of a `random.Random` where they choose).
 
