@@ -1,8 +1,8 @@
 """Edits of a correct response: the per-format primitives that every corruptor selects from.
 
 Three users break a reference on purpose, each for its own reason, and compose these:
-`mrtpo.blocks.probes` (a corrupted copy for the preview and the lint: deterministic, the first
-name), `mrtpo.models.errors` (the warm start's injected errors: random, many kinds) and
+`mrtpo.blocks.samples` (a corrupted copy for the preview and the lint: deterministic, the first
+name), `mrtpo.models.injected` (the warm start's injected errors: random, many kinds) and
 `mrtpo.tasks.probe_edits` (one targeted edit per reward for the credit probe). Pure functions
 of their input (and of a `random.Random` where they choose).
 

@@ -73,7 +73,7 @@ def lint_record(rec: dict, db: Path):
     verdict = Verdict(0.0 if rec["feedback"] else 1.0, rec["feedback"])
     return check_block(rec["block"], kind=rec["kind"], example=ex, verdict=verdict,
                        reward=reward_for(rec, db), fmt=fmt, placement=rec["placement"],
-                       p0_messages=[{"role": "user", "content": rec["prompt"]}], probe=False)
+                       p0_messages=[{"role": "user", "content": rec["prompt"]}], try_builder=False)
 
 
 def measure(records: list[dict], db: Path) -> dict:

@@ -1,4 +1,4 @@
-"""The lint and the probes on custom formats: a `Format` written with the public API, answer
+"""The lint and its sample responses on custom formats: a `Format` written with the public API, answer
 markers that are not JSON (`\\boxed{}`, `{}`, `<answer>`), generic requirements for every kind,
 excerpts in the user's own words, waivers, and the default corruption inside the format."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mrtpo.blocks.evaluate import evaluate
+from mrtpo.blocks.check import check_response
 from mrtpo.blocks.lint import lint_task
-from mrtpo.blocks.probes import break_answer, corrupt, probes
+from mrtpo.blocks.samples import break_answer, corrupt, sample_responses
 from mrtpo.blocks.rules import check_block, check_text
 from mrtpo.blocks.show import report_plain
 from mrtpo.formats import DelimitedFormat, Format, Parsed
@@ -142,7 +142,7 @@ def test_generic_requirements_are_caught_for_every_kind(text, kind):
     ex = MathTask().load()[0]
     assert ("R2", "generic-requirement") in {(f.rule, f.check) for f in check_text(text)}
     found = check_block(text, kind=kind, example=ex, verdict=Verdict(0.0, ""), fmt=MathTask().format,
-                        probe=False)
+                        try_builder=False)
     assert "R2" in {f.rule for f in found}, (kind, found)
 
 
@@ -199,10 +199,10 @@ def test_the_default_corruption_breaks_the_answer_inside_the_format(fmt, good, b
     task = MathTask(fmt)
     ex = task.load()[0]
     assert task.reference(ex) == good
-    assert probes(task, ex) == [("reference", good), ("corrupted", bad)]
+    assert sample_responses(task, ex) == [("reference", good), ("corrupted", bad)]
     assert fmt.parse(bad).strict  # the format still holds: only the answer is wrong
-    ev = evaluate(task, ex, "corrupted", bad)
-    assert [v.score for v in ev.verdicts] == [1.0, 0.0]
+    checked = check_response(task, ex, "corrupted", bad)
+    assert [v.score for v in checked.verdicts] == [1.0, 0.0]
 
 
 def test_break_answer_keeps_the_shape():

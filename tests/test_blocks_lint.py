@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from blocks_minitask import BROKEN, MiniConstraints, MiniSQL, build_db
-from mrtpo.blocks.evaluate import evaluate
+from mrtpo.blocks.check import check_response
 from mrtpo.blocks.lint import lint_task
-from mrtpo.blocks.probes import corrupt, probes
+from mrtpo.blocks.samples import corrupt, sample_responses
 from mrtpo.blocks.rules import RULES, Finding, check_text
 from mrtpo.tasks.base import Example, Reward, Verdict
 
@@ -85,8 +85,8 @@ def test_a_task_written_to_the_rules_is_clean(db):
     assert report.findings == [], [str(f) for f in report.findings]
     assert report.examples == 5 and report.responses == 10
     # the corrupted copy really produced a response-dependent block
-    ev = evaluate(task, task.load()[0], *probes(task, task.load()[0])[1])
-    assert ev.verdicts[1].score == 0.0 and "SQLite error" in ev.blocks[1]
+    checked = check_response(task, task.load()[0], *sample_responses(task, task.load()[0])[1])
+    assert checked.verdicts[1].score == 0.0 and "SQLite error" in checked.blocks[1]
 
 
 @pytest.mark.parametrize("rule,cls", [(r, c) for r, cs in BROKEN.items() for c in cs],
@@ -132,10 +132,10 @@ def test_responses_given_by_the_user(db):
     assert rep.responses == 2 and rep.findings == []
 
 
-def test_probes_corrupt_in_the_same_format(db):
+def test_sample_responses_corrupt_in_the_same_format(db):
     task = MiniSQL(db)
     for ex in task.load():
-        (n1, ref), (n2, bad) = probes(task, ex)
+        (n1, ref), (n2, bad) = sample_responses(task, ex)
         assert (n1, n2) == ("reference", "corrupted")
         assert task.format.check(bad) and bad != ref
         assert task.verify_executes(ex, bad).score == 0.0  # SQLite now has something to say

@@ -15,7 +15,7 @@ import pytest
 from mrtpo.models import builtin
 from mrtpo.models import default as dm
 from mrtpo.models import sft
-from mrtpo.models.errors import candidate_errors
+from mrtpo.models.injected import candidate_errors
 from mrtpo.tasks import get_task
 
 TASKS = ("toolcall", "text2sql", "instruct")
@@ -79,7 +79,7 @@ def test_error_kinds_per_format():
 
 
 def test_wrong_argument_uses_other_real_values():
-    from mrtpo.models.errors import argument_values
+    from mrtpo.models.injected import argument_values
 
     task = get_task("toolcall")
     refs = [task.reference(ex) for ex in task.load()]

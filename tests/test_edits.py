@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-import mrtpo.blocks.probes as blocks_probes
-import mrtpo.models.errors as errors
+import mrtpo.blocks.samples as blocks_samples
+import mrtpo.models.injected as injected
 import mrtpo.tasks.probe_edits as probe_edits
 from mrtpo.edits import (SQL_KEYWORDS, SQL_WORDS, call_arguments, change_last_letter, drop_last_letter,
                          first_sql_name, misspell_first_word, other_string, respell, sentences, sql_literals,
@@ -44,11 +44,11 @@ def test_each_user_misspells_sql_as_it_did():
     """One module, three selections: the blocks swap two letters of the first name SQLite reads,
     the warm start drops the last letter of a random name, the probe changes the last letter
     of a random name SQLite resolves (not a qualified one, not inside quotes)."""
-    assert blocks_probes._misspell_sql(Q) == Q.replace("t.name", "t.nmae")
-    assert errors._misspell_column(Q, random.Random(0)) == Q.replace("singer", "singe")
+    assert blocks_samples._misspell_sql(Q) == Q.replace("t.name", "t.nmae")
+    assert injected._misspell_column(Q, random.Random(0)) == Q.replace("singer", "singe")
     assert probe_edits._misspell_column(Q, random.Random(0)) == Q.replace("city", "citx")
-    assert blocks_probes._misspell_sql("1 + 1") == "1 + 1 ?"  # no name: the first word rule, then " ?"
-    assert errors._misspell_column("SELECT 1", random.Random(0)) is None
+    assert blocks_samples._misspell_sql("1 + 1") == "1 + 1 ?"  # no name: the first word rule, then " ?"
+    assert injected._misspell_column("SELECT 1", random.Random(0)) is None
     assert probe_edits._misspell_column("SELECT 'name'", random.Random(0)) is None
-    for module in (blocks_probes, errors, probe_edits):  # no SQL word list or misspeller of their own
+    for module in (blocks_samples, injected, probe_edits):  # no SQL word list or misspeller of their own
         assert not any(hasattr(module, name) for name in ("_SQL_KEYWORDS", "_SQL_WORDS", "_swap", "_misspell_first"))

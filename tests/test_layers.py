@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("verifiers: scoring one response (SQL sandbox, IFEval/IFBench checks, tool calls)", ["mrtpo.verifiers"]),
     ("tasks: the task types, the registry, the built-in tasks and their data readers", ["mrtpo.tasks"]),
     ("contexts: P0 / P_all / P_without_k as messages and token ids", ["mrtpo.contexts"]),
-    ("blocks: the writing-rules lint, probes and previews of each reward's block", ["mrtpo.blocks"]),
+    ("blocks: the writing-rules lint, sample responses and previews of each reward's block", ["mrtpo.blocks"]),
     ("models: the built-in policies (their table, their factory)", ["mrtpo.models"]),
     ("harness: the trainer (config, policy, loop...), and its runs read back as models", ["mrtpo.harness"]),
     ("uses of trained models: evaluation, credit, other training engines",

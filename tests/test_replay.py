@@ -129,11 +129,11 @@ def test_shared_prefix_equals_one_forward_per_context(models, items, reference, 
     model = models[arch]
     ref = reference(arch)
     shared = distances(model, items, padding_side=side)
-    plain = distances(model, items, shared_prefix=False, padding_side=side)
-    assert shared.shape == plain.shape == ref.shape and shared.dtype == torch.float32
+    full = distances(model, items, shared_prefix=False, padding_side=side)
+    assert shared.shape == full.shape == ref.shape and shared.dtype == torch.float32
     assert (shared.double() - ref).abs().max() <= TOL
-    assert (plain.double() - ref).abs().max() <= TOL
-    assert (shared - plain).abs().max() <= TOL
+    assert (full.double() - ref).abs().max() <= TOL
+    assert (shared - full).abs().max() <= TOL
     assert ref.max() > 0.1  # the contexts really change the distributions
     # the shared prefix really is shared: two prompts -> two groups, far fewer tokens
     assert len(replay_groups(items)) == 2
@@ -156,9 +156,9 @@ def test_lora_adapter(models, items, arch):
     peft_model.train()
     shared = distances(peft_model, items, padding_side="left")
     assert peft_model.training  # restored
-    plain = distances(peft_model, items, shared_prefix=False)
+    full = distances(peft_model, items, shared_prefix=False)
     assert (shared.double() - ref).abs().max() <= TOL
-    assert (shared - plain).abs().max() <= TOL
+    assert (shared - full).abs().max() <= TOL
     assert (shared - q_base).abs().max() > 1e-3  # the adapter is part of the replay
 
 
@@ -168,8 +168,8 @@ def test_small_batches_and_chunks_give_the_same_distances(models, items):
     tiny = distances(model, items, batch_tokens=60, chunk_tokens=3)  # several forwards and waves
     assert len(items) > 4
     assert (default - tiny).abs().max() <= TOL
-    plain = distances(model, items, shared_prefix=False, batch_tokens=1)
-    assert (default - plain).abs().max() <= TOL
+    full = distances(model, items, shared_prefix=False, batch_tokens=1)
+    assert (default - full).abs().max() <= TOL
 
 
 def test_empty_block_gives_zero_for_that_reward(models, items):

@@ -1,5 +1,5 @@
 """mrtpo/replay/ as a package (issue 31): one JS distance, the package imports only itself,
-each `ReplayOptions` setting gives the plain method's distances, and the one batch replay
+each `ReplayOptions` setting gives the full-forward method's distances, and the one batch replay
 onto reward columns (`replay_onto_columns`) that the trainer, TRL and `mrtpo credit` call."""
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ def test_one_js_distance_and_the_package_imports_only_itself():
     assert out.strip() == "['mrtpo.advantages']"
 
 
-def test_every_option_gives_the_plain_distances(tiny_qwen2_dir, tiny_tokenizer):
+def test_every_option_gives_the_full_forward_distances(tiny_qwen2_dir, tiny_tokenizer):
     model = _load(tiny_qwen2_dir)
     items = _begin_alike_items(tiny_tokenizer)
-    plain = distances(model, items, shared_prefix=False)
+    full = distances(model, items, shared_prefix=False)
     fed = {}
     for suffixes in (False, True):
         for tries in (False, True):
             for copies in (False, True):
                 options = ReplayOptions(suffixes=suffixes, tries=tries, copies=copies)
-                assert (distances(model, items, options=options) - plain).abs().max() <= TOL, options
+                assert (distances(model, items, options=options) - full).abs().max() <= TOL, options
                 fed[options] = replay_tokens(items, model=model, options=options)
     assert fed[ReplayOptions(tries=False)] > fed[ReplayOptions()]  # the switch reaches the planning
     assert fed[ReplayOptions(tries=False)] == replay_tokens(items, tree_tokens=0)

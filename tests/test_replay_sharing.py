@@ -11,10 +11,10 @@ def test_each_setting_feeds_what_it_says_and_gives_the_same_distances(tiny_qwen2
     bench = benchmark_module.load("replay_sharing")
     model = _load(tiny_qwen2_dir)
     items = _begin_alike_items(tiny_tokenizer)
-    plain = distances(model, items, shared_prefix=False)
+    full = distances(model, items, shared_prefix=False)
     fed = {}
     for name, options in bench.settings().items():
-        assert (distances(model, items, options=options) - plain).abs().max() <= 1e-5, name
+        assert (distances(model, items, options=options) - full).abs().max() <= 1e-5, name
         fed[name] = replay_tokens(items, model=model, options=options)
     assert fed["suffixes"] == replay_tokens(items, tree_tokens=0)  # tries off: a chain per sequence
     assert fed["none of the three"] >= fed["suffixes"] > fed["suffixes + tries"] == fed["suffixes + tries + copies"]

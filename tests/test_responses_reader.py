@@ -1,4 +1,4 @@
-"""One responses-JSONL reader (issue 31: 4): `mrtpo blocks`/`credit` (mrtpo.blocks.probes) read
+"""One responses-JSONL reader (issue 31: 4): `mrtpo blocks`/`credit` (mrtpo.blocks.samples) read
 their rows with `mrtpo.evaluation.responses.read_records`, each command keeping its own row
 fields and its own words for a bad line."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mrtpo.blocks.probes import ResponsesFileError, read_responses as read_probe_responses
+from mrtpo.blocks.samples import ResponsesFileError, read_responses as read_sample_responses
 from mrtpo.evaluation.responses import ResponsesError, read_records, read_responses
 from mrtpo.tasks.base import Example
 
@@ -22,7 +22,7 @@ def test_both_commands_read_the_same_records(tmp_path, layout):
     f.write_text(text, encoding="utf-8")
     assert read_records(f) == [(1, ROWS[0]), (2, ROWS[1])]
     assert [(r.id, r.response) for r in read_responses(f)] == [("q1", "a"), ("q2", "b\u2028c")]
-    assert read_probe_responses(f, EXAMPLES) == {"q1": [("response 1", "a")], "q2": [("response 1", "b\u2028c")]}
+    assert read_sample_responses(f, EXAMPLES) == {"q1": [("response 1", "a")], "q2": [("response 1", "b\u2028c")]}
 
 
 def test_a_bad_line_is_named_in_each_commands_words(tmp_path):
@@ -31,4 +31,4 @@ def test_a_bad_line_is_named_in_each_commands_words(tmp_path):
     with pytest.raises(ResponsesError, match=r"r.jsonl, line 2: not valid JSON \(.*\)$"):
         read_responses(f)
     with pytest.raises(ResponsesFileError, match=r"r.jsonl, row 2: not valid JSON \(.*\); each line is one object"):
-        read_probe_responses(f, EXAMPLES)
+        read_sample_responses(f, EXAMPLES)

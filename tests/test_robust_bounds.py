@@ -213,9 +213,9 @@ def test_dev_zero_is_refused_at_once_with_bounded_memory():
     from limits import peak_rss_mb
 
     code = _CAPPED + """
-from mrtpo.blocks.probes import ResponsesFileError, read_responses as read_probes
+from mrtpo.blocks.samples import ResponsesFileError, read_responses as read_sample_responses
 from mrtpo.evaluation.responses import ResponsesError, read_responses
-for read in (lambda: read_responses("/dev/zero"), lambda: read_probes("/dev/zero", [])):
+for read in (lambda: read_responses("/dev/zero"), lambda: read_sample_responses("/dev/zero", [])):
     try:
         read()
     except (ResponsesError, ResponsesFileError) as exc:

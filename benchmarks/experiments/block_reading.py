@@ -2,7 +2,7 @@
 
 For each bundled example of a task with a reference block (a block whose text is the reference
 answer itself: toolcall's `correct`, text2sql's `result`), one wrong answer is drawn from the
-warm start's own error makers (`mrtpo.models.errors.candidate_errors`): one in the strict
+warm start's own error makers (`mrtpo.models.injected.candidate_errors`): one in the strict
 format that gets that reward wrong (another argument value, a changed literal, ...). At the
 first token where it differs from the reference, with the common prefix fed, the script reads
 the policy's probability of the wrong answer's token and of the reference's token under
@@ -37,7 +37,7 @@ def measure(model_name: str, task_name: str, seed: int = 0) -> dict:
     from mrtpo.credit.records import response_ids
     from mrtpo.harness.policy import load_policy
     from mrtpo.models.default import resolve_model
-    from mrtpo.models.errors import argument_values, candidate_errors
+    from mrtpo.models.injected import argument_values, candidate_errors
     from mrtpo.tasks import get_task
 
     task = get_task(task_name)

@@ -5,7 +5,7 @@ rule and the reference query, response-independent; the response's SQLite error,
 response-dependent), G = 8 responses of about 120 tokens, a random-initialised Qwen2 (4
 layers, 256 wide, vocabulary about 8,000) with a byte-level BPE tokenizer trained here, so
 nothing is downloaded. Both methods replay the same `ReplayItem`s built by mrtpo.contexts;
-the plain one pads every row on the left and keeps the last T + 1 logits, as trainers do.
+the full-forward one pads every row on the left and keeps the last T + 1 logits, as trainers do.
 
     python benchmarks/speed/replay.py [--quick] [--repeats N] [--groups B] [--threads N]
         [--device cuda] [--dtype bfloat16]
@@ -150,7 +150,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--batch-tokens", type=int, default=4096,
-                    help="padded tokens per forward, both methods (4096: the plain method's fastest "
+                    help="padded tokens per forward, both methods (4096: the full-forward method's fastest "
                          "on a 2-core CPU among 1k-16k)")
     return ap
 
@@ -177,7 +177,7 @@ def main() -> None:
     print(f"machine: {args.device} ({args.dtype}), {torch.get_num_threads()} torch threads, load average "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     bt = args.batch_tokens
-    tok_plain = replay_tokens(items, shared_prefix=False)
+    tok_full = replay_tokens(items, shared_prefix=False)
     tok_shared = replay_tokens(items, shared_prefix=True, batch_tokens=bt, model=model)  # as distances feeds it
     def synced(**kw):
         def run():
@@ -187,23 +187,23 @@ def main() -> None:
             return q
         return run
 
-    plain_fn = synced(shared_prefix=False, padding_side="left")
+    full_fn = synced(shared_prefix=False, padding_side="left")
     shared_fn = synced(shared_prefix=True)
     shared_fn()  # warm-up (allocator, kernels), not timed
-    (t_plain, med_plain, q_plain), (t_shared, med_shared, q_shared) = _time_pair(plain_fn, shared_fn, repeats)
-    d = (q_plain - q_shared).abs().max().item()
-    ideal = tok_plain / tok_shared
+    (t_full, med_full, q_full), (t_shared, med_shared, q_shared) = _time_pair(full_fn, shared_fn, repeats)
+    d = (q_full - q_shared).abs().max().item()
+    ideal = tok_full / tok_shared
     t_fixed = min(time_head_and_js(model, items) for _ in range(repeats))
-    print(f"plain:  {t_plain:.3f} s (median {med_plain:.3f} s of {repeats}), {tok_plain} tokens")
+    print(f"full:   {t_full:.3f} s (median {med_full:.3f} s of {repeats}), {tok_full} tokens")
     print(f"shared: {t_shared:.3f} s (median {med_shared:.3f} s of {repeats}), {tok_shared} tokens")
-    print(f"q: mean {q_plain.mean().item():.4f}, max {q_plain.max().item():.4f}; "
-          f"{100 * t_plain / t_shared / ideal:.0f}% of ideal; load average now "
+    print(f"q: mean {q_full.mean().item():.4f}, max {q_full.max().item():.4f}; "
+          f"{100 * t_full / t_shared / ideal:.0f}% of ideal; load average now "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    body = (t_plain - t_fixed) / max(1e-9, t_shared - t_fixed)
-    print(f"head + JS step (the same work in both): {t_fixed:.3f} s; model body alone: plain "
-          f"{t_plain - t_fixed:.3f} s, shared {t_shared - t_fixed:.3f} s, speedup {body:.2f}x = "
+    body = (t_full - t_fixed) / max(1e-9, t_shared - t_fixed)
+    print(f"head + JS step (the same work in both): {t_fixed:.3f} s; model body alone: full "
+          f"{t_full - t_fixed:.3f} s, shared {t_shared - t_fixed:.3f} s, speedup {body:.2f}x = "
           f"{100 * body / ideal:.0f}% of ideal")
-    print(f"replay speedup {t_plain / t_shared:.2f}x over one-forward-per-context "
+    print(f"replay speedup {t_full / t_shared:.2f}x over one-forward-per-context "
           f"(ideal {ideal:.2f}x from token counts), max |dq| {d:.1e}")
 
 

@@ -15,7 +15,7 @@ This samples `--prompts` prompts x `--group-size` completions of the built-in po
 `--model`) on `--task`, then times `replay.distances` on them with the sharing switched on
 one kind at a time (`settings()`: `ReplayOptions`), alternated in one process, and prints the
 tokens fed, the median times, each setting's time against the first one's, and the largest difference in q against the
-plain method (one forward per context). The last line is the whole change: all sharing
+full-forward method (one forward per context). The last line is the whole change: all sharing
 against none of the three. In every setting the prompt's common prefix is fed once and a
 row's last token (whose output predicts nothing) not at all.
 
@@ -33,7 +33,7 @@ own hidden states there, `timing.replay_hidden`), with the share of the replay e
 the step as it was before each context's probabilities were shared (one
 `js_distance_log_probs` call per comparison) and says what the replay would take with it. The last line but one gives the process's peak resident
 memory with the model and the rollout, after one shared replay of the batch (run first) and
-after the plain method's: what one batch's replay adds on top. On SmolLM2-135M-Instruct (its calls need the task's worked example):
+after the full-forward method's: what one batch's replay adds on top. On SmolLM2-135M-Instruct (its calls need the task's worked example):
 
     python benchmarks/speed/replay_sharing.py --model smollm2-135m -o demo=true --prompts 2 \
         --group-size 4 --max-new-tokens 64 --temperature 0.7 --repeats 4
@@ -105,13 +105,13 @@ def main() -> None:
     rss_before = peak()
     replay.distances(model, items, options=options[list(options)[-1]], temperature=temp)  # all sharing first
     rss_shared = peak()
-    plain = replay.distances(model, items, shared_prefix=False, temperature=temp)  # [N, K, T]
-    rss_plain = peak()
+    full = replay.distances(model, items, shared_prefix=False, temperature=temp)  # [N, K, T]
+    rss_full = peak()
 
     def run(name: str):
         t0 = time.perf_counter()
         q = replay.distances(model, items, options=options[name], temperature=temp)  # [N, K, T]
-        return (time.perf_counter() - t0, float((q - plain).abs().max()),
+        return (time.perf_counter() - t0, float((q - full).abs().max()),
                 replay.replay_tokens(items, model=model, options=options[name]))
 
     names = list(options)
@@ -121,12 +121,12 @@ def main() -> None:
             results[name].append(run(name))
     n_resp = sum(len(it.response_ids) for it in items)
     print(f"{len(items)} {args.task} completions ({n_resp} response tokens), {args.threads} thread(s); "
-          f"plain method: {replay.replay_tokens(items, shared_prefix=False)} tokens")
+          f"full-forward method: {replay.replay_tokens(items, shared_prefix=False)} tokens")
     base = statistics.median(r[0] for r in results[names[0]])
     for name in names:
         med = statistics.median(r[0] for r in results[name])
         print(f"{name:>26}: {results[name][0][2]:6d} tokens, median {med:.3f} s of {args.repeats} "
-              f"({med / base:.2f}x), max |dq| vs plain {max(r[1] for r in results[name]):.1e}")
+              f"({med / base:.2f}x), max |dq| vs full {max(r[1] for r in results[name]):.1e}")
     last = statistics.median(r[0] for r in results[names[-1]])
     states = replay_hidden(model, items)  # the model's own hidden states: real distributions for the JS step
     head_js = statistics.median(time_head_and_js(model, items, temperature=temp, states=states)
@@ -149,8 +149,8 @@ def main() -> None:
           f"{last - part['js'] + part['js_pairwise']:.3f} s with the step as before "
           f"({last / (last - part['js'] + part['js_pairwise']):.2f}x)")
     print(f"peak RSS: {rss_before:.2f} GB with the model and the rollout; the shared replay (all sharing, run "
-          f"first) raised it to {rss_shared:.2f} GB (+{rss_shared - rss_before:.2f}), the plain method then to "
-          f"{rss_plain:.2f} GB")
+          f"first) raised it to {rss_shared:.2f} GB (+{rss_shared - rss_before:.2f}), the full-forward method then to "
+          f"{rss_full:.2f} GB")
     print(f"all sharing / none of the three: {last / base:.2f}x time, "
           f"{results[names[-1]][0][2] / results[names[0]][0][2]:.2f}x tokens")
 

@@ -23,7 +23,7 @@ def _random_hidden(model, items):
 
 def replay_hidden(model, items):
     """(plans, hidden [C, T, H] per item): the model's own hidden states at each item's
-    response positions under each distinct context (one plain forward per context), so that
+    response positions under each distinct context (one full forward per context), so that
     the head and the JS step are timed on the distributions the replay really compares
     (P_all and P_without_k are close at most positions)."""
     decoder, device = decoder_of(model), next(model.parameters()).device

@@ -122,8 +122,8 @@ def check_feedback(block: str, verdict: Verdict | None) -> list[Finding]:
                     block[:60])]
 
 
-def probe_feedback_builder(reward: Reward, example: Example) -> list[Finding]:
-    """R4 by probing the builder: with an empty feedback it must return '' (any score)."""
+def try_feedback_builder(reward: Reward, example: Example) -> list[Finding]:
+    """R4 by trying the builder: with an empty feedback it must return '' (any score)."""
     found = []
     for score in sorted({reward.floor, FULL_MARKS}):
         try:
@@ -293,19 +293,19 @@ def check_block(block: str, *, kind: str = "", example: Example | None = None,
                 verdict: Verdict | None = None, reward: Reward | None = None,
                 fmt: Format | None = None, placement: str = "append",
                 p0_messages: Sequence[dict[str, str]] | None = None,
-                reference: str | None = None, probe: bool = True) -> list[Finding]:
+                reference: str | None = None, try_builder: bool = True) -> list[Finding]:
     """Every single-block check: `check_text` plus R2, R4, R5 and R6's in-prompt presence.
 
     `kind` overrides the reward's; when both are empty it is inferred (`infer_kind`).
-    `probe=True` also calls the reward's builder with synthetic verdicts (R4). A reference
+    `try_builder=True` also calls the reward's builder with synthetic verdicts (R4). A reference
     block is always scored by `reward.verify` when a reward and example are given (R5).
     """
     if not isinstance(block, str):
         return check_text(block)  # reports the type error
     kind = kind or infer_kind(block, reward=reward, fmt=fmt, placement=placement)
     found: list[Finding] = []
-    if kind == "feedback" and reward is not None and example is not None and probe:
-        found += probe_feedback_builder(reward, example)
+    if kind == "feedback" and reward is not None and example is not None and try_builder:
+        found += try_feedback_builder(reward, example)
     if not block.strip():
         return found
     quoted = [verdict.feedback] if verdict and verdict.feedback else []

@@ -1,4 +1,4 @@
-"""Dataset-level checks, called by mrtpo.blocks.lint with evaluated examples: R1's structure
+"""Dataset-level checks, called by mrtpo.blocks.lint with checked examples: R1's structure
 (one block per reward), R2's identical blocks across examples, R6's contexts (P_without_k is
 P_all minus block k, P0 is what sampling used, declared dependence holds), and waivers.
 """

@@ -1,7 +1,7 @@
 """Lint a whole dataset's blocks: every example, every response, every reward.
 
-Each example is evaluated with its probe responses (the reference and a corrupted copy, or
-the user's responses) by `mrtpo.blocks.evaluate`, which runs the single-example checks.
+Each example is checked with its sample responses (the reference and a corrupted copy, or
+the user's responses) by `mrtpo.blocks.check`, which runs the single-example checks.
 Then the cross-example check of R2 runs (for "append" placement, where the task builds the
 blocks): a response-independent block that is identical for two examples is only right when
 the examples' labels agree for that reward, which is tested by scoring each example's
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from mrtpo.blocks import rules
-from mrtpo.blocks.evaluate import Evaluation, evaluate, location
-from mrtpo.blocks.evaluate import waivers as waivers_of
-from mrtpo.blocks.probes import Probe, probes
+from mrtpo.blocks.check import ResponseCheck, check_response, location
+from mrtpo.blocks.check import waivers as waivers_of
+from mrtpo.blocks.samples import NamedResponse, sample_responses
 from mrtpo.blocks.rules import Finding
 from mrtpo.tasks.base import Example, Reward, Task
 from mrtpo.tasks.contract import USER_CODE_ERRORS
@@ -79,7 +79,7 @@ def dedupe(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def lint_task(task: Task, examples: list[Example],
-              responses: dict[str, list[Probe]] | None = None,
+              responses: dict[str, list[NamedResponse]] | None = None,
               progress: Callable[[int], None] | None = None) -> LintReport:
     """Lint every block `task` builds for `examples`; `progress(1)` after each example."""
     report = LintReport()
@@ -89,20 +89,20 @@ def lint_task(task: Task, examples: list[Example],
     waived: list[Finding] = []
     waivers: dict[str, object] = {}
     for example in examples:
-        own = probes(task, example)
+        own = sample_responses(task, example)
         ref = next((t for n, t in own if n == "reference"), None)
         pr = (responses.get(example.id) if responses is not None else None) or own
         for i, (name, text) in enumerate(pr):
-            ev = evaluate(task, example, name, text, probe_builders=(i == 0))
-            found += ev.findings
-            waived += ev.waived
-            waivers.update(waivers_of(ev.rewards))
+            checked = check_response(task, example, name, text, try_builders=(i == 0))
+            found += checked.findings
+            waived += checked.waived
+            waivers.update(waivers_of(checked.rewards))
             report.responses += 1
-            report.blocks += sum(1 for b in ev.blocks if b)
+            report.blocks += sum(1 for b in checked.blocks if b)
             if i == 0 and task.placement == "append":
                 # in_prompt blocks are the user's own sentences, not built by the task: the
                 # same sentence in two prompts is the same request, whatever else differs
-                _collect(ev, ref, same)
+                _collect(checked, ref, same)
         report.examples += 1
         if progress is not None:
             progress(1)
@@ -112,12 +112,12 @@ def lint_task(task: Task, examples: list[Example],
     return report
 
 
-def _collect(ev: Evaluation, reference: str | None, same) -> None:
-    for r, b in zip(ev.rewards, ev.blocks):
+def _collect(checked: ResponseCheck, reference: str | None, same) -> None:
+    for r, b in zip(checked.rewards, checked.blocks):
         if b and b.strip() and not r.response_dependent:
             group = same[(r.name, b.strip())]
             if len(group) <= MAX_PAIRS_PER_BLOCK:  # only the first few are compared
-                group.append((ev.example, r, reference))
+                group.append((checked.example, r, reference))
 
 
 def _score(reward: Reward, example: Example, response: str) -> float | None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from mrtpo.blocks.evaluate import Evaluation, Messages, evaluate
-from mrtpo.blocks.probes import Probe, probes
+from mrtpo.blocks.check import Messages, ResponseCheck, check_response
+from mrtpo.blocks.samples import NamedResponse, sample_responses
 from mrtpo.tasks.base import Example, Task
 
 
@@ -60,48 +60,48 @@ def message_changes(before: Messages | None, after: Messages | None) -> list[dic
     return out
 
 
-def record(task: Task, ev: Evaluation) -> dict:
-    """The preview record of one evaluated (example, response)."""
-    ex = ev.example
+def record(task: Task, checked: ResponseCheck) -> dict:
+    """The preview record of one checked (example, response)."""
+    ex = checked.example
     rewards = []
-    for k, r in enumerate(ev.rewards):
-        v = ev.verdicts[k] if k < len(ev.verdicts) else None
+    for k, r in enumerate(checked.rewards):
+        v = checked.verdicts[k] if k < len(checked.verdicts) else None
         rewards.append({
             "name": r.name,
-            "kind": ev.kinds[k] if k < len(ev.kinds) else r.kind,
+            "kind": checked.kinds[k] if k < len(checked.kinds) else r.kind,
             "weight": r.weight,
             "response_dependent": r.response_dependent,
             "score": None if v is None else v.score,
             "feedback": None if v is None else v.feedback,
-            "block": ev.blocks[k] if k < len(ev.blocks) else None,
+            "block": checked.blocks[k] if k < len(checked.blocks) else None,
         })
     without = []
-    if ev.p_without is not None:
-        for r, pw in zip(ev.rewards, ev.p_without):
-            without.append({"reward": r.name, "changes": message_changes(ev.p_all, pw)})
+    if checked.p_without is not None:
+        for r, pw in zip(checked.rewards, checked.p_without):
+            without.append({"reward": r.name, "changes": message_changes(checked.p_all, pw)})
     return {
         "task": task.name,
         "example": ex.id,
         "source": ex.source,
-        "response_name": ev.response_name,
-        "response": ev.response,
-        "P0": ev.p0,
+        "response_name": checked.response_name,
+        "response": checked.response,
+        "P0": checked.p0,
         "rewards": rewards,
         "contexts": {
             "placement": task.placement,
-            "P_all": {"changes_from_P0": message_changes(ev.p0, ev.p_all)} if ev.p_all is not None else None,
+            "P_all": {"changes_from_P0": message_changes(checked.p0, checked.p_all)} if checked.p_all is not None else None,
             "P_without": without,
         },
-        "findings": [f.to_dict() for f in ev.findings],
-        "waived": [f.to_dict() for f in ev.waived],
+        "findings": [f.to_dict() for f in checked.findings],
+        "waived": [f.to_dict() for f in checked.waived],
     }
 
 
 def preview(task: Task, examples: list[Example],
-            responses: dict[str, list[Probe]] | None = None) -> Iterator[dict]:
+            responses: dict[str, list[NamedResponse]] | None = None) -> Iterator[dict]:
     """Preview records for each example and each of its responses (the reference and a
     corrupted copy when `responses` has none for the example)."""
     for example in examples:
-        pr = (responses.get(example.id) if responses is not None else None) or probes(task, example)
+        pr = (responses.get(example.id) if responses is not None else None) or sample_responses(task, example)
         for i, (name, text) in enumerate(pr):
-            yield record(task, evaluate(task, example, name, text, probe_builders=(i == 0)))
+            yield record(task, check_response(task, example, name, text, try_builders=(i == 0)))

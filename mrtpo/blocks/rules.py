@@ -24,7 +24,7 @@ Three layers, from cheap to complete:
   own blocks.
 - `check_block(...)`: one block in its context (example, verdict, reward, format): R2's
   "nothing taken from the example", R4, R5 and R6's in-prompt presence, plus `check_text`.
-- dataset-level checks over evaluated examples, in `mrtpo.blocks.lint`, which call the
+- dataset-level checks over checked examples, in `mrtpo.blocks.lint`, which call the
   functions of `dataset_rules` (R1 structure, R2 identical blocks, R6 contexts).
 
 This module is the rules' one import path; the code is in the modules named for what they hold:
@@ -47,7 +47,7 @@ from __future__ import annotations
 from mrtpo.blocks.block_rules import (as_response, check_bare_answer, check_block, check_feedback,
                                       check_in_prompt, check_reference, check_specific, distinctive_tokens,
                                       flatten_strings, format_markers, has_format_payload, infer_kind,
-                                      probe_feedback_builder, prompt_text, reference_payload)
+                                      prompt_text, reference_payload, try_feedback_builder)
 from mrtpo.blocks.dataset_rules import (check_contexts, check_declared_dependence, check_identical_across,
                                         check_rewards, check_shared_blocks, check_verdict, check_waivers,
                                         split_waived, waiver)
@@ -61,6 +61,6 @@ __all__ = [
     "check_feedback", "check_generic_requirement", "check_identical_across", "check_in_prompt",
     "check_reference", "check_rewards", "check_shared_blocks", "check_specific", "check_text",
     "check_verdict", "check_waivers", "distinctive_tokens", "flatten_strings", "format_markers",
-    "has_format_payload", "infer_kind", "own_words", "probe_feedback_builder", "prompt_text",
-    "reference_payload", "split_text", "split_waived", "waiver",
+    "has_format_payload", "infer_kind", "own_words", "prompt_text", "reference_payload",
+    "split_text", "split_waived", "try_feedback_builder", "waiver",
 ]

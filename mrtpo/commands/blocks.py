@@ -32,7 +32,7 @@ StyleOpt = Annotated[Optional[bool], typer.Option(
 def _load(task_name: str, data: str | None, responses: str | None, limit: int | None,
           options: list[str] | None = None):
     """Task (built with the -o options), examples and responses, or a clear error and exit 2."""
-    from mrtpo.blocks.probes import ResponsesFileError, read_responses
+    from mrtpo.blocks.samples import ResponsesFileError, read_responses
     from mrtpo.tasks import get_task
 
     kwargs = parse_task_options(options)  # a malformed KEY=VALUE is a usage error (exit 2)

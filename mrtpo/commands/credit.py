@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option("--device", help="Task: auto, cpu, cuda, cuda:1...")] = "auto",
         dtype: Annotated[str, typer.Option("--dtype", help="Task: auto, float32, bfloat16 or float16.")] = "auto",
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary table, not every completion.")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the records shown and the summary (schema in mrtpo/credit/plain.py).")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the records shown and the summary (schema in mrtpo/credit/text_view.py).")] = False,
         plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain lines that read in a file, or the shaded table; default: plain when stdout is not a terminal.")] = None,
     ) -> None:
         """See which tokens each reward's credit went to (a run's log, or fresh with --model).
@@ -90,16 +90,16 @@ def register(app: typer.Typer) -> None:
             shown = [] if quiet else records
             view = dict(summary_of=records, task=task_name, model=model_name, heading=heading, note=note)
             if as_json:
-                from mrtpo.credit import plain as plain_view
+                from mrtpo.credit import text_view
 
-                typer.echo(plain_view.dumps(plain_view.document(shown, **view)))
+                typer.echo(text_view.dumps(text_view.document(shown, **view)))
                 console = Console(stderr=True)  # what else is said goes to stderr: stdout stays one JSON
             elif plain if plain is not None else not console.is_terminal:
                 import sys
 
-                from mrtpo.credit import plain as plain_view
+                from mrtpo.credit import text_view
 
-                plain_view.render(sys.stdout, shown, **view)
+                text_view.render(sys.stdout, shown, **view)
             else:
                 terminal.render(console, shown, **view)
             if html_out is not None:

@@ -5,7 +5,7 @@ version (`"mrtpo.tasks/1"`, `"mrtpo.blocks.lint/1"`...); `--jsonl` prints one JS
 line (a stream of records, for `blocks preview`). Anything else a command says (progress,
 warnings, "wrote FILE") goes to stderr, so stdout parses as it is. NaN and infinities are
 written as null, and lone surrogates as their \\u escapes: the output is strict JSON in UTF-8
-(`mrtpo.textio.strict_json`, which library code such as `mrtpo.credit.plain` uses too).
+(`mrtpo.textio.strict_json`, which library code such as `mrtpo.credit.text_view` uses too).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Two sources give the same `CreditRecord`:
   mrtpo.advantages). Each example's responses form one group: credit comes from the
   estimator over that group (GDPO by default), so a response is credited relative to the
   others of its prompt. Without responses from the user, each example gets the task's
-  reference answer and a corrupted copy of it (mrtpo.blocks.probes), which is the smallest
+  reference answer and a corrupted copy of it (mrtpo.blocks.samples), which is the smallest
   group in which every reward can disagree.
 
 Fresh responses are tokenised as the policy would have written them: the text's tokens
@@ -196,16 +196,16 @@ def _ranges(steps: list[int]) -> str:
 
 
 # ------------------------------------------------------------------------------ fresh
-Probe = tuple[str, str]  # (name, response text)
+NamedResponse = tuple[str, str]  # (name, response text)
 
 
-def responses_for(task, examples, responses_path: str | Path | None) -> dict[str, list[Probe]]:
+def responses_for(task, examples, responses_path: str | Path | None) -> dict[str, list[NamedResponse]]:
     """Each example's responses: from the file (JSONL rows {"id", "response" | "responses"}), or
     the task's reference and a corrupted copy. Examples the file does not answer are left out."""
-    from mrtpo.blocks.probes import ResponsesFileError, probes, read_responses
+    from mrtpo.blocks.samples import ResponsesFileError, read_responses, sample_responses
 
     if responses_path is None:
-        return {ex.id: probes(task, ex) for ex in examples}
+        return {ex.id: sample_responses(task, ex) for ex in examples}
     try:
         return read_responses(responses_path, list(examples))
     except ResponsesFileError as exc:
@@ -220,7 +220,7 @@ def response_ids(tokenizer, text: str) -> list[int]:
     return [int(t) for t in ids]
 
 
-def compute(task, examples, responses: dict[str, list[Probe]], model, tokenizer,
+def compute(task, examples, responses: dict[str, list[NamedResponse]], model, tokenizer,
             estimator: str = "gdpo", temperature: float = 1.0, lam: float = 1.0,
             on_progress=None, chunk: int = 16) -> list[CreditRecord]:
     """Score, replay and credit each example's responses (one group per example) -> records.

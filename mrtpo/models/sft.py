@@ -4,7 +4,7 @@ Two kinds of sequences, both rendered through the policy's chat template exactly
 trainer renders prompts (`mrtpo.contexts.render_ids`):
 - **P0 -> target**: the prompt sampling uses, with the reference as target, except for a
   share (`error_share`) whose target carries one verified error (see
-  `mrtpo.models.errors`). Errors are spread evenly over the rewards they break, so every
+  `mrtpo.models.injected`). Errors are spread evenly over the rewards they break, so every
   reward of the warm-started policy starts well above 0 and well below 1.
 - **The replay's contexts -> what each block makes right**: the contexts MRTPO's replay
   builds for some response (the reference or a wrong one), P_all and each P_without_k.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from mrtpo.contexts import block_texts, context_messages, render_ids
-from mrtpo.models.errors import argument_values, candidate_errors
+from mrtpo.models.injected import argument_values, candidate_errors
 from mrtpo.tasks.base import Example, Task
 
 Messages = list[dict[str, str]]

@@ -8,7 +8,7 @@ sampled ids are fed back exactly.
 
 Two methods give the same numbers:
 
-- plain (`shared_prefix=False`, the reference): one full forward per distinct context, as RL
+- full forward (`shared_prefix=False`, the reference): one full forward per distinct context, as RL
   trainers compute log-probabilities (`logits_to_keep` covering the response positions).
 - shared prefix (default): all contexts of a prompt's responses begin with the same tokens
   (system prompt, P0, the response-independent blocks). Items are grouped by that prefix, the
@@ -36,9 +36,9 @@ Works with any transformers decoder-only model exposing `get_decoder()` and
 `get_output_embeddings()` with a `DynamicCache` (Qwen2, Llama, ...), peft-wrapped or not.
 
 The package: `planning` (pure Python: groups, suffixes, tries, the cost model, the schedule of
-forwards, `ReplayOptions`), `shared` (the shared-prefix method), `plain` (the reference
-method), `plumbing` (transformers: decoder, head, KV-cache argument and output), `js` (the
-JS distance and the replay's JS step).
+forwards, `ReplayOptions`), `shared` (the shared-prefix method), `full` (the full-forward
+method, the reference), `plumbing` (transformers: decoder, head, KV-cache argument and
+output), `js` (the JS distance and the replay's JS step).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 
 from mrtpo.replay.js import head_and_js, js_distance, js_distance_log_probs
-from mrtpo.replay.plain import replay_plain
+from mrtpo.replay.full import replay_full
 from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, plan_item, replay_groups, replay_tokens,
                                    takes_tree_mask)
 from mrtpo.replay.plumbing import PaddingSide, cache_kwarg, decoder_of, device_of, head_of, output_cache
@@ -77,8 +77,8 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
 
     `batch_tokens` bounds the padded tokens of one forward (rows are sorted by length and cut
     into forwards so that padding stays small); `chunk_tokens` bounds the logit rows alive at
-    once; `padding_side` is how the plain method pads the rows of one forward (both give the
-    same q; the shared method pads its tries on the right).
+    once; `padding_side` is how the full-forward method pads the rows of one forward (both
+    give the same q; the shared method pads its tries on the right).
     `tree_tokens` bounds the nodes of one response trie (W below; a response longer than that
     is a trie alone); 0 feeds each response as its own row, as does a model that does not
     take a tree mask (`takes_tree_mask`: flash attention, sliding-window layers).
@@ -93,7 +93,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
         L * KV * b                           the prefix cache (kept while its group runs)
       + 2 * R * (L + S) * KV * b             its copy for one forward (repeated over R rows)
                                              and the cache with the suffix keys/values
-      + activations of one R x S forward     as a plain forward of R * S tokens (attention
+      + activations of one R x S forward     as an ordinary forward of R * S tokens (attention
                                              scores R * heads * S * (L + S) on the math path)
       + R * W * (L + S + W)                  the boolean tree masks of one forward of tries
       + 2 * batch_tokens * H * b             hidden states at response positions, kept for the
@@ -103,8 +103,8 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
                                              64 MB on an accelerator)
 
     The distance computation therefore holds about chunk_tokens * V * (b + 8) bytes whatever
-    N, K and T, never a [N, K + 1, T, V] tensor. The plain method instead holds the logits of
-    one forward, R * (T + 1) * V * b, as trainers do.
+    N, K and T, never a [N, K + 1, T, V] tensor. The full-forward method instead holds the
+    logits of one forward, R * (T + 1) * V * b, as trainers do.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -137,7 +137,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
                     replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens,
                                   tree_tokens, options)
                 else:
-                    replay_plain(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
+                    replay_full(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:
         model.train(was_training)
     return q

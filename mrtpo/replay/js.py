@@ -143,7 +143,7 @@ def head_and_js(q: torch.Tensor, n: int, plan, hidden: torch.Tensor, head, tempe
                 chunk_tokens: int, t0: int = 0) -> None:
     """q[n, :, t0:t0 + T] from the hidden states [C, T, H] of item n's distinct contexts at its
     response positions t0.. : the vocabulary head, `chunk_tokens` positions (of all contexts)
-    at a time, then the JS step. The plain method does the same work inside its forward."""
+    at a time, then the JS step. The full-forward method does the same work inside its forward."""
     n_ctx = hidden.shape[0]
     step = max(1, chunk_tokens // n_ctx)
     for t in range(0, hidden.shape[1], step):

@@ -54,7 +54,7 @@ class Reward:
     - "format": the format rule; R2 asks that it mention the format's markers
       (`task.format.markers`, e.g. "\\boxed{");
     - "feedback": the verifier's own words about this response; R4 asks that it be "" when the
-      verdict has no feedback (the builder is probed with empty verdicts) and quote it otherwise;
+      verdict has no feedback (the builder is tried with empty verdicts) and quote it otherwise;
     - "reference": a correct answer; R5 asks that it parse strictly with `task.format` and get
       full marks from this reward;
     - "constraint": one requirement of the request (instruction following); the imperative
@@ -157,7 +157,7 @@ class Task:
         blocks preview` and `mrtpo blocks lint` show beside the reference (so that
         response-dependent blocks appear). None (the default) uses the built-in corruption,
         which parses `response` with `self.format` and breaks the answer inside it
-        (`mrtpo.blocks.probes.corrupt`). Override it when that edit says little for the task.
+        (`mrtpo.blocks.samples.corrupt`). Override it when that edit says little for the task.
         """
         return None
 

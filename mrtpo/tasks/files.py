@@ -13,7 +13,7 @@ error whichever task or command reads it:
   defines them: `str.splitlines` would also split at U+2028, U+2029, U+0085, "\\x0b", "\\x0c",
   "\\x1c"-"\\x1e" and a lone "\\r", which JSON allows raw inside a string;
 - `read_records` reads a responses file (JSONL or one JSON array) for `mrtpo eval`
-  (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.probes) alike.
+  (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.samples) alike.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def read_records(path: Path, error: type[Exception] = ValueError, where: str = "
                  hint: str = "") -> list[tuple[int, Any]]:
     """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or
     by position in the array); this reader serves `mrtpo eval` (mrtpo.evaluation.responses) and
-    `mrtpo blocks`/`credit` (mrtpo.blocks.probes), each with its own row fields. A bad line raises `error` naming the
+    `mrtpo blocks`/`credit` (mrtpo.blocks.samples), each with its own row fields. A bad line raises `error` naming the
     file and the line (`where`: the word before its number), then `hint`."""
     text = read_text(path, error, "responses file (JSONL)")
     records: list[tuple[int, Any]] = []

@@ -1,4 +1,5 @@
-"""The plain replay, the reference: one full forward per distinct context.
+"""The full-forward replay, the reference the shared-prefix method is tested against: one full
+forward per distinct context.
 
 As RL trainers compute log-probabilities: each (context + response) row through the whole
 model, `logits_to_keep` covering the response positions, then the JS step per item.
@@ -12,8 +13,8 @@ from mrtpo.replay.planning import ReplayGroup, item_batches
 from mrtpo.replay.plumbing import PaddingSide, pack
 
 
-def replay_plain(model, items, group: ReplayGroup, plans, q: torch.Tensor, temperature: float,
-                 chunk_tokens: int, batch_tokens: int, side: PaddingSide) -> None:
+def replay_full(model, items, group: ReplayGroup, plans, q: torch.Tensor, temperature: float,
+                chunk_tokens: int, batch_tokens: int, side: PaddingSide) -> None:
     """q[n] for the items of `group` (its prefix is empty: every row is a whole context plus
     the response), rows padded on `side`, forwards of about `batch_tokens` padded tokens."""
     device = q.device

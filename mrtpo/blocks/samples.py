@@ -1,4 +1,5 @@
-"""Responses to show blocks for: the reference, a corrupted copy of it, or the user's own.
+"""The sample responses the preview and the lint show blocks for: the reference, a corrupted
+copy of it, or the user's own.
 
 Blocks that depend on the response (the SQLite error) only appear for a response that gets
 something wrong, so without responses from the user the preview and the lint use two per
@@ -33,14 +34,14 @@ from mrtpo.tasks.contract import USER_CODE_ERRORS
 from mrtpo.tasks.files import read_records
 
 #: (name, response text)
-Probe = tuple[str, str]
+NamedResponse = tuple[str, str]
 
 
 class ResponsesFileError(ValueError):
     """A --responses file that cannot be used; the message names file, row and field."""
 
 
-def probes(task: Task, example: Example) -> list[Probe]:
+def sample_responses(task: Task, example: Example) -> list[NamedResponse]:
     """The reference and a corrupted copy; an empty response when the task has no reference."""
     try:
         ref = task.reference(example)
@@ -159,7 +160,7 @@ def _break_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return calls
 
 
-def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[Probe]]:
+def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[NamedResponse]]:
     """Responses from a JSONL file (read by `mrtpo.tasks.files.read_records`), by example id.
 
     Each row: `{"id": <example id>, "response": <text>}` or `{"id": ..., "responses":
@@ -170,7 +171,7 @@ def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[
     if not path.exists():
         raise ResponsesFileError(f"{path}: no such file; {shape}")
     known = {e.id for e in examples}
-    out: dict[str, list[Probe]] = {}
+    out: dict[str, list[NamedResponse]] = {}
     records = read_records(path, ResponsesFileError, where="row",
                            hint='; each line is one object {"id": ..., "response": ...}')
     for n, row in records:

@@ -1,4 +1,5 @@
-"""`mrtpo credit` for a file or a pipe: a plain layout, and one JSON document (`--json`).
+"""`mrtpo credit` for a file or a pipe: the text view (`--plain`, its plain layout), and one
+JSON document (`--json`).
 
 The terminal view (credit/terminal.py) shades tokens in a table sized to the terminal; piped
 into a file it is cut to 80 columns and its token column wraps every few characters. The

@@ -1,6 +1,6 @@
 """One example and one response, run through a task the way training does, then linted.
 
-`evaluate` scores the response with every reward, builds the blocks and the replay contexts
+`check_response` scores the response with every reward, builds the blocks and the replay contexts
 with `mrtpo.contexts` (the same functions the trainer uses), and runs every single-example
 check of `mrtpo.blocks.rules` on the result. Nothing a task does here may stop the preview
 or the lint: an exception in a verifier, a block builder or the contexts becomes a finding
@@ -24,7 +24,7 @@ Messages = list[dict[str, str]]
 
 
 @dataclass
-class Evaluation:
+class ResponseCheck:
     """What one response gets: verdicts, blocks, contexts, and the lint's findings."""
 
     example: Example
@@ -61,38 +61,38 @@ def _raised(what: str, exc: BaseException) -> str:
     return f"{what} raised {type(exc).__name__}: {exc}"
 
 
-def evaluate(task: Task, example: Example, response_name: str, response: str,
-             probe_builders: bool = True) -> Evaluation:
+def check_response(task: Task, example: Example, response_name: str, response: str,
+                   try_builders: bool = True) -> ResponseCheck:
     """Score, build blocks and contexts for one response, and lint what was built.
 
-    `probe_builders` also calls block builders with synthetic verdicts (R4, R6's declared
+    `try_builders` also calls block builders with synthetic verdicts (R4, R6's declared
     dependence); the lint does it once per example, not once per response.
     """
-    ev = Evaluation(example, response_name, response)
-    loc = ev.location
-    add = lambda fs, reward="": ev.findings.extend(  # noqa: E731
+    checked = ResponseCheck(example, response_name, response)
+    loc = checked.location
+    add = lambda fs, reward="": checked.findings.extend(  # noqa: E731
         f.at(example=loc, reward=reward, response=response_name) for f in fs)
 
     try:
-        ev.p0 = task.messages(example)
-        if task.messages(example) != ev.p0:
+        checked.p0 = task.messages(example)
+        if task.messages(example) != checked.p0:
             add([Finding("R6", "p0-unstable", "task.messages(example) gives a different P0 on a "
                          "second call; sampling and replay must see the same prompt")])
     except USER_CODE_ERRORS as exc:
         add([Finding("R6", "messages-error", _raised("task.messages(example)", exc))])
-        return ev
+        return checked
     try:
-        ev.rewards = list(task.rewards(example))
+        checked.rewards = list(task.rewards(example))
         again = [getattr(r, "name", None) for r in task.rewards(example)]
     except USER_CODE_ERRORS as exc:
         add([Finding("R6", "rewards-error", _raised("task.rewards(example)", exc))])
-        return ev
-    add(rules.check_rewards(ev.rewards))
-    if not ev.rewards:
+        return checked
+    add(rules.check_rewards(checked.rewards))
+    if not checked.rewards:
         add([Finding("R6", "no-rewards", "task.rewards(example) lists no rewards; training refuses "
                      "an example without rewards (there is nothing to score)")])
-    ev.rewards = [r for r in ev.rewards if isinstance(r, Reward)]
-    if again != [r.name for r in ev.rewards]:
+    checked.rewards = [r for r in checked.rewards if isinstance(r, Reward)]
+    if again != [r.name for r in checked.rewards]:
         add([Finding("R6", "rewards-unstable", "task.rewards(example) lists different rewards on "
                      "a second call; scores and blocks must line up across calls")])
 
@@ -103,13 +103,13 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
         reference = None
         add([Finding("R5", "reference-error", _raised("task.reference(example)", exc))])
     else:
-        if reference is None and probe_builders and not _reference_may_be_none(task):  # once per example
+        if reference is None and try_builders and not _reference_may_be_none(task):  # once per example
             add([Finding("R5", "no-reference", "task.reference(example) returned None: probe and "
                          "credit have no correct response to replay, and preview and lint check "
                          "an empty response instead; return the correct response in the task's "
                          "format")])
 
-    for r in ev.rewards:
+    for r in checked.rewards:
         try:
             v = r.verify(example, response)
         except USER_CODE_ERRORS as exc:
@@ -120,19 +120,19 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
             add(rules.check_verdict(r, v), r.name)  # None too: training refuses it
             if not isinstance(v, Verdict):
                 v = None
-        ev.verdicts.append(v)
+        checked.verdicts.append(v)
 
     # blocks through the trainer's own function; on failure, per reward to find the culprit
-    ok = all(v is not None for v in ev.verdicts)
+    ok = all(v is not None for v in checked.verdicts)
     built: list[Any] | None = None
     if ok:
         try:
-            built = contexts.block_texts(task, example, ev.verdicts)
+            built = contexts.block_texts(task, example, checked.verdicts)
         except USER_CODE_ERRORS:
             built = None
     if built is None:
         built = []
-        for r, v in zip(ev.rewards, ev.verdicts):
+        for r, v in zip(checked.rewards, checked.verdicts):
             if v is None:
                 built.append(None)
                 continue
@@ -148,35 +148,35 @@ def evaluate(task: Task, example: Example, response_name: str, response: str,
                         r.name)
                     b = None
             built.append(b)
-    ev.blocks = built
+    checked.blocks = built
 
-    for r, v, b in zip(ev.rewards, ev.verdicts, ev.blocks):
+    for r, v, b in zip(checked.rewards, checked.verdicts, checked.blocks):
         placement = "in_prompt" if r.in_prompt else task.placement
         kind = rules.infer_kind(b or "", reward=r, fmt=fmt, placement=placement)
-        ev.kinds.append(kind)
+        checked.kinds.append(kind)
         if b is None:
             continue
         add(rules.check_block(b, kind=kind, example=example, verdict=v, reward=r, fmt=fmt,
-                              placement=placement, p0_messages=ev.p0, reference=reference,
-                              probe=probe_builders), r.name)
-        if probe_builders and v is not None:
-            add(_probe_dependence(r, example, v, b), r.name)
-    names = [r.name for r in ev.rewards]
-    add(rules.check_shared_blocks(names, [b or "" for b in ev.blocks]))
+                              placement=placement, p0_messages=checked.p0, reference=reference,
+                              try_builder=try_builders), r.name)
+        if try_builders and v is not None:
+            add(_check_dependence(r, example, v, b), r.name)
+    names = [r.name for r in checked.rewards]
+    add(rules.check_shared_blocks(names, [b or "" for b in checked.blocks]))
 
-    if all(b is not None for b in ev.blocks):
+    if all(b is not None for b in checked.blocks):
         try:
-            ev.p_all, ev.p_without = contexts.context_messages(task, example, ev.blocks)
+            checked.p_all, checked.p_without = contexts.context_messages(task, example, checked.blocks)
         except USER_CODE_ERRORS as exc:
             add([Finding("R6", "contexts-error", _raised("building the contexts", exc))])
         else:
             # whole messages a task drops with an in-prompt block (Task.without_messages)
-            dropped = [[m for m in ev.p_all if m not in task.without_messages(example, r.name, list(ev.p_all))]
-                       if r.in_prompt and task.placement == "append" else [] for r in ev.rewards]
-            add(rules.check_contexts(ev.p0, ev.p_all, ev.p_without, names, ev.blocks,
+            dropped = [[m for m in checked.p_all if m not in task.without_messages(example, r.name, list(checked.p_all))]
+                       if r.in_prompt and task.placement == "append" else [] for r in checked.rewards]
+            add(rules.check_contexts(checked.p0, checked.p_all, checked.p_without, names, checked.blocks,
                                      task.placement, dropped=dropped))
-    ev.findings, ev.waived = rules.split_waived(ev.findings, waivers(ev.rewards))
-    return ev
+    checked.findings, checked.waived = rules.split_waived(checked.findings, waivers(checked.rewards))
+    return checked
 
 
 def waivers(rewards: list[Reward]) -> dict[str, Any]:
@@ -184,7 +184,7 @@ def waivers(rewards: list[Reward]) -> dict[str, Any]:
     return {r.name: r.waive for r in rewards if getattr(r, "waive", None)}
 
 
-def _probe_dependence(reward: Reward, example: Example, verdict: Verdict, block: str) -> list[Finding]:
+def _check_dependence(reward: Reward, example: Example, verdict: Verdict, block: str) -> list[Finding]:
     """R6: build the block again for other verdicts; a response-independent reward's block
     must not change."""
     if reward.response_dependent:
