@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import benchmark_module
+import harness_task
+from mrtpo.tasks.base import Example, Reward, Task, Verdict
 
 
 @pytest.fixture(scope="module")
@@ -42,23 +44,27 @@ def test_effects_are_importance_weighted_changes(one_step):
 
 
 def test_every_method_steps_from_the_same_start_and_a_rerun_goes_on(one_step, tiny_qwen2_dir, tmp_path):
-    args = ["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--pool", "3", "--batch-prompts", "2",
+    harness_task.register()  # graded rewards: a random tiny model's groups spread, so there is credit
+    args = ["--model", str(tiny_qwen2_dir), "--task", "harness-words", "--pool", "3", "--batch-prompts", "2",
             "--num-generations", "2", "--max-new-tokens", "6", "--lr", "0.01", "--out", str(tmp_path / "b.jsonl"),
             "--json", str(tmp_path / "s.json")]
     doc = one_step.main(args + ["--batches", "2"])
     assert doc["settings"]["batches"] == 2
     methods = doc["settings"]["methods"]
-    assert methods == list(one_step.METHODS)  # toolcall says its reward spans: the oracle runs
+    assert methods == [m for m in one_step.METHODS if m != "oracle"]  # the task says no reward spans
     rewards = {r["reward"] for r in doc["rows"]}
-    assert {"format", "schema", "correct", "total", "kl", "param_norm"} <= rewards
+    assert {"format", "short", "letters", "total", "kl", "param_norm"} <= rewards
     assert {(p["a"], p["b"]) for p in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
     lines = (tmp_path / "b.jsonl").read_text().splitlines()
     first = [json.loads(x) for x in lines[1:]]
     assert [r["batch"] for r in first] == [0, 1]
     for rec in first:
         norms = rec["param_norm"]
-        if not rec["flat"]:  # Adam's first step: every weight with a gradient moves by lr
-            assert norms["gdpo"] > 0 and norms["mrtpo"] == pytest.approx(norms["gdpo"], rel=0.05)
+        assert not rec["flat"]
+        # Adam's first step: every weight with a gradient moves by lr, whatever the advantages
+        assert norms["gdpo"] > 0 and norms["mrtpo"] == pytest.approx(norms["gdpo"], rel=0.05)
+        assert rec["effects"]["mrtpo"]["kl"] > 0
+        assert rec["effects"]["mrtpo"]["total"] != rec["effects"]["gdpo"]["total"]  # placement moved it
     # a rerun with more batches keeps the two written and adds one
     doc = one_step.main(args + ["--batches", "3"])
     again = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()[1:]]
@@ -78,3 +84,33 @@ def test_other_settings_are_not_mixed_into_a_results_file(one_step, tiny_qwen2_d
     one_step.main(args)
     with pytest.raises(SystemExit, match="holds batches of other settings"):
         one_step.main(args[:-2] + ["--methods", "grpo,mrtpo"])
+
+
+class Alike(Task):
+    """Every response scores 1: every group scores its reward alike, so there is no credit."""
+
+    name = "alike"
+
+    def load(self, path=None, split=None):
+        return [Example(id=str(i), prompt=f"Say something about {w}.") for i, w in enumerate(["tea", "rain"])]
+
+    def rewards(self, example):
+        return [Reward("any", lambda ex, r: Verdict(1.0), lambda ex, v: "Anything scores 1.")]
+
+
+def test_a_batch_without_credit_records_zero_steps_and_samples_no_pool(one_step, tiny_qwen2_dir):
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.scoring import Scorer
+
+    task = Alike()
+    cfg = TrainConfig(model=str(tiny_qwen2_dir), task="toolcall", batch_prompts=2, num_generations=2,
+                      max_new_tokens=4, verify_workers=0)
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4)
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    rec = one_step.run_batch(policy, task, Scorer(task, 0), task.load(), cfg, pool=64, methods=["gdpo", "mrtpo"],
+                             seed=1)
+    assert rec["flat"] and rec["pool_means"] == {}
+    assert rec["effects"] == {m: {"any": 0.0, "total": 0.0, "kl": 0.0} for m in ("gdpo", "mrtpo")}
+    assert rec["param_norm"] == {"gdpo": 0.0, "mrtpo": 0.0}
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters()))

@@ -1,7 +1,9 @@
 """Does MRTPO's placement make a better update? A paired one-step test.
 
 For each of R batches: B prompts, G completions each sampled from the starting policy (a fresh
-LoRA, so the pretrained model itself), scored by every reward of the task. Every method takes
+LoRA, so the pretrained model itself), scored by every reward of the task. A batch where every
+group scored every reward alike has no credit to place: every method's step and effect is 0
+there, so it is recorded as such without a pool (it still counts, as a batch of training would). Every method takes
 ONE optimizer step from the same starting weights on the same batch, completions and scores;
 only the token advantages differ:
 
@@ -14,7 +16,7 @@ only the token advantages differ:
 
 The measure is each update's effect on each reward's expected value on the batch's prompts,
 estimated on a pool of P fresh completions per prompt from the starting policy, drawn
-beside the batch and shared by all methods (importance weights: the change of E[r_k] is
+after the batch and shared by all methods (importance weights: the change of E[r_k] is
 mean_y (rho(y) - 1) (r_k(y) - mean r_k), rho = pi_new(y) / pi_start(y) under the sampling
 temperature). The step is the trainer's own: `mrtpo.harness.update.update` with a fresh AdamW,
 whose first step moves every weight with a gradient by the learning rate (Adam's first step is
@@ -74,23 +76,6 @@ def interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]
 
 
 # ------------------------------------------------------------------------------ one batch
-def split_rollout(rollout, first: int):
-    """(the first `first` completions of every group, the rest) as two Rollouts."""
-    from mrtpo.harness.rollout import Rollout
-
-    n = rollout.group_size
-    rows = [[g * n + j for j in range(first)] for g in range(len(rollout) // n)]
-    rest = [[g * n + j for j in range(first, n)] for g in range(len(rollout) // n)]
-
-    def take(idx: list[list[int]], size: int) -> Rollout:
-        flat = [i for grp in idx for i in grp]
-        return Rollout(**{f: [getattr(rollout, f)[i] for i in flat]
-                          for f in ("examples", "prompts", "prompt_ids", "response_ids", "responses", "truncated")},
-                       group_size=size)
-
-    return take(rows, first), take(rest, n - first)
-
-
 def totals(scored) -> torch.Tensor:
     """Each row's weighted sum of rewards (a reward that does not apply counts 0) -> [N]."""
     return (torch.nan_to_num(scored.scores, nan=0.0) * scored.weights).sum(-1)
@@ -150,20 +135,32 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     G = cfg.num_generations
     t0 = time.perf_counter()
     torch.manual_seed(seed)
-    both = sample(policy, task, examples, G + pool, temperature=cfg.temperature, top_p=cfg.top_p,
-                  max_new_tokens=cfg.max_new_tokens)
-    train_r, pool_r = split_rollout(both, G)
-    t_sample = time.perf_counter() - t0
+    train_r = sample(policy, task, examples, G, temperature=cfg.temperature, top_p=cfg.top_p,
+                     max_new_tokens=cfg.max_new_tokens)
     scored = scorer.score(train_r.examples, train_r.responses)  # [B*G, K]
-    pooled = scorer.score(pool_r.examples, pool_r.responses)  # [B*P, K']
-    pool_scores = {name: pooled.scores[:, k] for k, name in enumerate(pooled.names)}
-    pool_scores["total"] = totals(pooled)
-    mask = train_r.response_mask()  # [N, T]
-
     w, f = scored.weights, scored.floors
     credit = {"grpo": estimate(scored.scores, G, "grpo", weights=w, floors=f),
               "gdpo": estimate(scored.scores, G, "gdpo", weights=w, floors=f),
               "gdpo+saw": estimate(scored.scores, G, "gdpo", weights=w, saw="advantage", floors=f)}
+    record = {"batch_seed": seed, "examples": [ex.id for ex in examples],
+              "train_means": {name: float(torch.nanmean(scored.scores[:, k])) for k, name in enumerate(scored.names)},
+              "effects": {}, "param_norm": {}, "seconds": {}}
+    if bool(credit["gdpo"].per_reward.abs().sum() == 0):
+        # every group scored every reward alike: every estimator's credit is 0, so every method's
+        # step is 0 and so is its effect (AdamW moves nothing on a zero gradient); no pool needed
+        zero = {**{name: 0.0 for name in scored.names}, "total": 0.0, "kl": 0.0}
+        record.update(flat=True, pool_means={}, effects={m: dict(zero) for m in methods},
+                      param_norm={m: 0.0 for m in methods})
+        record["seconds"] = {"sample": time.perf_counter() - t0, "batch": time.perf_counter() - t0}
+        return record
+    torch.manual_seed(seed + 1)
+    pool_r = sample(policy, task, examples, pool, temperature=cfg.temperature, top_p=cfg.top_p,
+                    max_new_tokens=cfg.max_new_tokens)
+    t_sample = time.perf_counter() - t0
+    pooled = scorer.score(pool_r.examples, pool_r.responses)  # [B*P, K']
+    pool_scores = {name: pooled.scores[:, k] for k, name in enumerate(pooled.names)}
+    pool_scores["total"] = totals(pooled)
+    mask = train_r.response_mask()  # [N, T]
     t1 = time.perf_counter()
     q, _ = replay_distances(policy_replayer(policy), task, train_r, scored, cfg.temperature,
                             credit=credit["gdpo"])  # [N, K, T]
@@ -177,11 +174,8 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     params = policy.trainable_parameters()
     start = [p.detach().clone() for p in params]
     logp_start = sequence_logps(policy, pool_r, cfg.temperature)  # [M]
-    record = {"batch_seed": seed, "examples": [ex.id for ex in examples],
-              "flat": bool(credit["gdpo"].per_reward.abs().sum() == 0),
-              "pool_means": {k: float(torch.nanmean(v)) for k, v in pool_scores.items()},
-              "train_means": {name: float(torch.nanmean(scored.scores[:, k])) for k, name in enumerate(scored.names)},
-              "effects": {}, "param_norm": {}, "seconds": {"sample": t_sample, "replay": t_replay}}
+    record.update(flat=False, pool_means={k: float(torch.nanmean(v)) for k, v in pool_scores.items()},
+                  seconds={"sample": t_sample, "replay": t_replay})
     batch = train_r.batch(policy.pad_id, policy.device)
     for m in methods:
         t2 = time.perf_counter()
@@ -386,7 +380,8 @@ def report(records: list[dict], methods, settings: dict, args) -> dict:
     doc = {"settings": {**settings, "batches": len(records)}, "rows": rows, "paired": paired,
            "flat_batches": sum(rec["flat"] for rec in records), "seconds_per_batch": seconds,
            "command": "python benchmarks/experiments/one_step.py " + " ".join(sys.argv[1:]),
-           "pool_means": {r: statistics.mean(rec["pool_means"][r] for rec in records) for r in rewards}}
+           "pool_means": {r: statistics.mean([rec["pool_means"][r] for rec in records if r in rec["pool_means"]] or [math.nan])
+                          for r in rewards}}
     print(f"\n{len(records)} batches ({doc['flat_batches']} where every group scored every reward alike), "
           f"{seconds:.0f} s a batch")
     print("change of E[reward] after one step (mean over batches, 95% interval):")
