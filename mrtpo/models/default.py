@@ -91,6 +91,15 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None, progre
     return name_or_path
 
 
+def build_needed(name_or_path: str, cache_dir: str | Path | None = None) -> Path | None:
+    """Where `resolve_model(name_or_path)` would build a built-in policy first, or None when it
+    builds nothing (a cached build, a path, a hub id)."""
+    if name_or_path in RECIPES and not Path(name_or_path).exists():
+        where = model_dir(RECIPES[name_or_path], cache_dir)
+        return None if is_built(where) else where
+    return None
+
+
 def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path | None = None,
           force: bool = False, progress: bool = True, dest: str | Path | None = None,
           source: str | Path | None = None) -> Path:
