@@ -1,10 +1,10 @@
 """Training and held-out examples, and which prompts each step uses.
 
 `load_splits` reads the task's data (its bundled sample when no path is given) and holds out
-the evaluation examples and the before/after's (--heldout): none of them is trained on. `prompts_for_step` is a pure function of (step, seed): each epoch
-is a seeded permutation of the training set and step s takes the next B examples of the
-concatenated epochs, so a resumed run needs no data-loader state to pick up exactly where
-it stopped.
+the evaluation examples and the before/after's (--heldout): none of them is trained on.
+`prompts_for_step` is a pure function of (step, seed): each epoch is a seeded permutation of
+the training set and step s takes the next B examples of the concatenated epochs, so a
+resumed run needs no data-loader state to pick up exactly where it stopped.
 """
 from __future__ import annotations
 
