@@ -98,7 +98,8 @@ def main() -> None:
         settings["max_new_tokens"] = args.max_new_tokens
     settings.setdefault("steps", 40)
     settings.update(model=resolve_model(model), lora=True, save_every=0,
-                    log_completions_every=args.log_completions_every, eval_every=0)
+                    log_completions_every=args.log_completions_every, eval_every=0,
+                    heldout=0)  # every run trains on the whole sample, as the recorded results did
     seeds = [int(s) for s in args.seeds.split(",")]
     span_methods = []
     for lam in [float(x) for x in args.lambdas.split(",")]:

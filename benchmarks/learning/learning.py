@@ -287,7 +287,8 @@ def main() -> None:
         methods, seeds, settings["steps"] = methods[-2:], seeds[:2], 6
     settings.setdefault("steps", 40)
     settings.update(model=resolve_model(args.model), lora=True, save_every=args.save_every,
-                    save_total_limit=1 if args.save_every else 0, log_completions_every=0, eval_every=0)
+                    save_total_limit=1 if args.save_every else 0, log_completions_every=0, eval_every=0,
+                    heldout=0)  # every run trains on the whole sample, as the recorded results did
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"model {args.model}; settings {settings}; methods {methods}; seeds {seeds}; "

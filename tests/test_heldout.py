@@ -1,0 +1,164 @@
+"""The held-out before/after of `mrtpo train` (issue 39: 1, 2): before step 1 and after the last
+step the policy is scored greedily on held-out examples with the task's official metric (the
+numbers `mrtpo eval TASK --model` gives), printed as the run's last line and written to
+`<run>/heldout.json`; the held-out examples are never trained on; a resumed run keeps the
+before it measured; each phase prints a progress line in a log."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import harness_task
+from mrtpo.cli import app
+
+harness_task.register()
+ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MRTPO_PROGRESS_SECONDS": "0"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _data(path, n=12):
+    rows = [{"prompt": f"Row {i}: write the word {w} in lowercase inside <answer></answer> tags.", "word": w}
+            for i, w in enumerate((harness_task.WORDS * 2)[:n])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _train(model, run, *extra):
+    args = ["train", "--model", str(model), "--task", "harness-words", "--steps", "2", "--batch-prompts", "2",
+            "--num-generations", "2", "--max-new-tokens", "6", "--verify-workers", "0", "--lora-r", "4",
+            "--lr", "0.05", "--log-completions-every", "1", "--output-dir", str(run), *extra]
+    r = CliRunner().invoke(app, args, env=ENV, prog_name="mrtpo")
+    return r, ANSI.sub("", r.output)
+
+
+def test_train_measures_before_and_after_with_the_official_metric(tiny_qwen2_dir, tmp_path):
+    data = _data(tmp_path / "words.jsonl")
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "3")
+    assert r.exit_code == 0, out
+    doc = json.loads((run / "heldout.json").read_text())
+    metrics = {k: v for k, v in doc.items() if not k.startswith("_")}
+    # harness-words has no benchmark of its own: `mrtpo eval`'s reward means (generic.py)
+    assert set(metrics) == {"reward", "rewards/format/mean", "rewards/short/mean", "rewards/letters/mean",
+                            "rewards/word/mean"}
+    for entry in metrics.values():
+        assert set(entry) == {"before", "after"}
+        assert 0.0 <= entry["before"] <= 2.5 and 0.0 <= entry["after"] <= 2.5
+    assert doc["_examples"] == 3 and doc["_example_ids"] == ["9", "10", "11"]  # the last 3 rows
+    assert doc["_max_new_tokens"] == 6 and doc["_after_step"] == 2 and doc["_before_step"] == 0
+    # the run's last line: each metric before -> after
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("held-out (3 examples, greedy): reward ")
+    assert f"reward {metrics['reward']['before']:.2f} -> {metrics['reward']['after']:.2f}" in last
+    # never trained on: no logged completion answers a held-out prompt
+    trained = {json.loads(line)["example_id"] for line in (run / "completions.jsonl").read_text().splitlines()}
+    assert trained and not trained & {"9", "10", "11"}
+
+    # the same numbers as `mrtpo eval --model RUN` on the held-out rows (one metric path)
+    held_file = tmp_path / "held.jsonl"
+    held_file.write_text("".join(line + "\n" for line in data.read_text().splitlines()[-3:]))
+    r = CliRunner().invoke(app, ["eval", "harness-words", "--model", str(run), "--data", str(held_file),
+                                 "--max-new-tokens", "6", "--json", "--no-progress"], env=ENV)
+    assert r.exit_code == 0, r.output
+    evaluated = json.loads(r.stdout)["metrics"]
+    assert {k: v["after"] for k, v in metrics.items()} == pytest.approx(evaluated, abs=1e-9)
+
+
+def test_each_phase_prints_a_line_in_a_log(tiny_qwen2_dir, tmp_path):
+    r, _ = _train(tiny_qwen2_dir, tmp_path / "run", "--data", str(_data(tmp_path / "w.jsonl")), "--heldout", "2")
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.startswith("train: ")]
+    assert lines[0].startswith("train: loading model")
+    assert lines[1] == "train: held-out before training: 2 examples, greedy, the task's official metric"
+    assert lines[2] == "train: held-out before training: prompt 0/2"  # the generation's own progress
+    assert re.fullmatch(r"train: held-out before training: prompt 2/2 \| [\d.]+ s/prompt \| ETA 0s", lines[3])
+    assert re.fullmatch(r"train: held-out before training: reward [\d.]+, rewards/format/mean [\d.]+, .* \([\d.]+ s\)",
+                        lines[4])
+    assert lines[5] == "train: step 0/2 | sampling"
+    assert re.fullmatch(r"train: step 1/2 \| [\d.]+ s/step \| ETA \d+s \| reward .*", lines[6])
+    assert lines[7].startswith("train: step 2/2 | ")
+    assert lines[8] == "train: held-out after training: 2 examples, greedy, the task's official metric"
+    assert lines[-1].startswith("train: held-out after training: reward ")
+
+
+def test_heldout_zero_trains_on_every_example_and_writes_nothing(tiny_qwen2_dir, tmp_path):
+    data = _data(tmp_path / "words.jsonl", n=8)
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "0", "--steps", "4")
+    assert r.exit_code == 0, out
+    assert not (run / "heldout.json").exists() and "held-out" not in out
+    trained = {json.loads(line)["example_id"] for line in (run / "completions.jsonl").read_text().splitlines()}
+    assert len(trained) == 8  # 4 steps x 2 prompts: one epoch over all 8 rows
+
+
+def test_a_small_sample_holds_out_at_most_a_quarter(tiny_qwen2_dir, tmp_path):
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--heldout", "32", "--steps", "1")  # the bundled 8 examples
+    assert r.exit_code == 0, out
+    doc = json.loads((run / "heldout.json").read_text())
+    assert doc["_examples"] == 2 and doc["_example_ids"] == ["w6", "w7"]
+    assert "held-out (2 examples, greedy): " in out
+
+
+def test_eval_data_is_held_out_and_the_training_data_stays_whole(tiny_qwen2_dir, tmp_path):
+    run = tmp_path / "run"
+    held = _data(tmp_path / "held.jsonl", n=3)
+    r, out = _train(tiny_qwen2_dir, run, "--eval-data", str(held), "--heldout", "5", "--steps", "4")
+    assert r.exit_code == 0, out
+    doc = json.loads((run / "heldout.json").read_text())
+    assert doc["_examples"] == 3 and "--eval-data" in doc["_source"]
+    trained = {json.loads(line)["example_id"] for line in (run / "completions.jsonl").read_text().splitlines()}
+    assert len(trained) == 8  # the bundled sample, all of it
+
+
+def test_resume_keeps_the_before_and_measures_the_after_again(tiny_qwen2_dir, tmp_path):
+    data = _data(tmp_path / "words.jsonl")
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "2", "--steps", "1", "--save-every", "1")
+    assert r.exit_code == 0, out
+    first = json.loads((run / "heldout.json").read_text())
+    doc = dict(first, reward={"before": 0.123456, "after": first["reward"]["after"]})  # marks the saved before
+    (run / "heldout.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["train", "--resume", "--output-dir", str(run), "--steps", "2"], env=ENV)
+    assert r.exit_code == 0, r.output
+    again = json.loads((run / "heldout.json").read_text())
+    assert again["reward"]["before"] == 0.123456  # not measured again at step 1
+    assert again["_after_step"] == 2
+    assert "held-out before training" not in r.stderr and "held-out after training" in r.stderr
+
+
+def test_a_run_saved_before_heldout_existed_resumes_without_it(tiny_qwen2_dir, tmp_path):
+    """A config.yaml written without the setting trained on all its data: resuming keeps it so."""
+    data = _data(tmp_path / "words.jsonl")
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "0", "--steps", "1")
+    assert r.exit_code == 0, out
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    del saved["heldout"]
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    r = CliRunner().invoke(app, ["train", "--resume", "--output-dir", str(run), "--steps", "2"], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert not (run / "heldout.json").exists()
+    assert yaml.safe_load((run / "config.yaml").read_text())["heldout"] == 0
+
+
+def test_measuring_leaves_training_unchanged(tiny_qwen2_dir, tmp_path):
+    """The measurement is greedy and restores the random state: the run with it trains exactly
+    as the run without it (the same examples held out), step for step."""
+    from mrtpo.evaluation.heldout import measure
+    from mrtpo.harness import TrainConfig, train
+
+    data = _data(tmp_path / "words.jsonl")
+    kw = dict(model=str(tiny_qwen2_dir), task="harness-words", data=str(data), steps=2, batch_prompts=2,
+              num_generations=2, max_new_tokens=6, verify_workers=0, lora_r=4, lr=0.05, heldout=3,
+              lora_dropout=0.1, log_completions_every=0)
+    with_ = train(TrainConfig(output_dir=str(tmp_path / "a"), **kw), measure=measure)
+    without = train(TrainConfig(output_dir=str(tmp_path / "b"), **kw))
+    assert with_.heldout is not None and without.heldout is None
+    assert not (tmp_path / "b" / "heldout.json").exists()
+    for a, b in zip(with_.history, without.history):
+        assert a["reward"] == b["reward"] and a["loss"] == b["loss"]
