@@ -1,0 +1,222 @@
+"""A roofline for each phase of a training step: what the machine could do, what the step does.
+
+First the machine's peaks, measured in the same run: the matrix-product rate (a square fp32
+and bf16 product, the best of a few) and the memory bandwidth (a large tensor copy, bytes read
+plus written). Then one step of `mrtpo train` on the policy with its train settings (default:
+SmolLM2-135M-Instruct on text2sql with the worked example, B x G completions), split into its
+phases and timed on their own:
+
+- prefill: the B distinct prompts through the model once (their KV cache, as the rollout does);
+- decode: the rest of generation, G completions per prompt, one token per row per forward;
+- score: the verifiers (no model);
+- replay: MRTPO's teacher-forced replay of every (completion, reward) pair;
+- forward / backward: the update's log-probabilities with gradients (each prompt encoded once
+  for its group), then the backward pass;
+- optimizer: AdamW over the LoRA parameters.
+
+Per phase it prints the tokens, the FLOPs (2 per weight per token through the body, the
+vocabulary head where logits are made, attention's 4 x layers x width x context; the
+backward counts twice the forward), the bytes of weights read (decode reads every weight once
+per new token; the other phases read them once per pass), the measured seconds, the time each
+peak allows, the bound (the larger of the two) and how far from it the phase runs; and how much
+of each phase goes to prompt tokens. Nothing is asserted: these are measured figures.
+
+    python benchmarks/speed/roofline.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+        [--threads 2] [--json benchmarks/results/roofline-smollm2-135m.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of the best of `repeats` square [n, n] products in `dtype`."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def bandwidth(mbytes: int = 512, repeats: int = 5) -> float:
+    """Bytes/s moved by the best of `repeats` copies of a `mbytes` MB fp32 tensor (read + write)."""
+    src = torch.randn(mbytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t)
+    return 2 * src.numel() * 4 / best
+
+
+def shape(model) -> dict:
+    """What the FLOP count needs: weights in the body (every parameter but the embedding),
+    layers, width, vocabulary, bytes per weight."""
+    cfg = model.config
+    emb = model.get_input_embeddings().weight
+    params = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
+    return {"body": params - emb.numel(), "layers": cfg.num_hidden_layers, "width": cfg.hidden_size,
+            "vocab": emb.shape[0], "weight_bytes": params * emb.element_size()}
+
+
+def forward_flops(s: dict, tokens: int, context: float, logits: int) -> float:
+    """2 per body weight per token, attention over `context` positions on average, the head
+    on `logits` positions."""
+    return 2 * s["body"] * tokens + 4 * s["layers"] * s["width"] * context * tokens + 2 * s["width"] * s["vocab"] * logits
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
+    """The step's phases as rows (name, tokens, prompt_tokens, flops, bytes, seconds)."""
+    from mrtpo.advantages import estimate, place
+    from mrtpo.contexts import build_item, model_positions
+    from mrtpo.replay import replay_tokens
+    from mrtpo.harness.distances import policy_replayer, replay_distances
+    from mrtpo.harness.loss import policy_loss, token_logps
+    from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt, sample
+    from mrtpo.harness.scoring import Scorer
+
+    s = shape(policy.model)
+    G, B = cfg.num_generations, len(examples)
+    ids = [prompt_token_ids(policy.tokenizer, render_prompt(policy.tokenizer, task, ex)) for ex in examples]
+    p = max(map(len, ids))
+    input_ids = torch.full((B, p), policy.pad_id, dtype=torch.long)
+    attn = torch.zeros((B, p), dtype=torch.long)
+    for i, x in enumerate(ids):
+        input_ids[i, p - len(x):], attn[i, p - len(x):] = torch.tensor(x), 1
+    policy.model.eval()
+    with torch.no_grad(), policy.merged() as model:
+        _, t_prefill = timed(lambda: prompt_cache(model, input_ids, attn, G))
+    torch.manual_seed(0)
+    rollout, t_sample = timed(lambda: sample(policy, task, examples, G, temperature=cfg.temperature,
+                                             top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens))
+    new = sum(len(r) for r in rollout.response_ids)
+    steps = rollout.max_length
+    prompt_tokens = sum(len(x) for x in ids)
+    scorer = Scorer(task, 0)
+    scored, t_score = timed(lambda: scorer.score(rollout.examples, rollout.responses))
+    credit = estimate(scored.scores, G, "gdpo", weights=scored.weights, floors=scored.floors)
+    (q, _), t_replay = timed(lambda: replay_distances(policy_replayer(policy), task, rollout, scored, cfg.temperature))
+    items = [build_item(task, policy.tokenizer, ex, r, v, model_positions(policy.model))
+             for ex, r, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if r]
+    fed = replay_tokens(items, model=policy.model)  # what the shared replay feeds through the body
+    mask = rollout.response_mask()
+    adv = place(credit, q, mask)
+    batch = rollout.batch(policy.pad_id, policy.device)
+    t = batch.response_mask.shape[1]
+    params = policy.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr)
+    policy.model.train()
+    (logp, _), t_forward = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                                     batch.position_ids, t, cfg.temperature, share_prompts=True))
+    loss, _ = policy_loss(logp, logp.detach(), adv, batch.response_mask.float(), num_sequences=len(rollout),
+                          num_tokens=float(mask.sum()), max_completion_length=cfg.max_new_tokens)
+    _, t_backward = timed(loss.backward)
+    _, t_opt = timed(optimizer.step)
+    lora = sum(x.numel() for x in params)
+    update_tokens = prompt_tokens + new  # each prompt once for its group, then the responses
+    rows = [
+        {"phase": "prefill", "tokens": prompt_tokens, "prompt_tokens": prompt_tokens,
+         "flops": forward_flops(s, prompt_tokens, p / 2, 0), "bytes": s["weight_bytes"], "seconds": t_prefill},
+        {"phase": "decode", "tokens": new, "prompt_tokens": 0,
+         "flops": forward_flops(s, new, p + steps / 2, new), "bytes": s["weight_bytes"] * steps,
+         "seconds": t_sample - t_prefill},
+        {"phase": "score", "tokens": new, "prompt_tokens": 0, "flops": 0.0, "bytes": 0.0, "seconds": t_score},
+        {"phase": "replay", "tokens": fed or new, "prompt_tokens": None,
+         "flops": forward_flops(s, fed or new, p, new * len(scored.names)), "bytes": s["weight_bytes"],
+         "seconds": t_replay},
+        {"phase": "forward", "tokens": update_tokens, "prompt_tokens": prompt_tokens,
+         "flops": forward_flops(s, update_tokens, p / 2, new), "bytes": s["weight_bytes"], "seconds": t_forward},
+        {"phase": "backward", "tokens": update_tokens, "prompt_tokens": prompt_tokens,
+         "flops": 2 * forward_flops(s, update_tokens, p / 2, new), "bytes": s["weight_bytes"], "seconds": t_backward},
+        {"phase": "optimizer", "tokens": 0, "prompt_tokens": 0, "flops": 10.0 * lora, "bytes": 16.0 * lora,
+         "seconds": t_opt},
+    ]
+    return rows, {"prompt_tokens_per_prompt": p, "completion_tokens": new, "decode_steps": steps,
+                  "lora_parameters": lora, **s}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--task", default="text2sql")
+    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quick", action="store_true", help="small peak benchmarks and no warm-up step (tests)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.models.builtin import builtin_name, with_train_defaults
+    from mrtpo.models.default import resolve_model
+    from mrtpo.tasks import get_task
+    from mrtpo.tasks.options import read_options
+
+    values = with_train_defaults({"model": args.model})
+    task_args = {**values.get("task_args", {}), **read_options(args.options or [])}
+    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args,
+                         **({"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {})})
+    task = get_task(args.task, **task_args)
+    examples = task.load()[: cfg.batch_prompts]
+    n, mb = (256, 16) if args.quick else (2048, 512)
+    machine = {"fp32_flops": peak_flops(torch.float32, n), "bf16_flops": peak_flops(torch.bfloat16, n),
+               "bandwidth": bandwidth(mb), "threads": torch.get_num_threads()}
+    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                         lora_dropout=cfg.lora_dropout, device="cpu", dtype="float32")
+    if not args.quick:
+        measure_step(policy, task, examples, cfg)  # warm-up: allocations, first-call paths
+    rows, sizes = measure_step(policy, task, examples, cfg)
+    peak = machine["fp32_flops"]
+    print(f"machine: fp32 {peak / 1e9:.0f} GFLOP/s, bf16 {machine['bf16_flops'] / 1e9:.0f} GFLOP/s "
+          f"(square {n} products), copy {machine['bandwidth'] / 1e9:.1f} GB/s, {machine['threads']} threads")
+    print(f"step: {builtin_name(args.model) or args.model} on {args.task}, {cfg.batch_prompts} x "
+          f"{cfg.num_generations}, prompts {sizes['prompt_tokens_per_prompt']} tokens, "
+          f"{sizes['completion_tokens']} completion tokens in {sizes['decode_steps']} decode steps")
+    print(f"{'phase':<10} {'tokens':>7} {'GFLOP':>8} {'GB read':>8} {'seconds':>8} {'compute s':>9} "
+          f"{'memory s':>9} {'bound':>7} {'x bound':>8} {'prompt':>7}")
+    for r in rows:
+        r["compute_seconds"] = r["flops"] / peak
+        r["memory_seconds"] = r["bytes"] / machine["bandwidth"]
+        r["bound"] = "compute" if r["compute_seconds"] >= r["memory_seconds"] else "memory"
+        floor = max(r["compute_seconds"], r["memory_seconds"])
+        r["times_bound"] = r["seconds"] / floor if floor > 0 else None
+        share = r["prompt_tokens"] / r["tokens"] if r["prompt_tokens"] is not None and r["tokens"] else None
+        r["prompt_share"] = share
+        print(f"{r['phase']:<10} {r['tokens']:>7} {r['flops'] / 1e9:>8.1f} {r['bytes'] / 1e9:>8.2f} "
+              f"{r['seconds']:>8.2f} {r['compute_seconds']:>9.2f} {r['memory_seconds']:>9.2f} {r['bound']:>7} "
+              + (f"{r['times_bound']:>8.1f}" if r["times_bound"] else f"{'':>8}")
+              + (f" {share:>6.0%}" if share is not None else ""))
+    total = sum(r["seconds"] for r in rows)
+    print(f"total {total:.1f} s")
+    doc = {"schema": "mrtpo.roofline/1", "model": builtin_name(args.model) or args.model, "task": args.task,
+           "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
+                                                     "temperature")} | {"task_args": task_args},
+           "machine": machine, "sizes": sizes, "rows": rows, "total_seconds": total,
+           "command": "python benchmarks/speed/roofline.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""benchmarks/speed/roofline.py on a tiny model: every phase of a step is timed and counted, and
+the machine's peaks are measured in the same run (the figures themselves are not asserted)."""
+from __future__ import annotations
+
+import json
+
+import benchmark_module
+
+
+def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
+    roofline = benchmark_module.load("roofline")
+    doc = roofline.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--max-new-tokens", "8", "--quick",
+                         "--json", str(tmp_path / "r.json")])
+    assert [r["phase"] for r in doc["rows"]] == ["prefill", "decode", "score", "replay", "forward",
+                                                 "backward", "optimizer"]
+    assert doc["machine"]["fp32_flops"] > 0 and doc["machine"]["bandwidth"] > 0
+    for r in doc["rows"]:
+        assert r["seconds"] > 0 and r["bound"] in ("compute", "memory")
+    rows = {r["phase"]: r for r in doc["rows"]}
+    assert rows["backward"]["flops"] == 2 * rows["forward"]["flops"]
+    assert rows["decode"]["tokens"] == doc["sizes"]["completion_tokens"] > 0
+    assert json.loads((tmp_path / "r.json").read_text())["schema"] == "mrtpo.roofline/1"
