@@ -114,3 +114,15 @@ def test_a_batch_without_credit_records_zero_steps_and_samples_no_pool(one_step,
     assert rec["effects"] == {m: {"any": 0.0, "total": 0.0, "kl": 0.0} for m in ("gdpo", "mrtpo")}
     assert rec["param_norm"] == {"gdpo": 0.0, "mrtpo": 0.0}
     assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters()))
+
+
+def test_a_built_in_policys_task_options_stay_with_its_own_task(one_step):
+    """smollm2-135m's train defaults carry toolcall's -o demo=true: toolcall gets it, another
+    task does not (instruct has no such option), and -o adds to what the task gets."""
+    def cfg(*argv):
+        return one_step.config_for(one_step.parser().parse_args(["--model", "smollm2-135m", *argv]))
+
+    assert cfg("--task", "toolcall").task_args == {"demo": True}
+    assert cfg("--task", "instruct").task_args == {}
+    assert cfg("--task", "text2sql", "-o", "demo=true").task_args == {"demo": True}
+    assert cfg("--task", "text2sql").lr == 5e-05 and cfg("--task", "text2sql").num_generations == 4

@@ -282,28 +282,37 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def config_for(args):
+    """The trainer's settings for this test: `mrtpo train`'s for the model (a built-in brings
+    its train defaults, and its task options only for its own task), then the flags."""
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.models.builtin import TRAIN_DEFAULTS, builtin_name, with_train_defaults
+    from mrtpo.tasks.options import read_options
+
+    given = {"model": args.model, "task": args.task, "lr": args.lr, "batch_prompts": args.batch_prompts,
+             "num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}
+    values = with_train_defaults({k: v for k, v in given.items() if v is not None})
+    if TRAIN_DEFAULTS.get(builtin_name(args.model) or "", {}).get("task") != args.task:
+        values.pop("task_args", None)
+    task_args = {**values.get("task_args", {}), **read_options(args.options)}
+    return TrainConfig(**{**values, "task": args.task, "task_args": task_args, "seed": args.seed,
+                          "device": args.device, "dtype": args.dtype})
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
     import random
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.models.builtin import builtin_name, with_train_defaults
-    from mrtpo.harness.config import TrainConfig
     from mrtpo.harness.policy import load_policy
+    from mrtpo.models.builtin import builtin_name
     from mrtpo.harness.scoring import Scorer
     from mrtpo.models.default import resolve_model
     from mrtpo.tasks import get_task
-    from mrtpo.tasks.options import read_options
 
-    given = {"model": args.model, "task": args.task, "lr": args.lr, "batch_prompts": args.batch_prompts,
-             "num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}
-    values = with_train_defaults({k: v for k, v in given.items() if v is not None})
-    if builtin_name(args.model) and values.get("task") != args.task:
-        values.pop("task_args", None)  # the built-in's task options are for its own task
-    task_args = {**values.get("task_args", {}), **read_options(args.options)}
-    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args, "seed": args.seed,
-                         "device": args.device, "dtype": args.dtype})
+    cfg = config_for(args)
+    task_args = cfg.task_args
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
