@@ -50,6 +50,55 @@ def scrub_all(obj: Any) -> Any:
     return obj
 
 
+def brief(value: Any, limit: int = 200) -> str:
+    """`repr(value)` for an error message, at most about `limit` characters, in bounded time and
+    memory whatever `value` is: a YAML alias bomb (a list that shares itself a billion times over)
+    has a repr of gigabytes, so containers are walked to a budget of `limit` characters and cut
+    with "...", never formatted whole."""
+    out: list[str] = []
+    budget = [limit]
+
+    def put(text: str) -> bool:
+        if budget[0] <= 0:
+            return False
+        out.append(text[:budget[0]])
+        budget[0] -= len(text)
+        return budget[0] > 0
+
+    def walk(v: Any, depth: int) -> bool:
+        if isinstance(v, (list, tuple, dict, set, frozenset)):
+            if depth > 20:
+                return put("...")
+            opens, closes = {list: "[]", tuple: "()", dict: "{}"}.get(type(v), "{}")
+            if not put(opens):
+                return False
+            for i, item in enumerate(v.items() if isinstance(v, dict) else v):
+                if i and not put(", "):
+                    return False
+                if isinstance(v, dict):
+                    if not (walk(item[0], depth + 1) and put(": ") and walk(item[1], depth + 1)):
+                        return False
+                elif not walk(item, depth + 1):
+                    return False
+            return put(closes)
+        if isinstance(v, (str, bytes)):
+            return put(repr(v[:limit + 1]))
+        return put(repr(v)[:limit + 1])
+
+    if not walk(value, 0) or budget[0] < 0:
+        return "".join(out)[:limit] + "..."
+    return "".join(out)
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """`exc` as one line of at most about `limit` characters: its type and its message's first
+    line (transformers' and jinja's messages run over many lines)."""
+    text = str(exc).strip().splitlines()
+    first = text[0].strip() if text else ""
+    first = first if len(first) <= limit else first[:limit] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def escape_surrogates(json_str: str) -> str:
     """A JSON document (from `json.dumps(..., ensure_ascii=False)`) with each lone surrogate,
     which can only stand inside a string literal there, written as its `\\uXXXX` escape."""

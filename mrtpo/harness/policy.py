@@ -169,12 +169,14 @@ def check_model_arg(model: str | None) -> None:
 
 
 def load_tokenizer(name: str):
-    from transformers import AutoTokenizer
+    from mrtpo.harness.loading import CustomCodeRefused, auto_tokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(name)
+        tok = auto_tokenizer(name)
+    except CustomCodeRefused as exc:
+        raise PolicyLoadError(str(exc)) from None
     except Exception as exc:
-        raise PolicyLoadError(_not_found(name, "tokenizer", exc)) from exc
+        raise PolicyLoadError(load_failure(name, "tokenizer", exc)) from exc
     if not getattr(tok, "chat_template", None):
         raise PolicyLoadError(
             f"the tokenizer of {name!r} has no chat template; prompts are rendered as chat "
@@ -186,13 +188,31 @@ def load_tokenizer(name: str):
     return tok
 
 
-def _not_found(name: str, what: str, exc: Exception) -> str:
+def load_failure(name: str, what: str, exc: BaseException, role: str = "--model") -> str:
+    """One line for a model or tokenizer that transformers could not load from `name` (`role`:
+    how the user knows the name, e.g. "--model" or "the adapter's base model")."""
+    from mrtpo.textio import one_line
+
     if Path(name).expanduser().exists():
-        return f"could not load the {what} from {name}: {type(exc).__name__}: {exc}"
+        hint = ""
+        if isinstance(exc, Exception) and "weights_only" in str(exc):
+            hint = ("; its weights are a pickle (*.bin) that torch's safe loader refuses: convert them "
+                    "to safetensors (save_pretrained(..., safe_serialization=True))")
+        return f"could not load the {what} from {name}: {one_line(exc)}{hint}"
     where = ("no such local directory" if _looks_local(name) else
              "no local directory of that name, and it could not be fetched as a hub id")
-    return (f"--model {name!r}: {where} ({type(exc).__name__}). Pass a directory saved with "
+    return (f"{role} {name!r}: {where} ({type(exc).__name__}). Pass a directory saved with "
             "save_pretrained (config.json, weights, tokenizer files) or a reachable hub id.")
+
+
+def vocabulary_problem(name: str, tokenizer, model) -> str | None:
+    """Why `tokenizer` cannot drive `model` (None if it can): a token id past the embedding
+    table would index out of range in the first forward pass."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        return (f"{name}: the tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows}; "
+                "the tokenizer and the weights do not belong together")
+    return None
 
 
 def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
@@ -205,7 +225,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     """
-    from transformers import AutoModelForCausalLM
+    from mrtpo.harness.loading import CustomCodeRefused, auto_model
 
     check_model_arg(model)
     dev = resolve_device(device)
@@ -214,14 +234,16 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
 
     def _load(path):
         try:
-            return AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).to(dev)
+            return auto_model(path, dtype=dt).to(dev)
+        except CustomCodeRefused as exc:
+            raise PolicyLoadError(str(exc)) from None
         except Exception as exc:
-            raise PolicyLoadError(_not_found(str(path), "model", exc)) from exc
+            raise PolicyLoadError(load_failure(str(path), "model", exc)) from exc
 
     net = _load(weights_from or model)
-    if len(tok) > net.get_input_embeddings().num_embeddings:
-        raise PolicyLoadError(f"{model}: the tokenizer has {len(tok)} tokens but the model's "
-                              f"embedding only {net.get_input_embeddings().num_embeddings}")
+    problem = vocabulary_problem(model, tok, net)
+    if problem:
+        raise PolicyLoadError(problem)
     reference = None
     if keep_reference and not lora:
         reference = _load(model) if weights_from else copy.deepcopy(net)

@@ -55,9 +55,9 @@ def export(source: str | Path, out: str | Path, step: int | None = None, merge: 
         else:
             _copy_files(located.adapter, tmp)
             if not (tmp / "tokenizer_config.json").is_file():  # an older checkpoint: the base's tokenizer
-                from transformers import AutoTokenizer
+                from mrtpo.harness.loading import auto_tokenizer
 
-                AutoTokenizer.from_pretrained(locate(located.base_name).tokenizer).save_pretrained(tmp)
+                auto_tokenizer(locate(located.base_name).tokenizer).save_pretrained(tmp)
             config = json.loads((tmp / ADAPTER_CONFIG).read_text())
             config["base_model_name_or_path"] = located.base_name
             (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -207,13 +207,15 @@ def convert_gguf(gguf_path: str | Path, out: str | Path) -> dict:
     """Load a GGUF with transformers and save it as a dense float32 checkpoint with its
     tokenizer into `out`; returns facts for the manifest."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from mrtpo.harness.loading import auto_config, auto_model, auto_tokenizer
 
     gguf_path, out = Path(gguf_path), Path(out)
     where, name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(where, gguf_file=name)
+    tokenizer = auto_tokenizer(where, gguf_file=name)
+    loaded = auto_model(where, gguf_file=name, dtype=torch.float32)
+    config = auto_config(where, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = torch.float32

@@ -1,0 +1,92 @@
+"""Every load of a model, tokenizer or config from a name the user gave, with no code run from it.
+
+transformers imports a model directory's (or hub repository's) own Python files when its
+config.json names them in `auto_map`, if the caller passes `trust_remote_code=True`; when the
+caller passes nothing it asks "run the custom code? [y/N]" on stdin, so piping `y` into a
+command was enough to run a directory's code (issue 40, item 1). mrtpo never runs it: every
+`from_pretrained` of a user's path or hub id goes through `auto_tokenizer`, `auto_model` or
+`auto_config` here, which pass `trust_remote_code=False` (transformers then never asks), and a
+local directory whose config.json asks for its own code (an `auto_map` over a `model_type`
+transformers does not ship) is refused before anything is read, in one line
+(`CustomCodeRefused`). A model type transformers ships is loaded with transformers' own code,
+whatever `auto_map` says. The TRL launcher keeps custom code as TRL's explicit
+`--trust_remote_code` flag, off by default, and refuses the same directories without it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: what every load passes to transformers: never run a model's own code, never ask
+NO_REMOTE_CODE = {"trust_remote_code": False}
+
+
+class CustomCodeRefused(ValueError):
+    """A model, tokenizer or config that needs its own Python code to load; mrtpo refuses it."""
+
+
+def _refusal(name: str, detail: str) -> str:
+    return (f"refused to load {name}: {detail}; mrtpo never runs a model's own code. Use a model whose "
+            "architecture transformers ships (config.json's model_type, e.g. llama or qwen2)")
+
+
+def custom_code_problem(name: str | Path) -> str | None:
+    """Why the local directory `name` would need its own code to load (None when it would not,
+    or when it is not a local directory: a hub id is checked by transformers, see `_checked`)."""
+    path = Path(name).expanduser()
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        if config.stat().st_size > 16 << 20:  # a config is a few KB; the loader names a huge one
+            return None
+        doc = json.loads(config.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return None  # unreadable: the loader reports it, naming the file
+    if not isinstance(doc, dict) or not doc.get("auto_map"):
+        return None
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    model_type = doc.get("model_type")
+    if isinstance(model_type, str) and model_type in CONFIG_MAPPING_NAMES:
+        return None  # transformers' own classes serve it; auto_map is ignored without trust_remote_code
+    auto_map = doc["auto_map"]
+    names = (", ".join(str(v)[:80] for v in list(auto_map.values())[:3]) if isinstance(auto_map, dict)
+             else str(auto_map)[:80])
+    return _refusal(str(name), f"its config.json has model_type {str(model_type)[:80]!r}, which transformers "
+                               f"does not know, and an auto_map naming the directory's own Python code ({names})")
+
+
+def _checked(name: str | Path, load, *args, **kwargs):
+    """`load(name, *args, trust_remote_code=False, **kwargs)`, refused first if the directory
+    asks for its own code; transformers' own refusal (a hub repository's code) in one line."""
+    problem = custom_code_problem(name)
+    if problem:
+        raise CustomCodeRefused(problem)
+    try:
+        return load(str(name), *args, **NO_REMOTE_CODE, **kwargs)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise CustomCodeRefused(_refusal(str(name), "it needs its own Python code to load (custom code)")) from None
+        raise
+
+
+def auto_tokenizer(name: str | Path, **kwargs):
+    """`AutoTokenizer.from_pretrained(name, **kwargs)`, never running the model's code."""
+    from transformers import AutoTokenizer
+
+    return _checked(name, AutoTokenizer.from_pretrained, **kwargs)
+
+
+def auto_model(name: str | Path, **kwargs):
+    """`AutoModelForCausalLM.from_pretrained(name, **kwargs)`, never running the model's code."""
+    from transformers import AutoModelForCausalLM
+
+    return _checked(name, AutoModelForCausalLM.from_pretrained, **kwargs)
+
+
+def auto_config(name: str | Path, **kwargs):
+    """`AutoConfig.from_pretrained(name, **kwargs)`, never running the model's code."""
+    from transformers import AutoConfig
+
+    return _checked(name, AutoConfig.from_pretrained, **kwargs)
