@@ -225,6 +225,18 @@ def _read_json_list(file: Path) -> list:
     return data
 
 
+def _db_name(db_id: str, where: str) -> str:
+    """`db_id` checked to be a name, not a path: a database of the dataset is looked up under
+    its root, so an absolute db_id or one with `..` would read any database on disk and put its
+    schema into the prompt (issue 40, item 2). `db_path` is the field for a path."""
+    parts = Path(db_id.replace("\\", "/")).parts
+    if Path(db_id).is_absolute() or db_id.startswith(("/", "\\", "~")) or ".." in parts or "\0" in db_id:
+        raise DataError(f"{where}, field 'db_id': {db_id[:200]!r} is a path, not a database name; a db_id "
+                        "names a database inside the dataset's root (e.g. concert_singer). Give the "
+                        "name, or a row's db_path for a database file elsewhere")
+    return db_id
+
+
 def _db_in(root: Path, db_id: str) -> Path:
     return root / db_id / f"{db_id}.sqlite"
 
@@ -260,7 +272,7 @@ def read_spider(root: Path, split: str | None = None, files: list[Path] | None =
         for i, raw in enumerate(_read_json_list(file), 1):
             where = _where(file, i)
             names_ = "'db_id', 'question' and 'query'"
-            db_id = _text_field(raw, "db_id", where, names=names_)
+            db_id = _db_name(_text_field(raw, "db_id", where, names=names_), where)
             rows.append(SQLRow(
                 id=f"spider-{file.stem}-{i}",
                 question=_text_field(raw, "question", where, names=names_),
@@ -291,7 +303,7 @@ def read_bird(root: Path, split: str | None = None, file: Path | None = None) ->
     for i, raw in enumerate(_read_json_list(file), 1):
         where = _where(file, i)
         names = "'db_id', 'question' and 'SQL' ('evidence' optional)"
-        db_id = _text_field(raw, "db_id", where, names=names)
+        db_id = _db_name(_text_field(raw, "db_id", where, names=names), where)
         qid = raw.get("question_id", i - 1)
         rows.append(SQLRow(
             id=f"bird-{split}-{qid}",
@@ -313,6 +325,7 @@ def _resolve_db(value: str, field: str, bases: list[Path], where: str, cache: Pa
         p = Path(value)
         tries = [p] if p.is_absolute() else [b / p for b in bases]
     else:
+        value = _db_name(value, where)
         tries = [t for b in bases for t in (b / f"{value}.sqlite", b / f"{value}.db",
                                              b / value / f"{value}.sqlite",
                                              b / "database" / value / f"{value}.sqlite",
