@@ -183,10 +183,12 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
         return {}
     import yaml
 
+    from mrtpo.yamlio import YAMLRefused, load_yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        return {}  # the config only labels the view; a damaged one should not hide the log
+        data = load_yaml(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    except (yaml.YAMLError, YAMLRefused, OSError):
+        return {}  # the config only labels the view; a damaged (or hostile) one should not hide the log
     return data if isinstance(data, dict) else {}
 
 

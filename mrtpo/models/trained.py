@@ -146,7 +146,14 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
     if run_config is not None:  # older checkpoints: the run's config names the base
         import yaml
 
-        fallback = (yaml.safe_load(run_config.read_text()) or {}).get("model")
+        from mrtpo.yamlio import YAMLRefused, load_yaml
+
+        try:
+            saved = load_yaml(run_config.read_text(encoding="utf-8", errors="replace"), str(run_config)) or {}
+        except (yaml.YAMLError, YAMLRefused, OSError):
+            saved = {}  # only a fallback: an adapter that names its base needs none
+        fallback = saved.get("model") if isinstance(saved, dict) else None
+        fallback = fallback if isinstance(fallback, str) else None
     located = _adapter(path / "adapter", build, fallback_base=fallback, verified=True)
     return _with(located, step=step, what=f"checkpoint {path.name}: {located.what}")
 
