@@ -139,3 +139,38 @@ def test_a_repeated_config_key_is_refused_naming_it(tmp_path, tiny_qwen2_dir, te
     config.write_text(text)
     result, out = _invoke("train", "--config", config, "--model", tiny_qwen2_dir, "--output-dir", tmp_path / "o")
     _clean_error(result, out, str(config), f"the key {key!r} is given twice")
+
+
+# --- 15: the settings line ---------------------------------------------------------------------
+def test_the_settings_line_of_a_user_model_shows_real_defaults(tiny_qwen2_dir, tmp_path):
+    result, out = _invoke("train", "--task", "harness-words", "--model", tiny_qwen2_dir, "--output-dir",
+                          tmp_path / "o", "--data", tmp_path / "absent.jsonl", "--steps", 1)
+    assert "settings: the trainer's defaults" in out, out
+    assert "MISSING" not in out and "object at 0x" not in out, out
+    assert "task_args={}" in out, out
+
+
+# --- 16: one range for every reward weight -------------------------------------------------------
+@pytest.mark.parametrize("command", ["eval", "train", "blocks"])
+@pytest.mark.parametrize("weight", ["1e308", "-2e6"])
+def test_a_tasks_weight_option_has_the_reward_weight_range(tiny_qwen2_dir, tmp_path, command, weight):
+    data = tmp_path / "r.jsonl"
+    data.write_text(json.dumps({"id": "x", "response": "SELECT 1"}) + "\n")
+    args = {"eval": ["eval", "text2sql", "--responses", data],
+            "train": ["train", "--task", "text2sql", "--model", tiny_qwen2_dir, "--output-dir", tmp_path / "o"],
+            "blocks": ["blocks", "preview", "text2sql"]}[command]
+    result, out = _invoke(*args, "-o", f"weights={{result: {weight}}}")
+    _clean_error(result, out, "between -1e+06 and 1e+06", "result")
+    assert "learning rate" not in out
+
+
+def test_a_custom_tasks_reward_weight_has_the_same_range(tmp_path):
+    from mrtpo.tasks import Reward, Verdict, get_task
+    from mrtpo.tasks.contract import RewardError, checked_rewards
+
+    task = get_task("harness-words")
+    ex = task.load()[0]
+    huge = Reward("huge", lambda e, r: Verdict(1.0), lambda e, v: "", weight=1e308)
+    task.rewards = lambda example: [huge]
+    with pytest.raises(RewardError, match="between -1e\\+06 and 1e\\+06"):
+        checked_rewards(task, ex)

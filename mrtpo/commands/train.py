@@ -29,7 +29,7 @@ _LEGACY_TASK_ARG = "legacy_task_arg"
 
 
 def _options() -> list[inspect.Parameter]:
-    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.config import TrainConfig, field_default
 
     hints = typing.get_type_hints(TrainConfig)
     params = [inspect.Parameter(
@@ -38,7 +38,7 @@ def _options() -> list[inspect.Parameter]:
             "--config", help="YAML file of settings (keys as the flags, '-' or '_'); flags given override it.")])]
     for f in dataclasses.fields(TrainConfig):
         help_text = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = field_default(f.name)
         if f.name == "model":  # no --model: the built-in policy, built on first use
             default = "mrtpo-tiny (built-in)"
         elif f.name == "task":

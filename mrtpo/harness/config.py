@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mrtpo.harness.errors import ConfigError
+from mrtpo.tasks.base import MAX_REWARD_WEIGHT, reward_weight_problem  # noqa: F401 (one range for every weight)
 from mrtpo.textio import brief
 
 RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
@@ -30,9 +31,6 @@ INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch
 SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
 FLOAT32_MAX = 3.4028234663852886e38  # settings enter float32 tensor math: beyond this they are inf
 MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) overflows far above
-# weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
-# this large is a typo, and a much larger one turns advantages and logged rewards into inf
-MAX_REWARD_WEIGHT = 1e6
 
 
 def opt(default: Any, help: str, **kw) -> Any:
@@ -146,8 +144,8 @@ class TrainConfig:
         need(0 <= self.seed <= SEED_MAX, f"--seed must be a whole number from 0 to {SEED_MAX} "
              f"(what numpy, torch and python all take), got {self.seed}")
         for name, w in self.reward_weights.items():
-            need(abs(w) <= MAX_REWARD_WEIGHT, f"--reward-weight {name}={w:g}: a weight must be between "
-                 f"-{MAX_REWARD_WEIGHT:g} and {MAX_REWARD_WEIGHT:g} (weights are relative)")
+            problem = reward_weight_problem(w)
+            need(problem is None, f"--reward-weight {name}={w:g}: {problem}")
         for name in _INT_FIELDS:
             need(getattr(self, name) <= INT_MAX,
                  f"{_flag(name)} must be at most {INT_MAX}, got {getattr(self, name)}")
@@ -210,6 +208,13 @@ class TrainConfig:
 
 # ----------------------------------------------------------------------------------------------
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def field_default(name: str) -> Any:
+    """The default of the setting `name`: a list or dict field's is made by its factory (its
+    `default` is dataclasses' MISSING marker, which a settings line would print as an object)."""
+    f = FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
              "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}

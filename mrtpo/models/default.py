@@ -79,10 +79,10 @@ def defaults_line(given: dict, model: str | None) -> str:
         listed = ", ".join(f"{k}={v}" for k, v in used.items())
         return (f"settings: the built-in policy {name}'s defaults for {listed} (given settings win); "
                 "the rest are the trainer's defaults")
-    from mrtpo.harness.config import FIELDS
+    from mrtpo.harness.config import field_default
 
     keys = sorted({k for d in TRAIN_DEFAULTS.values() for k in d} - set(given) - {"task"})
-    listed = ", ".join(f"{k}={FIELDS[k].default}" for k in keys)
+    listed = ", ".join(f"{k}={field_default(k)}" for k in keys)
     return (f"settings: the trainer's defaults, meant for pretrained models ({listed}); a built-in policy's "
             "own defaults apply only to it (`mrtpo model ls`)")
 
