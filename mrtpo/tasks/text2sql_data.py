@@ -176,13 +176,9 @@ def _remove_dead_builds(out_dir: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from mrtpo.cache import pid_alive
+
+    return pid_alive(pid)
 
 
 def bundled_dir() -> Path:
