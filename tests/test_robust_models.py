@@ -164,3 +164,60 @@ def test_a_later_build_removes_what_a_killed_builder_left(recipe, gguf_file, tmp
     assert result.exit_code == 0, out
     left = sorted(p.name for p in models.iterdir())
     assert left == sorted([alive.name, dm.model_dir(recipe, tmp_path / "cache").name]), left
+
+
+# --- 9: eval --model load failures are one line ---------------------------------------------------
+class _Payload:
+    def __reduce__(self):
+        return (print, ("a pickle ran",))
+
+
+def _broken_model(tiny_llama_dir, tmp_path, case) -> tuple[Path | str, str]:
+    """(--model value, a word the error names) for each way a model fails to load."""
+    import json
+    import pickle
+    import shutil
+
+    if case == "hub-unreachable":
+        return "mrtpo-test-org/no-such-model", "mrtpo-test-org/no-such-model"
+    path = tmp_path / case
+    shutil.copytree(tiny_llama_dir, path)
+    if case == "pickle-bin":
+        (path / "model.safetensors").unlink()
+        (path / "pytorch_model.bin").write_bytes(pickle.dumps({"w": _Payload()}))
+    elif case == "vocabulary":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.add_tokens([f"extra_token_{i}" for i in range(200)])
+        tok.save_pretrained(path)
+    elif case == "negative-dimension":
+        config = json.loads((path / "config.json").read_text())
+        config["intermediate_size"] = -64
+        (path / "config.json").write_text(json.dumps(config))
+    elif case == "adapter-base-unreachable":
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
+                               LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
+        shutil.rmtree(path)
+        model.save_pretrained(path)
+        config = json.loads((path / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = "mrtpo-test-org/no-such-base"
+        (path / "adapter_config.json").write_text(json.dumps(config))
+        return path, "mrtpo-test-org/no-such-base"
+    return path, str(path)
+
+
+@pytest.mark.parametrize("case", ["pickle-bin", "vocabulary", "negative-dimension", "hub-unreachable",
+                                  "adapter-base-unreachable"])
+def test_eval_model_load_failures_are_one_line(tiny_llama_dir, tmp_path, case, capfd):
+    model, names = _broken_model(tiny_llama_dir, tmp_path, case)
+    result = CliRunner().invoke(app, ["eval", "toolcall", "--model", str(model), "--limit", "1", "--no-progress",
+                                      "--max-new-tokens", "2"], env=ENV)
+    out = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    _clean_error(result, " ".join(out.split()), names)
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) >= 1 and all(len(e) < 600 for e in errors), out
+    assert "a pickle ran" not in capfd.readouterr().out

@@ -57,12 +57,46 @@ def custom_code_problem(name: str | Path) -> str | None:
                                f"does not know, and an auto_map naming the directory's own Python code ({names})")
 
 
+class HubUnreachable(OSError):
+    """A hub id that is not in the local cache and that the hub does not answer for."""
+
+
+def check_hub_id(name: str | Path) -> None:
+    """For a hub id (not a local path) whose config is not in the local Hugging Face cache, ask
+    the hub once, without retries: HubUnreachable at once when it cannot be reached or has no
+    such repository, where transformers' download would retry for about 50 s (issue 40, item 9).
+    A cached repository, offline mode (HF_HUB_OFFLINE) and a gated one are left to the loader."""
+    import os
+
+    if Path(str(name)).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return
+    try:
+        from huggingface_hub import HfApi, try_to_load_from_cache
+        from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+    except ImportError:  # pragma: no cover (transformers requires it)
+        return
+    try:
+        if isinstance(try_to_load_from_cache(str(name), "config.json"), str):
+            return
+        HfApi().model_info(str(name), timeout=10)
+    except (GatedRepoError, HFValidationError):
+        return
+    except RepositoryNotFoundError:
+        raise HubUnreachable(f"the hub has no repository {str(name)!r} (or it is private)") from None
+    except HfHubHTTPError:
+        return  # the hub answered (rate limit, server error...): the loader says what it says
+    except Exception as exc:  # no network, DNS, a timeout, a proxy: say so now instead of retrying
+        raise HubUnreachable(f"the hub could not be reached for {str(name)!r} ({type(exc).__name__})") from None
+
+
 def _checked(name: str | Path, load, *args, **kwargs):
     """`load(name, *args, trust_remote_code=False, **kwargs)`, refused first if the directory
     asks for its own code; transformers' own refusal (a hub repository's code) in one line."""
     problem = custom_code_problem(name)
     if problem:
         raise CustomCodeRefused(problem)
+    if "gguf_file" not in kwargs:
+        check_hub_id(name)
     try:
         return load(str(name), *args, **NO_REMOTE_CODE, **kwargs)
     except ValueError as exc:

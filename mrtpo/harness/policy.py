@@ -194,14 +194,14 @@ def load_failure(name: str, what: str, exc: BaseException, role: str = "--model"
     from mrtpo.textio import one_line
 
     if Path(name).expanduser().exists():
-        hint = ""
-        if isinstance(exc, Exception) and "weights_only" in str(exc):
-            hint = ("; its weights are a pickle (*.bin) that torch's safe loader refuses: convert them "
-                    "to safetensors (save_pretrained(..., safe_serialization=True))")
-        return f"could not load the {what} from {name}: {one_line(exc)}{hint}"
+        if "weights_only" in str(exc):  # torch's message advises weights_only=False: never
+            return (f"could not load the {what} from {name}: its weights are a pickle (pytorch_model*.bin) "
+                    "that torch's safe loader refuses, since loading it could run code; convert them to "
+                    "safetensors where you trust them (save_pretrained(..., safe_serialization=True))")
+        return f"could not load the {what} from {name}: {one_line(exc)}"
     where = ("no such local directory" if _looks_local(name) else
              "no local directory of that name, and it could not be fetched as a hub id")
-    return (f"{role} {name!r}: {where} ({type(exc).__name__}). Pass a directory saved with "
+    return (f"{role} {name!r}: {where} ({one_line(exc, 160)}). Pass a directory saved with "
             "save_pretrained (config.json, weights, tokenizer files) or a reachable hub id.")
 
 
