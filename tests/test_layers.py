@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1] / "mrtpo"
 #: A module takes the layer of its longest matching entry (a package covers its modules).
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation: pure helpers and math, importing nothing above them", [
-        "mrtpo", "mrtpo.cache", "mrtpo.textio", "mrtpo.yamlio", "mrtpo.progress", "mrtpo.formats", "mrtpo.edits",
+        "mrtpo", "mrtpo.cache", "mrtpo.textio", "mrtpo.yamlio", "mrtpo.chat", "mrtpo.progress", "mrtpo.formats", "mrtpo.edits",
         "mrtpo.advantages", "mrtpo.replay", "mrtpo.credit.statistics"]),
     ("verifiers: scoring one response (SQL sandbox, IFEval/IFBench checks, tool calls)", ["mrtpo.verifiers"]),
     ("tasks: the task types, the registry, the built-in tasks and their data readers", ["mrtpo.tasks"]),

@@ -120,6 +120,7 @@ def run(**kwargs) -> None:
     """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
+    from mrtpo.chat import ChatTemplateError
     from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
@@ -143,7 +144,8 @@ def run(**kwargs) -> None:
         err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)
     try:
         result = _train_with_progress(cfg, err)
-    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError) as exc:
+    except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError,
+            ChatTemplateError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(2)
     except RewardError as exc:

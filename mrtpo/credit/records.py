@@ -298,5 +298,7 @@ def fresh(task, examples, model_path: str, responses_path: str | Path | None = N
 
 
 def _prompt_text(tokenizer, task, example) -> str:
-    out = tokenizer.apply_chat_template(task.messages(example), add_generation_prompt=True, tokenize=False)
+    from mrtpo.chat import render_chat
+
+    out = render_chat(tokenizer, task.messages(example), add_generation_prompt=True, tokenize=False)
     return out if isinstance(out, str) else str(out)
