@@ -238,3 +238,36 @@ def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
                 return f"nothing can be created in {entry} ({reason})"
             break
     return reason
+
+
+#: errors of a write that found no room: a full disk, a quota, a file-size limit
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+#: what torch's and safetensors' wrappers of such a failed write say (they carry no errno)
+_WRITE_FAILED = ("unexpected pos", "file write failed", "no space left", "os error 28", "os error 27",
+                 "os error 122", "file too large", "disk quota")
+
+
+def no_room(exc: BaseException, directory: str | Path) -> str | None:
+    """Why a write into `directory` failed, in words, when `exc` is a write that found no room
+    (a full disk, a quota, a file-size limit): "no space left on device" or the OS's reason;
+    None for any other error. torch's "unexpected pos" and safetensors' wrappers carry no errno,
+    so for them a 1 MiB probe write into `directory` asks the file system why."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return (exc.strerror or str(exc)).lower() if exc.errno in _NO_ROOM else None
+    if not any(words in str(exc).lower() for words in _WRITE_FAILED):
+        return None
+    probe = Path(directory) / f".mrtpo-space-check-{secrets.token_hex(4)}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as why:
+        return (why.strerror or str(why)).lower()
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    return "a write failed (" + " ".join(str(exc).split())[:160] + ")"
+

@@ -56,3 +56,78 @@ def test_a_closed_pipe_still_ends_quietly():
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err, err
+
+
+# --- 12: a full disk during a checkpoint save or an export ----------------------------------------
+# A file-size limit (RLIMIT_FSIZE) fails writes as a full disk does, without a small disk to fill:
+# 20 KB stops safetensors' adapter file (its error wraps the OS's), 40 KB torch's optimizer.pt
+# (torch says only "unexpected pos").
+LIMITED = """
+import resource, signal, sys
+sys.path.insert(0, {tests!r})
+import harness_task
+harness_task.register()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+sys.argv = ["mrtpo"] + sys.argv[1:]
+from mrtpo.cli import main
+main()
+"""
+
+
+def _limited(limit: int, *args):
+    code = LIMITED.format(tests=str(Path(__file__).parent), limit=limit)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def one_step_run(tiny_qwen2_dir, tmp_path_factory):
+    import harness_task
+    from small_runs import small_config
+
+    from mrtpo.harness import train
+
+    harness_task.register()
+    out = tmp_path_factory.mktemp("full") / "run"
+    train(small_config(tiny_qwen2_dir, out, steps=1))
+    return out
+
+
+@pytest.mark.parametrize("limit", [20_000, 40_000], ids=["safetensors", "torch"])
+def test_a_save_that_finds_no_room_names_the_last_checkpoint_and_resume_still_works(one_step_run, tmp_path, limit):
+    import shutil
+
+    run = Path(shutil.copytree(one_step_run, tmp_path / "run"))
+    done = _limited(limit, "train", "--resume", "--output-dir", run, "--steps", 2)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "file too large" in err and "while saving the checkpoint of step 2" in err, err
+    assert "the last checkpoint is step 1" in err and "--resume" in err, err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(("step-", ".tmp"))) == \
+        ["step-000001"]
+    done = _limited(1 << 30, "train", "--resume", "--output-dir", run, "--steps", 2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run / "checkpoints" / "step-000002" / "state.json").is_file()
+
+
+def test_an_export_that_finds_no_room_is_one_line(one_step_run, tmp_path):
+    done = _limited(20_000, "export", one_step_run, tmp_path / "out", "--merge")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "file too large" in done.stderr and "nothing was written" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.export-*"))
+
+
+def test_an_export_through_a_dangling_link_says_so(one_step_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from mrtpo.cli import app
+
+    (tmp_path / "parent").symlink_to(tmp_path / "nowhere")
+    result = CliRunner().invoke(app, ["export", str(one_step_run), str(tmp_path / "parent" / "out")])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in out, out
+    assert "Free space" not in out and "symbolic link" in out, out

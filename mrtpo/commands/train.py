@@ -125,6 +125,7 @@ def run(**kwargs) -> None:
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.scoring import RewardError
+    from mrtpo.harness.checkpoints import SaveError
     from mrtpo.harness.update import NonFiniteError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 
@@ -151,7 +152,7 @@ def run(**kwargs) -> None:
     except RewardError as exc:
         _say(err, "reward error", exc)
         raise typer.Exit(1)
-    except NonFiniteError as exc:
+    except (NonFiniteError, SaveError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(1)
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
