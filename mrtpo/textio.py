@@ -271,3 +271,41 @@ def no_room(exc: BaseException, directory: str | Path) -> str | None:
             pass
     return "a write failed (" + " ".join(str(exc).split())[:160] + ")"
 
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why `path` is not a regular file to read, in words ("no such file", "is a directory",
+    "is a named pipe (FIFO)", "is a device"...), or None when it is one. Checked without opening
+    it: opening a FIFO waits for a writer, and /dev/zero never ends."""
+    import stat
+
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "no such file" + (f" ({p} is a link to {os.readlink(p)}, which does not exist)" if p.is_symlink() else "")
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a named pipe (FIFO), not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a file"
+    return "is not a regular file"
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads(text)`, with a value nested too deeply for Python's parser (100,000 brackets
+    raise RecursionError) reported as the json.JSONDecodeError every reader already names the
+    file and line of."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply to read (brackets inside brackets, thousands "
+                                   "deep)", doc[:1000], 0) from None
+

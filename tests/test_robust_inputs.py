@@ -174,3 +174,47 @@ def test_a_custom_tasks_reward_weight_has_the_same_range(tmp_path):
     task.rewards = lambda example: [huge]
     with pytest.raises(RewardError, match="between -1e\\+06 and 1e\\+06"):
         checked_rewards(task, ex)
+
+
+# --- 17: messages that name what is wrong and where --------------------------------------------
+@pytest.mark.parametrize("kind, words", [("dir", "is a directory"), ("fifo", "named pipe"), ("dev-zero", "is a device")])
+def test_a_config_that_is_not_a_file_says_what_it_is(tmp_path, tiny_qwen2_dir, kind, words):
+    import os
+
+    if kind == "dir":
+        path = tmp_path / "conf"
+        path.mkdir()
+    elif kind == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    with time_limit(20, "--config on a special file"):
+        result, out = _invoke("train", "--config", path, "--model", tiny_qwen2_dir, "--output-dir", tmp_path / "o")
+    _clean_error(result, out, str(path), words)
+    assert "no such file" not in out
+
+
+def test_model_build_from_a_directory_says_so(tmp_path):
+    result, out = _invoke("model", "build", "smollm2-135m", "--cache-dir", tmp_path / "cache", "--from", tmp_path)
+    _clean_error(result, out, str(tmp_path), "is a directory")
+
+
+def test_a_broken_tokenizer_json_is_named(tiny_qwen2_dir, tmp_path):
+    model = Path(shutil.copytree(tiny_qwen2_dir, tmp_path / "m"))
+    (model / "tokenizer.json").write_text('{"version": "1.0", "truncation": ')
+    result, out = _invoke("eval", "toolcall", "--model", model, "--limit", 1, "--no-progress")
+    _clean_error(result, out, str(model / "tokenizer.json"), "not valid JSON")
+
+
+@pytest.mark.parametrize("what", ["responses", "data"])
+def test_deeply_nested_brackets_in_jsonl_name_the_file_and_line(tmp_path, what):
+    path = tmp_path / "rows.jsonl"
+    first = {"key": 1, "prompt": "p", "instruction_id_list": [], "kwargs": [], "id": "1", "response": "x"}
+    path.write_text(json.dumps(first) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    args = (["eval", "instruct", "--responses", path] if what == "responses" else
+            ["eval", "instruct", "--data", path, "--responses", path])
+    result, out = _invoke(*args)
+    _clean_error(result, out, str(path), "nested too deeply")
+    assert "line 2" in out or f"{path}:2" in out, out
+    assert "RecursionError" not in out and "recursion" not in out

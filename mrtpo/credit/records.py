@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from mrtpo import textio
 from mrtpo.tasks.files import lines as text_lines, read_text
 
 COMPLETIONS = "completions.jsonl"
@@ -132,7 +133,7 @@ _STEP = re.compile(r'\s*\{"step":\s*(\d+)\s*,')
 
 def _parse(path: Path, n: int, line: str) -> dict[str, Any]:
     try:
-        row = json.loads(line)
+        row = textio.loads(line)
     except json.JSONDecodeError as exc:
         raise CreditError(f"{path}, line {n}: not valid JSON ({exc}); a crashed run may have left a "
                           "partial last line: delete it, or resume the run to rewrite it") from None

@@ -322,9 +322,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
     from mrtpo.yamlio import MAX_CHARS, YAMLRefused, load_yaml
 
+    from mrtpo.textio import not_a_file
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--config {p}: no such file")
+    problem = not_a_file(p)
+    if problem:
+        raise ConfigError(f"--config {p}: {problem}; give a YAML file of settings")
     try:
         if p.stat().st_size > MAX_CHARS:
             raise ConfigError(f"--config {p}: {p.stat().st_size} bytes; a config is a few KB, at most {MAX_CHARS} "

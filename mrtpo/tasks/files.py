@@ -26,6 +26,8 @@ MAX_FILE_BYTES = 1 << 30
 MAX_LINE_BYTES = 64 << 20
 _CHUNK = 1 << 20
 
+from mrtpo import textio
+
 
 def read_text(path: str | Path, error: type[Exception] = ValueError, what: str = "file") -> str:
     """The text of `path`, decoded as UTF-8; `error(message)` on a missing file, a directory
@@ -109,7 +111,7 @@ def json_lines(path: str | Path, error: type[Exception] = ValueError,
     """(line number, parsed value) for each non-blank line of a JSON Lines file."""
     for n, line in lines(read_text(path, error, what)):
         try:
-            yield n, json.loads(line)
+            yield n, textio.loads(line)
         except json.JSONDecodeError as exc:
             raise error(f"{path}, line {n}: not valid JSON ({exc}); each line must be one JSON "
                         "object") from None
@@ -125,14 +127,14 @@ def read_records(path: Path, error: type[Exception] = ValueError, where: str = "
     records: list[tuple[int, Any]] = []
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = textio.loads(text)
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
         records = list(enumerate(data, 1))
     else:
         for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
             try:
-                records.append((n, json.loads(line)))
+                records.append((n, textio.loads(line)))
             except json.JSONDecodeError as exc:
                 raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
     return records

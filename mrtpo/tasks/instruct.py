@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from mrtpo import textio
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.files import lines, read_text
@@ -340,7 +341,7 @@ def _parse_ground_truth(gt: Any, where: str) -> list[tuple[str, Any]]:
     """IF-RLVR's ground truth -> [(instruction_id, kwargs)]; it may be a (Python or JSON) string."""
     if isinstance(gt, str):
         try:
-            gt = json.loads(gt)
+            gt = textio.loads(gt)
         except json.JSONDecodeError:
             try:
                 gt = ast.literal_eval(gt)
@@ -365,7 +366,7 @@ def _parse_ground_truth(gt: Any, where: str) -> list[tuple[str, Any]]:
 def _jsonl_rows(text: str, source: str) -> Iterator[tuple[str, Any]]:
     for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
         try:
-            yield f"{source}:{n}", json.loads(line)
+            yield f"{source}:{n}", textio.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{source}:{n}: not valid JSON ({exc}); each line must be one JSON object") from None
 
@@ -376,7 +377,7 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
         if p.suffix == ".json":
             text = read_text(p, DataError, "JSON or JSONL file")
             try:
-                data = json.loads(text)
+                data = textio.loads(text)
             except json.JSONDecodeError:  # a .json file holding JSON lines
                 return _jsonl_rows(text, str(p)), str(p)
             if isinstance(data, dict):

@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mrtpo import textio
 from mrtpo.cache import cache_dir as _cache_root
 from mrtpo.tasks.files import lines, read_text
 from mrtpo.verifiers.sql import MODES
@@ -211,7 +212,7 @@ def _text_field(row: Any, field: str, where: str, *, required: bool = True,
 
 def _read_json_list(file: Path) -> list:
     try:
-        data = json.loads(read_text(file, DataError, "JSON file"))
+        data = textio.loads(read_text(file, DataError, "JSON file"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{file}: not valid JSON ({exc}); expected a JSON list of rows") from exc
     if not isinstance(data, list):
@@ -348,7 +349,7 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
         seen_any = True
         where = _where(file, n, line=True)
         try:
-            raw = json.loads(line)
+            raw = textio.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not valid JSON ({exc}); each line must be one JSON object") from exc
         if not isinstance(raw, dict):

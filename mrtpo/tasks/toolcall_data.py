@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrtpo import textio
 from mrtpo.tasks.files import lines, read_text
 from mrtpo.verifiers.toolcall import FunctionSpecError, check_mode, normalize_function
 
@@ -248,7 +249,7 @@ def _first_row(path: Path) -> Any:
 def _json_lines(path: Path):
     for line_no, line in lines(read_text(path, ToolCallDataError, "JSONL file")):
         try:
-            yield line_no, json.loads(line)
+            yield line_no, textio.loads(line)
         except json.JSONDecodeError as exc:
             raise ToolCallDataError(f"{path}:{line_no}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno}); "
                                     "each line must hold one JSON object") from None
