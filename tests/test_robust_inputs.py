@@ -218,3 +218,33 @@ def test_deeply_nested_brackets_in_jsonl_name_the_file_and_line(tmp_path, what):
     _clean_error(result, out, str(path), "nested too deeply")
     assert "line 2" in out or f"{path}:2" in out, out
     assert "RecursionError" not in out and "recursion" not in out
+
+
+# --- 19: odd-typed fields are named, not rendered ----------------------------------------------------
+@pytest.mark.parametrize("field, value", [("tokens", "notalist"), ("reward_names", [1, 2]), ("credit", "12"),
+                                          ("blocks", [["nested"]]), ("advantage", "high")])
+def test_an_odd_typed_completions_field_is_named(run_copy, field, value):
+    path = run_copy / "completions.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0][field] = value
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result, out = _invoke("credit", run_copy, "--limit", 1)
+    _clean_error(result, out, "completions.jsonl, line 1", f"field {field!r} must be")
+
+
+@pytest.mark.parametrize("task, row", [
+    ("toolcall", {"id": ["x"], "question": "Weather?", "functions": [{"name": "f", "parameters": {"type": "object", "properties": {}}}],
+                  "ground_truth": [{"f": {}}]}),
+    ("text2sql", {"id": {"a": 1}, "question": "How many?", "query": "SELECT 1", "db_path": "books.sqlite"}),
+    ("instruct", {"key": [1], "prompt": "Write.", "instruction_id_list": [], "kwargs": []}),
+])
+def test_a_row_id_that_is_not_text_is_named(tmp_path, task, row):
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "books.sqlite").close()
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    result, out = _invoke("blocks", "lint", task, "--data", data)
+    assert "Traceback" not in out, out
+    assert result.exit_code != 0, out
+    assert str(data) in out and "an id must be text or a whole number" in out, out

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mrtpo import textio
+from mrtpo.textio import brief
 from mrtpo.tasks.files import lines as text_lines, read_text
 
 COMPLETIONS = "completions.jsonl"
@@ -144,12 +145,43 @@ def _parse(path: Path, n: int, line: str) -> dict[str, Any]:
     return row
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+#: each field of a completions-log line: what it must be, in words, and the check
+_FIELD_TYPES: dict[str, tuple[str, Any]] = {
+    "example_id": ("text or a number", lambda v: isinstance(v, (str, int)) and not isinstance(v, bool)),
+    "tokens": ("a list of texts", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "response_ids": ("a list of token ids", lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)),
+    "reward_names": ("a list of texts", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "scores": ("a list of numbers (or null)", lambda v: isinstance(v, list) and all(x is None or _is_number(x) for x in v)),
+    "credit": ("a list of numbers", lambda v: isinstance(v, list) and all(_is_number(x) for x in v)),
+    "blocks": ("a list of texts", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "feedback": ("a list of texts, or null", lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))),
+    "advantage": ("a number", _is_number),
+    "offset": ("a number, or null", lambda v: v is None or _is_number(v)),
+    "distances": ("a list of lists of numbers, or null",
+                  lambda v: v is None or (isinstance(v, list) and all(isinstance(r, list) and all(x is None or _is_number(x) for x in r) for r in v))),
+    "token_weights": ("a list of lists of numbers, or null",
+                      lambda v: v is None or (isinstance(v, list) and all(isinstance(r, list) and all(x is None or _is_number(x) for x in r) for r in v))),
+    "token_advantages": ("a list of numbers, or null", lambda v: v is None or (isinstance(v, list) and all(x is None or _is_number(x) for x in v))),
+    "prompt": ("text", lambda v: isinstance(v, str)),
+    "response": ("text", lambda v: isinstance(v, str)),
+}
+
+
 def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:
-    """A completions-log line as a record; a missing or inconsistent field raises, naming it."""
+    """A completions-log line as a record; a missing, odd-typed or inconsistent field raises,
+    naming it (a text where a list belongs would otherwise be shown character by character)."""
     for key in _REQUIRED:
         if key not in row:
             raise CreditError(f"{where}: field {key!r} is missing; this is not a completions log "
                               "written by `mrtpo train` (see mrtpo/harness/completions.py)")
+    for key, (what, ok) in _FIELD_TYPES.items():
+        if key in row and not ok(row[key]):
+            raise CreditError(f"{where}: field {key!r} must be {what}, got {brief(row[key], 80)}; this line "
+                              "was not written by `mrtpo train` as it is (see mrtpo/harness/completions.py)")
     t = len(row["response_ids"])
     k = len(row["reward_names"])
     if len(row["tokens"]) != t:

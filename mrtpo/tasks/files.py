@@ -138,3 +138,20 @@ def read_records(path: Path, error: type[Exception] = ValueError, where: str = "
             except json.JSONDecodeError as exc:
                 raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
     return records
+
+
+def row_id(row: dict, keys: tuple[str, ...], default: str, where: str, error: type[Exception] = ValueError) -> str:
+    """A data row's id: the first of `keys` it has, as text (a number is read as its digits),
+    else `default`. Any other value (a list, a mapping, true) is `error` naming the row and
+    the field, rather than an id like "['x']" that every later message would quote."""
+    for key in keys:
+        if key in row and row[key] is not None:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                from mrtpo.textio import brief
+
+                raise error(f"{where}, field {key!r}: an id must be text or a whole number, got "
+                            f"{type(value).__name__} {brief(value, 60)}")
+            return str(value)
+    return default
+

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 from mrtpo import textio
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.files import lines, read_text
+from mrtpo.tasks.files import lines, read_text, row_id
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -156,7 +156,7 @@ class InstructTask(Task):
             if not isinstance(kwargs, list) or len(kwargs) != len(ids):
                 raise DataError(f"{where}: field 'kwargs' must be a list with one object per instruction id "
                                 f"({len(ids)}), got {kwargs!r:.80}")
-            key = str(row.get("key", where))
+            key = row_id(row, ("key",), where, where, DataError)
             return self._build(key, prompt, None, list(zip(ids, kwargs)), [None] * len(ids), None, where, "ifeval")
         return self._from_rlvr(row, where)
 
@@ -184,7 +184,7 @@ class InstructTask(Task):
         else:
             raise DataError(f"{where}: a row needs a string 'prompt' (the full P0) or 'base' (the request "
                             "without its constraint sentences)")
-        key = str(row.get("id", row.get("key", where)))
+        key = row_id(row, ("id", "key"), where, where, DataError)
         system = row.get("system")
         reference = row.get("reference")
         if reference is not None and not isinstance(reference, str):
@@ -210,7 +210,7 @@ class InstructTask(Task):
         text = row.get("constraint")
         if len(pairs) == 1 and isinstance(text, str) and text.strip() and text.strip() in prompt:
             given = [text.strip()]  # the row's own constraint text, verbatim in the prompt
-        key = str(row.get("key", row.get("id", where)))
+        key = row_id(row, ("key", "id"), where, where, DataError)
         return self._build(key, prompt, system, pairs, given, reference, where, "if-rlvr")
 
     def _check_ids(self, pairs: list[tuple[str, Any]], where: str) -> None:

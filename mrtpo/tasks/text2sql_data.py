@@ -32,7 +32,7 @@ from typing import Any
 
 from mrtpo import textio
 from mrtpo.cache import cache_dir as _cache_root
-from mrtpo.tasks.files import lines, read_text
+from mrtpo.tasks.files import lines, read_text, row_id
 from mrtpo.verifiers.sql import MODES
 from mrtpo.verifiers.sql_sandbox import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, _describe
 
@@ -368,9 +368,9 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
         if mode not in MODES:
             raise DataError(f"{where}, field 'mode': {mode!r} is not a comparison mode; "
                             f"use one of {', '.join(MODES)}")
-        rid = raw.get("id", f"{file.stem}-{n}")
+        rid = row_id(raw, ("id",), f"{file.stem}-{n}", where, DataError)
         rows.append(SQLRow(
-            id=str(rid), question=question, gold=gold, db_path=db_path, db_id=db_id,
+            id=rid, question=question, gold=gold, db_path=db_path, db_id=db_id,
             source=where, evidence=_text_field(raw, "evidence", where, required=False),
             dialect=_text_field(raw, "dialect", where, required=False).lower() or "sqlite",
             mode=mode))

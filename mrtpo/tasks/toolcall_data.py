@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo import textio
-from mrtpo.tasks.files import lines, read_text
+from mrtpo.tasks.files import lines, read_text, row_id
 from mrtpo.verifiers.toolcall import FunctionSpecError, check_mode, normalize_function
 
 #: BFCL v4 categories this task reads (single-turn, with possible answers, Python types)
@@ -111,13 +111,13 @@ def read_bfcl_file(qfile: Path) -> list[ToolCallRow]:
     for line_no, row in _json_lines(afile):
         if not isinstance(row, dict) or "id" not in row or "ground_truth" not in row:
             raise ToolCallDataError(f"{afile}:{line_no}: a possible-answer row needs \"id\" and \"ground_truth\"")
-        answers[str(row["id"])] = row["ground_truth"]
+        answers[row_id(row, ("id",), "", f"{afile}:{line_no}", ToolCallDataError)] = row["ground_truth"]
     rows = []
     for line_no, q in _json_lines(qfile):
         where = f"{qfile}:{line_no}"
         if not isinstance(q, dict) or "id" not in q:
             raise ToolCallDataError(f"{where}: a question row needs an \"id\"")
-        qid = str(q["id"])
+        qid = row_id(q, ("id",), "", where, ToolCallDataError)
         if qid not in answers:
             raise ToolCallDataError(f"{where}: id {qid!r} has no row in {afile}; add its ground_truth there "
                                     "or remove the question")
@@ -137,7 +137,7 @@ def read_jsonl(path: Path, split: str | None = None) -> list[ToolCallRow]:
         splits.add(r.get("split"))
         if split is not None and r.get("split") != split:
             continue
-        rid = str(r.get("id", f"{path.stem}-{line_no}"))
+        rid = row_id(r, ("id",), f"{path.stem}-{line_no}", where, ToolCallDataError)
         if rid in seen:
             raise ToolCallDataError(f"{where}: id {rid!r} is used twice; ids must be unique")
         seen.add(rid)
