@@ -221,3 +221,26 @@ def test_eval_model_load_failures_are_one_line(tiny_llama_dir, tmp_path, case, c
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) >= 1 and all(len(e) < 600 for e in errors), out
     assert "a pickle ran" not in capfd.readouterr().out
+
+
+# --- 6: a config that does not describe its weights ------------------------------------------------
+@pytest.mark.parametrize("change, words", [({"num_hidden_layers": 1_000_000}, "num_hidden_layers is 1000000"),
+                                           ({"hidden_size": 4096}, "hidden_size is 4096"),
+                                           ({"intermediate_size": 10 ** 9}, "parameters"),
+                                           ({"vocab_size": 10 ** 9}, "parameters")])
+@pytest.mark.parametrize("command", ["eval", "train"])
+def test_a_config_that_does_not_fit_its_weights_is_refused_before_building(tiny_llama_dir, tmp_path, change,
+                                                                           words, command):
+    import json
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **change}))
+    args = {"eval": ["eval", "toolcall", "--model", model, "--limit", 1, "--no-progress"],
+            "train": ["train", "--task", "toolcall", "--model", model, "--output-dir", tmp_path / "run", "--steps", 1]}
+    with time_limit(30, "loading a config over weights it does not describe"):
+        result = CliRunner().invoke(app, [str(a) for a in args[command]], env=ENV)
+    out = " ".join((result.output + (result.stderr if result.stderr_bytes is not None else "")).split())
+    _clean_error(result, out, str(model / "config.json"), words, "does not belong to these weights")

@@ -21,7 +21,11 @@ from pathlib import Path
 NO_REMOTE_CODE = {"trust_remote_code": False}
 
 
-class CustomCodeRefused(ValueError):
+class Refused(ValueError):
+    """A model, tokenizer or config mrtpo will not load; the message is one line, said as it is."""
+
+
+class CustomCodeRefused(Refused):
     """A model, tokenizer or config that needs its own Python code to load; mrtpo refuses it."""
 
 
@@ -89,6 +93,85 @@ def check_hub_id(name: str | Path) -> None:
         raise HubUnreachable(f"the hub could not be reached for {str(name)!r} ({type(exc).__name__})") from None
 
 
+#: a config may describe at most this many times the parameters its weight files could hold at
+#: half a byte each (4-bit): more means the config is not these weights' (item 6: 10^6 layers)
+_OVERSIZE = 8
+
+
+def config_weights_problem(name: str | Path) -> str | None:
+    """Why the local model directory `name`'s config.json cannot describe its weights (None if
+    it can, or when there is nothing to compare), read from the config and the weight files'
+    sizes and safetensors headers only, before transformers builds the model the config
+    describes: a config claiming 10^6 layers over weights for 2 would build gigabytes first."""
+    import re
+    import struct
+
+    path = Path(name).expanduser()
+    config_file = path / "config.json"
+    if not path.is_dir() or not config_file.is_file():
+        return None
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    config = {**config, **(config.get("text_config") if isinstance(config.get("text_config"), dict) else {})}
+
+    def number(*keys):
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
+
+    layers = number("num_hidden_layers", "n_layer", "num_layers")
+    hidden = number("hidden_size", "n_embd", "d_model")
+    vocab = number("vocab_size")
+    inner = number("intermediate_size", "n_inner") or (4 * hidden if hidden else None)
+    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("pytorch_model*.bin"))
+    if not files:
+        return None
+    size = sum(f.stat().st_size for f in files)
+    for key, value in (("num_hidden_layers", layers), ("hidden_size", hidden), ("vocab_size", vocab),
+                       ("intermediate_size", inner)):
+        if value is not None and value <= 0:
+            return f"{config_file}: {key} is {value}; it must be a positive number"
+    indices: set[int] = set()
+    shapes: dict[str, list] = {}
+    for f in files:
+        if f.suffix != ".safetensors":
+            break
+        try:
+            with open(f, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                if n > 100 << 20:
+                    return None
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError, struct.error, RecursionError):
+            return None  # the weight-file check or the loader names a damaged file
+        for tensor, info in header.items():
+            if isinstance(info, dict) and isinstance(info.get("shape"), list):
+                shapes[tensor] = info["shape"]
+            m = re.search(r"\.(?:layers|h|blocks|layer)\.(\d+)\.", tensor)
+            if m:
+                indices.add(int(m.group(1)))
+    if layers is not None and indices and layers > max(indices) + 1:
+        return (f"{config_file}: num_hidden_layers is {layers}, but the weights hold {max(indices) + 1} layers; "
+                "the config does not belong to these weights")
+    embedding = next((shape for tensor, shape in shapes.items()
+                      if tensor.endswith(("embed_tokens.weight", "wte.weight", "word_embeddings.weight"))), None)
+    if embedding is not None and len(embedding) == 2 and hidden is not None and embedding[1] != hidden:
+        return (f"{config_file}: hidden_size is {hidden}, but the embedding in the weights is {embedding[1]} wide; "
+                "the config does not belong to these weights")
+    if layers and hidden and vocab and inner:
+        described = vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * inner)
+        if described > _OVERSIZE * 2 * size:
+            return (f"{config_file} describes about {described:.3g} parameters, but the weight files hold "
+                    f"{size:,} bytes; the config does not belong to these weights")
+    return None
+
+
 def _checked(name: str | Path, load, *args, **kwargs):
     """`load(name, *args, trust_remote_code=False, **kwargs)`, refused first if the directory
     asks for its own code; transformers' own refusal (a hub repository's code) in one line."""
@@ -112,10 +195,19 @@ def auto_tokenizer(name: str | Path, **kwargs):
     return _checked(name, AutoTokenizer.from_pretrained, **kwargs)
 
 
+class ConfigMismatch(Refused):
+    """A model directory whose config.json does not describe its weights."""
+
+
 def auto_model(name: str | Path, **kwargs):
-    """`AutoModelForCausalLM.from_pretrained(name, **kwargs)`, never running the model's code."""
+    """`AutoModelForCausalLM.from_pretrained(name, **kwargs)`, never running the model's code,
+    and only once the config is seen to fit the weights (`config_weights_problem`)."""
     from transformers import AutoModelForCausalLM
 
+    if "gguf_file" not in kwargs:
+        problem = config_weights_problem(name)
+        if problem:
+            raise ConfigMismatch(problem)
     return _checked(name, AutoModelForCausalLM.from_pretrained, **kwargs)
 
 

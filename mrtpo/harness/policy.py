@@ -169,11 +169,11 @@ def check_model_arg(model: str | None) -> None:
 
 
 def load_tokenizer(name: str):
-    from mrtpo.harness.loading import CustomCodeRefused, auto_tokenizer
+    from mrtpo.harness.loading import Refused, auto_tokenizer
 
     try:
         tok = auto_tokenizer(name)
-    except CustomCodeRefused as exc:
+    except Refused as exc:
         raise PolicyLoadError(str(exc)) from None
     except Exception as exc:
         raise PolicyLoadError(load_failure(name, "tokenizer", exc)) from exc
@@ -245,7 +245,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     """
-    from mrtpo.harness.loading import CustomCodeRefused, auto_model
+    from mrtpo.harness.loading import Refused, auto_model
 
     check_model_arg(model)
     dev = resolve_device(device)
@@ -255,7 +255,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     def _load(path):
         try:
             return auto_model(path, dtype=dt).to(dev)
-        except CustomCodeRefused as exc:
+        except Refused as exc:
             raise PolicyLoadError(str(exc)) from None
         except Exception as exc:
             raise PolicyLoadError(load_failure(str(path), "model", exc)) from exc

@@ -219,13 +219,13 @@ def load(located: Located, dtype=None, device: str | None = None, merge: bool = 
 def _loading(name: str, what: str, role: str, load):
     """`load()`, its failure a TrainedModelError in one line naming `name` (mrtpo's own errors,
     such as a refusal of custom code, pass through as their message)."""
-    from mrtpo.harness.loading import CustomCodeRefused
+    from mrtpo.harness.loading import Refused
     from mrtpo.harness.policy import load_failure
 
     with _reading(name):
         try:
             return load()
-        except CustomCodeRefused as exc:
+        except Refused as exc:
             raise TrainedModelError(str(exc)) from None
         except (KeyboardInterrupt, SystemExit, MemoryError):
             raise
