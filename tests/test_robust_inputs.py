@@ -248,3 +248,20 @@ def test_a_row_id_that_is_not_text_is_named(tmp_path, task, row):
     assert "Traceback" not in out, out
     assert result.exit_code != 0, out
     assert str(data) in out and "an id must be text or a whole number" in out, out
+
+
+# --- 7: large inputs are bounded and say what was cut ----------------------------------------------
+def test_credit_png_of_a_200k_token_completion_is_bounded(run_copy, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = run_copy / "completions.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    row, n = rows[0], 200_000
+    k = len(row["reward_names"])
+    row.update(tokens=["tok"] * n, response_ids=[1] * n, token_advantages=[0.0] * n,
+               distances=[[0.5] * n for _ in range(k)], token_weights=[[1.0] * n for _ in range(k)])
+    path.write_text(json.dumps(row) + "\n")
+    with time_limit(90, "credit --png of 200k tokens"):
+        result, out = _invoke("credit", run_copy, "--limit", 1, "--png", tmp_path / "heat.png", "--plain")
+    assert result.exit_code == 0, out[-2000:]
+    assert (tmp_path / "heat.png").is_file()
+    assert "the first 1,056 of 200,000 tokens" in out, out[-2000:]

@@ -114,7 +114,9 @@ def register(app: typer.Typer) -> None:
                 if index > len(records):
                     _fail(f"--index {index}: only {len(records)} completions are shown")
                 png.heatmap(records[index - 1], png_out)
-                console.print(f"wrote {png_out}", highlight=False, markup=False)
+                total = len(records[index - 1].tokens)
+                cut = f" (the first {png.MAX_TOKENS:,} of {total:,} tokens)" if total > png.MAX_TOKENS else ""
+                console.print(f"wrote {png_out}{cut}", highlight=False, markup=False)
         except CreditError as exc:
             _fail(str(exc))
         except OutputPathError as exc:
