@@ -135,6 +135,7 @@ def _from_run(path: Path, step, limit):
 
 
 def _fresh(task_name, model, data, responses, task_options, limit, estimator, temperature, device, dtype):
+    from mrtpo.cache import CacheError
     from mrtpo.chat import ChatTemplateError
     from mrtpo.commands.options import parse_task_options
     from mrtpo.credit.records import CreditError, fresh
@@ -161,7 +162,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
         with _replay_progress(model) as on_progress:
             records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
                             on_progress=on_progress)
-    except (PolicyLoadError, TrainedModelError, RewardError, ChatTemplateError) as exc:
+    except (PolicyLoadError, TrainedModelError, RewardError, ChatTemplateError, CacheError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else _replayed(records)
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "

@@ -120,6 +120,7 @@ def run(**kwargs) -> None:
     """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
+    from mrtpo.cache import CacheError
     from mrtpo.chat import ChatTemplateError
     from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
@@ -146,7 +147,7 @@ def run(**kwargs) -> None:
     try:
         result = _train_with_progress(cfg, err)
     except (ConfigError, DataError, PolicyLoadError, TaskNotFound, TaskLoadError, TaskOptionError,
-            ChatTemplateError) as exc:
+            ChatTemplateError, CacheError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(2)
     except RewardError as exc:
