@@ -11,6 +11,12 @@ transformers does not ship) is refused before anything is read, in one line
 (`CustomCodeRefused`). A model type transformers ships is loaded with transformers' own code,
 whatever `auto_map` says. The TRL launcher keeps custom code as TRL's explicit
 `--trust_remote_code` flag, off by default, and refuses the same directories without it.
+
+Two more checks run before transformers does any work (item 6 and 9): a local directory's
+config.json must fit its weights (`config_weights_problem`: a config claiming 10^6 layers over
+weights for 2 would build gigabytes first), and a hub id that is not in the local cache is
+asked for once, without retries (`check_hub_id`: an unreachable hub failed after ~50 s of
+retries). Every refusal is a `Refused` (a ValueError) whose message is said as it is.
 """
 from __future__ import annotations
 
