@@ -6,7 +6,9 @@ whatever stdin says; a dataset's db_id is a name inside the dataset's root, neve
   --model, and as a run's or adapter's recorded base), and the TRL launcher, refuse it in one
   line with `y` on stdin, and the marker is never written;
 - 2: a Spider db_id that is an absolute path, or a JSONL db_id that climbs out with ../, is
-  refused naming the row, and the outside database's schema never reaches a prompt.
+  refused naming the row, and the outside database's schema never reaches a prompt;
+- 5, 8: a chat template (also model-directory code) is rendered within bounds of time and size,
+  and one that raises (raise_exception, a sandbox SecurityError) is one line in every command.
 """
 from __future__ import annotations
 
