@@ -31,5 +31,75 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-def main() -> None:  # `python -m mrtpo`
-    app()
+def main() -> None:  # `python -m mrtpo` and the `mrtpo` console script
+    """Run the app; a standard output that cannot be written (a full disk: `> /dev/full`, a
+    quota, an I/O error) is one line on stderr and exit status 1, not a traceback from the
+    first print (issue 40, item 13). A closed pipe already ends quietly (click)."""
+    import sys
+
+    out = _WatchedStdout(sys.stdout)
+    sys.stdout = out
+    try:
+        app()
+    except SystemExit as done:
+        code = done.code
+    except OSError:
+        if out.failure is None:
+            raise
+        code = _stdout_failed(out.failure)
+    else:  # pragma: no cover (typer's standalone mode always exits)
+        code = 0
+    try:
+        out.flush()  # what is still buffered: a failure here would be "Exception ignored" at exit
+    except OSError as exc:
+        code = _stdout_failed(exc)
+    sys.exit(code)
+
+
+class _WatchedStdout:
+    """sys.stdout as it is, remembering the first OSError a write or flush to it raised, so
+    `main` tells a failing standard output from any other OSError."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except OSError as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _stdout_failed(exc: OSError) -> int:
+    """Say on stderr that stdout could not be written, drop what is buffered (stdout points to
+    /dev/null from here, so the interpreter's last flush cannot fail again), and give status 1."""
+    import os
+    import sys
+
+    try:
+        sys.stderr.write(f"error: cannot write the output to standard output ({exc.strerror or exc}); "
+                         "free space where it goes, or send it elsewhere\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+    stream = getattr(sys.stdout, "_stream", sys.stdout)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
+    sys.stdout = stream
+    return 1

@@ -248,7 +248,9 @@ def render_ids(tokenizer, messages: Messages) -> list[int]:
     """Chat-template token ids of a prompt, ending with the assistant turn's opening. Lone
     surrogates (a block may quote model output or data holding one) become U+FFFD: tokenizers
     raise an opaque TypeError on them."""
-    out = tokenizer.apply_chat_template(scrub_all(messages), add_generation_prompt=True, tokenize=True)
+    from mrtpo.chat import render_chat
+
+    out = render_chat(tokenizer, scrub_all(messages), add_generation_prompt=True, tokenize=True)
     if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
         out = out["input_ids"]
     if out and isinstance(out[0], list):

@@ -50,6 +50,55 @@ def scrub_all(obj: Any) -> Any:
     return obj
 
 
+def brief(value: Any, limit: int = 200) -> str:
+    """`repr(value)` for an error message, at most about `limit` characters, in bounded time and
+    memory whatever `value` is: a YAML alias bomb (a list that shares itself a billion times over)
+    has a repr of gigabytes, so containers are walked to a budget of `limit` characters and cut
+    with "...", never formatted whole."""
+    out: list[str] = []
+    budget = [limit]
+
+    def put(text: str) -> bool:
+        if budget[0] <= 0:
+            return False
+        out.append(text[:budget[0]])
+        budget[0] -= len(text)
+        return budget[0] > 0
+
+    def walk(v: Any, depth: int) -> bool:
+        if isinstance(v, (list, tuple, dict, set, frozenset)):
+            if depth > 20:
+                return put("...")
+            opens, closes = {list: "[]", tuple: "()", dict: "{}"}.get(type(v), "{}")
+            if not put(opens):
+                return False
+            for i, item in enumerate(v.items() if isinstance(v, dict) else v):
+                if i and not put(", "):
+                    return False
+                if isinstance(v, dict):
+                    if not (walk(item[0], depth + 1) and put(": ") and walk(item[1], depth + 1)):
+                        return False
+                elif not walk(item, depth + 1):
+                    return False
+            return put(closes)
+        if isinstance(v, (str, bytes)):
+            return put(repr(v[:limit + 1]))
+        return put(repr(v)[:limit + 1])
+
+    if not walk(value, 0) or budget[0] < 0:
+        return "".join(out)[:limit] + "..."
+    return "".join(out)
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """`exc` as one line of at most about `limit` characters: its type and its message's first
+    line (transformers' and jinja's messages run over many lines)."""
+    text = str(exc).strip().splitlines()
+    first = text[0].strip() if text else ""
+    first = first if len(first) <= limit else first[:limit] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def escape_surrogates(json_str: str) -> str:
     """A JSON document (from `json.dumps(..., ensure_ascii=False)`) with each lone surrogate,
     which can only stand inside a string literal there, written as its `\\uXXXX` escape."""
@@ -189,3 +238,74 @@ def unwritable(path: Path, exc: OSError, directory: bool = False) -> str:
                 return f"nothing can be created in {entry} ({reason})"
             break
     return reason
+
+
+#: errors of a write that found no room: a full disk, a quota, a file-size limit
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+#: what torch's and safetensors' wrappers of such a failed write say (they carry no errno)
+_WRITE_FAILED = ("unexpected pos", "file write failed", "no space left", "os error 28", "os error 27",
+                 "os error 122", "file too large", "disk quota")
+
+
+def no_room(exc: BaseException, directory: str | Path) -> str | None:
+    """Why a write into `directory` failed, in words, when `exc` is a write that found no room
+    (a full disk, a quota, a file-size limit): "no space left on device" or the OS's reason;
+    None for any other error. torch's "unexpected pos" and safetensors' wrappers carry no errno,
+    so for them a 1 MiB probe write into `directory` asks the file system why."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return (exc.strerror or str(exc)).lower() if exc.errno in _NO_ROOM else None
+    if not any(words in str(exc).lower() for words in _WRITE_FAILED):
+        return None
+    probe = Path(directory) / f".mrtpo-space-check-{secrets.token_hex(4)}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as why:
+        return (why.strerror or str(why)).lower()
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    return "a write failed (" + " ".join(str(exc).split())[:160] + ")"
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why `path` is not a regular file to read, in words ("no such file", "is a directory",
+    "is a named pipe (FIFO)", "is a device"...), or None when it is one. Checked without opening
+    it: opening a FIFO waits for a writer, and /dev/zero never ends."""
+    import stat
+
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "no such file" + (f" ({p} is a link to {os.readlink(p)}, which does not exist)" if p.is_symlink() else "")
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a named pipe (FIFO), not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a file"
+    return "is not a regular file"
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads(text)`, with a value nested too deeply for Python's parser (100,000 brackets
+    raise RecursionError) reported as the json.JSONDecodeError every reader already names the
+    file and line of."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply to read (brackets inside brackets, thousands "
+                                   "deep)", doc[:1000], 0) from None
+

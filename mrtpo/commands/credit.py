@@ -114,7 +114,9 @@ def register(app: typer.Typer) -> None:
                 if index > len(records):
                     _fail(f"--index {index}: only {len(records)} completions are shown")
                 png.heatmap(records[index - 1], png_out)
-                console.print(f"wrote {png_out}", highlight=False, markup=False)
+                total = len(records[index - 1].tokens)
+                cut = f" (the first {png.MAX_TOKENS:,} of {total:,} tokens)" if total > png.MAX_TOKENS else ""
+                console.print(f"wrote {png_out}{cut}", highlight=False, markup=False)
         except CreditError as exc:
             _fail(str(exc))
         except OutputPathError as exc:
@@ -133,6 +135,8 @@ def _from_run(path: Path, step, limit):
 
 
 def _fresh(task_name, model, data, responses, task_options, limit, estimator, temperature, device, dtype):
+    from mrtpo.cache import CacheError
+    from mrtpo.chat import ChatTemplateError
     from mrtpo.commands.options import parse_task_options
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
@@ -158,7 +162,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
         with _replay_progress(model) as on_progress:
             records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
                             on_progress=on_progress)
-    except (PolicyLoadError, TrainedModelError, RewardError) as exc:
+    except (PolicyLoadError, TrainedModelError, RewardError, ChatTemplateError, CacheError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else _replayed(records)
     heading = (f"task {task.name} · model {model} · {_count(len(examples), 'example')} · {source} · "

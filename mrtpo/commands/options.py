@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from mrtpo.tasks.options import OptionSyntaxError, read_options
+from mrtpo.tasks.options import OptionSyntaxError, TaskOptionError, read_options
 
 FLAG = "--task-option"
 HELP = ("KEY=VALUE for the task's constructor, repeatable (the value read as a YAML scalar, as "
@@ -30,4 +30,6 @@ def parse_task_options(items: list[str] | None, flag: str = FLAG) -> dict[str, A
     try:
         return read_options(items)
     except OptionSyntaxError as exc:
-        raise typer.BadParameter(f"{exc.item!r}: write KEY=VALUE, e.g. think=true", param_hint=flag) from None
+        raise typer.BadParameter(f"{exc.item[:200]!r}: write KEY=VALUE, e.g. think=true", param_hint=flag) from None
+    except TaskOptionError as exc:  # a value mrtpo's YAML reader refuses (an alias bomb, a repeated key)
+        raise typer.BadParameter(str(exc), param_hint=flag) from None

@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         (the same size of change, without the information; read it beside the control's,
         which is not exactly 1). Then a one-line verdict (on the whole span).
         """
+        from mrtpo.cache import CacheError
         from mrtpo.credit import probe
         from mrtpo.harness.policy import PolicyLoadError, load_policy
         from mrtpo.models.default import resolve_model
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
         try:
             path = resolve_model(model)
             policy = load_policy(path, lora=False, device=device, dtype=dtype)
-        except PolicyLoadError as exc:
+        except (PolicyLoadError, CacheError) as exc:
             _fail(str(exc))
         shown = model if str(path) == model else f"{model} ({path})"
         print(f"probing {task.name} with {model}: {len(examples)} examples ...", file=sys.stderr, flush=True)

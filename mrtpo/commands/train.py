@@ -29,7 +29,7 @@ _LEGACY_TASK_ARG = "legacy_task_arg"
 
 
 def _options() -> list[inspect.Parameter]:
-    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.config import TrainConfig, field_default
 
     hints = typing.get_type_hints(TrainConfig)
     params = [inspect.Parameter(
@@ -38,7 +38,7 @@ def _options() -> list[inspect.Parameter]:
             "--config", help="YAML file of settings (keys as the flags, '-' or '_'); flags given override it.")])]
     for f in dataclasses.fields(TrainConfig):
         help_text = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = field_default(f.name)
         if f.name == "model":  # no --model: the built-in policy, built on first use
             default = "mrtpo-tiny (built-in)"
         elif f.name == "task":
@@ -120,11 +120,14 @@ def run(**kwargs) -> None:
     """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
+    from mrtpo.cache import CacheError
+    from mrtpo.chat import ChatTemplateError
     from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.models.packaged import PackagedModelError
     from mrtpo.tasks.contract import RewardError
+    from mrtpo.harness.checkpoints import SaveError
     from mrtpo.harness.update import NonFiniteError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
 
@@ -145,13 +148,13 @@ def run(**kwargs) -> None:
     try:
         result = _train_with_progress(cfg, err)
     except (ConfigError, DataError, PolicyLoadError, PackagedModelError, TaskNotFound, TaskLoadError,
-            TaskOptionError) as exc:
+            TaskOptionError, ChatTemplateError, CacheError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(2)
     except RewardError as exc:
         _say(err, "reward error", exc)
         raise typer.Exit(1)
-    except NonFiniteError as exc:
+    except (NonFiniteError, SaveError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(1)
     if is_main_process():  # under `accelerate launch`, one summary, not one per process

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from mrtpo import textio
+from mrtpo.textio import brief
 from mrtpo.tasks.files import lines as text_lines, read_text
 
 COMPLETIONS = "completions.jsonl"
@@ -132,7 +134,7 @@ _STEP = re.compile(r'\s*\{"step":\s*(\d+)\s*,')
 
 def _parse(path: Path, n: int, line: str) -> dict[str, Any]:
     try:
-        row = json.loads(line)
+        row = textio.loads(line)
     except json.JSONDecodeError as exc:
         raise CreditError(f"{path}, line {n}: not valid JSON ({exc}); a crashed run may have left a "
                           "partial last line: delete it, or resume the run to rewrite it") from None
@@ -143,12 +145,43 @@ def _parse(path: Path, n: int, line: str) -> dict[str, Any]:
     return row
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+#: each field of a completions-log line: what it must be, in words, and the check
+_FIELD_TYPES: dict[str, tuple[str, Any]] = {
+    "example_id": ("text or a number", lambda v: isinstance(v, (str, int)) and not isinstance(v, bool)),
+    "tokens": ("a list of texts", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "response_ids": ("a list of token ids", lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)),
+    "reward_names": ("a list of texts", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "scores": ("a list of numbers (or null)", lambda v: isinstance(v, list) and all(x is None or _is_number(x) for x in v)),
+    "credit": ("a list of numbers", lambda v: isinstance(v, list) and all(_is_number(x) for x in v)),
+    "blocks": ("a list of texts", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "feedback": ("a list of texts, or null", lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))),
+    "advantage": ("a number", _is_number),
+    "offset": ("a number, or null", lambda v: v is None or _is_number(v)),
+    "distances": ("a list of lists of numbers, or null",
+                  lambda v: v is None or (isinstance(v, list) and all(isinstance(r, list) and all(x is None or _is_number(x) for x in r) for r in v))),
+    "token_weights": ("a list of lists of numbers, or null",
+                      lambda v: v is None or (isinstance(v, list) and all(isinstance(r, list) and all(x is None or _is_number(x) for x in r) for r in v))),
+    "token_advantages": ("a list of numbers, or null", lambda v: v is None or (isinstance(v, list) and all(x is None or _is_number(x) for x in v))),
+    "prompt": ("text", lambda v: isinstance(v, str)),
+    "response": ("text", lambda v: isinstance(v, str)),
+}
+
+
 def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:
-    """A completions-log line as a record; a missing or inconsistent field raises, naming it."""
+    """A completions-log line as a record; a missing, odd-typed or inconsistent field raises,
+    naming it (a text where a list belongs would otherwise be shown character by character)."""
     for key in _REQUIRED:
         if key not in row:
             raise CreditError(f"{where}: field {key!r} is missing; this is not a completions log "
                               "written by `mrtpo train` (see mrtpo/harness/completions.py)")
+    for key, (what, ok) in _FIELD_TYPES.items():
+        if key in row and not ok(row[key]):
+            raise CreditError(f"{where}: field {key!r} must be {what}, got {brief(row[key], 80)}; this line "
+                              "was not written by `mrtpo train` as it is (see mrtpo/harness/completions.py)")
     t = len(row["response_ids"])
     k = len(row["reward_names"])
     if len(row["tokens"]) != t:
@@ -183,10 +216,12 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
         return {}
     import yaml
 
+    from mrtpo.yamlio import YAMLRefused, load_yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        return {}  # the config only labels the view; a damaged one should not hide the log
+        data = load_yaml(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    except (yaml.YAMLError, YAMLRefused, OSError):
+        return {}  # the config only labels the view; a damaged (or hostile) one should not hide the log
     return data if isinstance(data, dict) else {}
 
 
@@ -296,5 +331,7 @@ def fresh(task, examples, model_path: str, responses_path: str | Path | None = N
 
 
 def _prompt_text(tokenizer, task, example) -> str:
-    out = tokenizer.apply_chat_template(task.messages(example), add_generation_prompt=True, tokenize=False)
+    from mrtpo.chat import render_chat
+
+    out = render_chat(tokenizer, task.messages(example), add_generation_prompt=True, tokenize=False)
     return out if isinstance(out, str) else str(out)

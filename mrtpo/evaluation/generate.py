@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from mrtpo.chat import render_chat
 from mrtpo.textio import scrub_all
 
 
@@ -68,7 +69,7 @@ def render_prompts(tokenizer, conversations: Sequence[list[dict]]) -> list[list[
         raise ValueError(
             "the tokenizer has no chat template; evaluation renders prompts as chat messages. "
             "Use an instruction-tuned (chat) model, or set tokenizer.chat_template and save it")
-    texts = [tokenizer.apply_chat_template(scrub_all(list(msgs)), tokenize=False, add_generation_prompt=True)
+    texts = [render_chat(tokenizer, scrub_all(list(msgs)), tokenize=False, add_generation_prompt=True)
              for msgs in conversations]  # scrub_all: tokenizers raise on lone surrogates
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 

@@ -42,7 +42,7 @@ import torch
 
 from mrtpo.harness.config import ConfigError
 from mrtpo.harness.runfiles import check_entry
-from mrtpo.textio import new_temp_dir, write_atomic
+from mrtpo.textio import new_temp_dir, no_room, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,11 @@ _STEP_DIR = re.compile(r"step-(\d+)")
 
 class CheckpointError(ConfigError):
     """A checkpoint that cannot be resumed from; the message names the file and the problem."""
+
+
+class SaveError(RuntimeError):
+    """A checkpoint that could not be written (a full disk): what happened and the last
+    checkpoint there is to resume from. The earlier checkpoints are untouched."""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -130,14 +135,33 @@ def save(run_dir: Path, step: int, policy, optimizer: torch.optim.Optimizer,
         elif final.exists():  # the same step saved again (e.g. the final save): replace it
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    write_atomic(root / LATEST, final.name)
+        why = no_room(exc, root) if isinstance(exc, Exception) else None
+        if why is None:
+            raise
+        raise SaveError(_no_room_message(run_dir, root, step, why)) from None
+    try:
+        write_atomic(root / LATEST, final.name)
+    except OSError as exc:
+        why = no_room(exc, root)
+        if why is None:
+            raise
+        raise SaveError(_no_room_message(run_dir, root, step, why)) from None
     if keep_last > 0:
         for old in complete_checkpoints(run_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _no_room_message(run_dir: Path, root: Path, step: int, why: str) -> str:
+    """One line for a save that found no room, naming the last checkpoint to resume from."""
+    last = latest(run_dir)
+    last_step = recorded_step(last) if last is not None else None
+    where = f"no space left on {root}" if "no space" in why else f"cannot write into {root} ({why})"
+    resume = (f"the last checkpoint is step {last_step} ({last}); free space, then continue with --resume"
+              if last_step else "no checkpoint was saved yet; free space and train again")
+    return f"{where} while saving the checkpoint of step {step}; {resume}"
 
 
 def run_fingerprint(run_dir: Path) -> str:

@@ -23,15 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mrtpo.harness.errors import ConfigError
+from mrtpo.tasks.base import MAX_REWARD_WEIGHT, reward_weight_problem  # noqa: F401 (one range for every weight)
+from mrtpo.textio import brief
 
 RUNS_ROOT = Path("runs")  # where run directories go when --output-dir is not given
 INT_MAX = 2**31 - 1  # no count needs more; larger ones overflow C ints in torch and the OS
 SEED_MAX = 2**32 - 1  # numpy's seed range (python's and torch's are wider)
 FLOAT32_MAX = 3.4028234663852886e38  # settings enter float32 tensor math: beyond this they are inf
 MAX_VERIFY_TIMEOUT_S = 86400.0  # the verifier's interval timer (setitimer) overflows far above
-# weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
-# this large is a typo, and a much larger one turns advantages and logged rewards into inf
-MAX_REWARD_WEIGHT = 1e6
 
 
 def opt(default: Any, help: str, **kw) -> Any:
@@ -127,7 +126,7 @@ class TrainConfig:
 
         for name, choices in _choices().items():
             need(getattr(self, name) in choices,
-                 f"{_flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+                 f"{_flag(name)} must be one of {', '.join(choices)}, got {brief(getattr(self, name))}")
         need(self.batch_prompts >= 1, f"--batch-prompts must be >= 1, got {self.batch_prompts}")
         need(self.num_generations >= 2,
              f"--num-generations must be >= 2 (advantages compare completions of the same prompt), got {self.num_generations}")
@@ -147,8 +146,8 @@ class TrainConfig:
         need(0 <= self.seed <= SEED_MAX, f"--seed must be a whole number from 0 to {SEED_MAX} "
              f"(what numpy, torch and python all take), got {self.seed}")
         for name, w in self.reward_weights.items():
-            need(abs(w) <= MAX_REWARD_WEIGHT, f"--reward-weight {name}={w:g}: a weight must be between "
-                 f"-{MAX_REWARD_WEIGHT:g} and {MAX_REWARD_WEIGHT:g} (weights are relative)")
+            problem = reward_weight_problem(w)
+            need(problem is None, f"--reward-weight {name}={w:g}: {problem}")
         for name in _INT_FIELDS:
             need(getattr(self, name) <= INT_MAX,
                  f"{_flag(name)} must be at most {INT_MAX}, got {getattr(self, name)}")
@@ -214,6 +213,13 @@ FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 #: settings that change what a run trains on, added after runs were written without them: a
 #: saved config.yaml that lacks one ran without it, and its resumption keeps it that way
 ADDED_LATER = {"heldout": 0}
+
+
+def field_default(name: str) -> Any:
+    """The default of the setting `name`: a list or dict field's is made by its factory (its
+    `default` is dataclasses' MISSING marker, which a settings line would print as an object)."""
+    f = FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
              "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}
@@ -267,7 +273,7 @@ def typed(name: str, value: Any, label: str) -> Any:
     ok, out = fit_value(value, hint)
     if not ok:
         what = "a finite number" if not_finite(value) else describe_type(hint)
-        raise ConfigError(f"{label}: expected {what}, got {value!r}")
+        raise ConfigError(f"{label}: expected {what}, got {brief(value)}")
     if isinstance(out, float) and abs(out) > FLOAT32_MAX:
         raise ConfigError(f"{label}: {out:g} is beyond what float32 holds (+-{FLOAT32_MAX:.1e}), so "
                           "the tensors it enters would hold inf; give a moderate number")
@@ -283,7 +289,7 @@ def _names(value: Any, label: str) -> list[str]:
         return [v.strip() for v in value.split(",") if v.strip()]
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return list(value)
-    raise ConfigError(f"{label}: expected a name or a list of names, e.g. [q_proj, v_proj], got {value!r}")
+    raise ConfigError(f"{label}: expected a name or a list of names, e.g. [q_proj, v_proj], got {brief(value)}")
 
 
 def _mapping(name: str, value: Any, value_hint: Any, label: str) -> dict[str, Any]:
@@ -294,15 +300,15 @@ def _mapping(name: str, value: Any, value_hint: Any, label: str) -> dict[str, An
     if value is None:  # an empty YAML key (`task_args:` with every entry commented out)
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{label}: expected a mapping of name: value, e.g. {example}, got {value!r}")
+        raise ConfigError(f"{label}: expected a mapping of name: value, e.g. {example}, got {brief(value)}")
     out = {}
     for key, v in value.items():
         if not isinstance(key, str) or not key:
-            raise ConfigError(f"{label}: {key!r} is not a name; write {example}")
+            raise ConfigError(f"{label}: {brief(key)} is not a name; write {example}")
         ok, out[key] = fit_value(v, value_hint)
         if not ok:
             what = "a finite number" if not_finite(v) else "a number"
-            raise ConfigError(f"{label} {key}={v!r}: expected {what} as the weight")
+            raise ConfigError(f"{label} {key[:200]}={brief(v)}: expected {what} as the weight")
     return out
 
 
@@ -315,20 +321,31 @@ def _choices() -> dict[str, tuple]:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML config file as {field: value}; keys may use '-' or '_'; unknown keys are errors."""
+    """A YAML config file as {field: value}; keys may use '-' or '_'; unknown keys are errors.
+    Read by mrtpo's one YAML reader (mrtpo.yamlio): an alias bomb or a repeated key is refused."""
     import yaml
 
+    from mrtpo.yamlio import MAX_CHARS, YAMLRefused, load_yaml
+
+    from mrtpo.textio import not_a_file
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--config {p}: no such file")
+    problem = not_a_file(p)
+    if problem:
+        raise ConfigError(f"--config {p}: {problem}; give a YAML file of settings")
     try:
-        raw = yaml.safe_load(p.read_bytes().decode("utf-8")) or {}
+        if p.stat().st_size > MAX_CHARS:
+            raise ConfigError(f"--config {p}: {p.stat().st_size} bytes; a config is a few KB, at most {MAX_CHARS} "
+                              "bytes are read")
+        raw = load_yaml(p.read_bytes().decode("utf-8"), f"--config {p}") or {}
+    except YAMLRefused as exc:
+        raise ConfigError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"--config {p}: not UTF-8 text ({exc}); save it as UTF-8") from exc
     except OSError as exc:
         raise ConfigError(f"--config {p}: cannot read it: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--config {p}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"--config {p}: not valid YAML: {' '.join(str(exc).split())}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {p}: expected a mapping of setting: value, got {type(raw).__name__}")
     from mrtpo.harness.trl_names import TRL_ALIASES, apply_aliases  # TRL's names: learning_rate...
@@ -338,7 +355,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     for k, v in raw.items():
         key = str(k).replace("-", "_")
         if key in keys:  # num-generations and num_generations: one setting twice
-            raise ConfigError(f"--config {p}: {written[key]!r} and {str(k)!r} name the same setting; keep one")
+            raise ConfigError(f"--config {p}: {brief(written[key])} and {brief(str(k))} name the same setting; keep one")
         keys[key], written[key] = v, str(k)
     spelt = {TRL_ALIASES.get(k, k): written[k] for k in keys}  # field -> the key as written
     values = check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
@@ -350,7 +367,7 @@ def check_keys(values: dict[str, Any], where: str) -> dict[str, Any]:
         if key not in FIELDS:
             close = difflib.get_close_matches(key, list(FIELDS), n=3, cutoff=0.6)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(f"{where}: unknown setting {key!r}.{hint} "
+            raise ConfigError(f"{where}: unknown setting {brief(key)}.{hint} "
                               "See `mrtpo train --help` for the settings.")
     return values
 
@@ -400,7 +417,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
         changed = sorted(k for k, v in merged.to_dict().items()
                          if k not in RESUMABLE and k in saved and v != saved[k])
         if changed:
-            diffs = "; ".join(f"{_flag(k)}: saved {saved[k]!r}, given {getattr(merged, k)!r}" for k in changed)
+            diffs = "; ".join(f"{_flag(k)}: saved {brief(saved[k])}, given {brief(getattr(merged, k))}" for k in changed)
             raise ConfigError(f"--resume would change settings that alter training ({diffs}). "
                               "Drop those flags to continue the run as it began, or start a new "
                               "run in another --output-dir.")

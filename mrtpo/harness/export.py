@@ -23,7 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
-from mrtpo.textio import new_temp_dir, unwritable
+from mrtpo.textio import new_temp_dir, no_room, unwritable
 from mrtpo.harness.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 
 INFO = "mrtpo_export.json"
@@ -55,9 +55,9 @@ def export(source: str | Path, out: str | Path, step: int | None = None, merge: 
         else:
             _copy_files(located.adapter, tmp)
             if not (tmp / "tokenizer_config.json").is_file():  # an older checkpoint: the base's tokenizer
-                from transformers import AutoTokenizer
+                from mrtpo.harness.loading import auto_tokenizer
 
-                AutoTokenizer.from_pretrained(locate(located.base_name).tokenizer).save_pretrained(tmp)
+                auto_tokenizer(locate(located.base_name).tokenizer).save_pretrained(tmp)
             config = json.loads((tmp / ADAPTER_CONFIG).read_text())
             config["base_model_name_or_path"] = located.base_name
             (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -68,13 +68,20 @@ def export(source: str | Path, out: str | Path, step: int | None = None, merge: 
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)
-    except OSError as exc:
+    except Exception as exc:
+        why = no_room(exc, out.parent)  # a full disk, also as torch's or safetensors' wrapper of it
         shutil.rmtree(tmp, ignore_errors=True)
+        if why is not None:
+            where = f"no space left on {out.parent}" if "no space" in why else f"cannot write {out} ({why})"
+            raise TrainedModelError(f"{where}; nothing was written. Free space, or choose an OUT on "
+                                    "another disk") from None
+        if not isinstance(exc, OSError):
+            raise
         if exc.filename is not None and not str(exc.filename).startswith((str(tmp), str(out))):
             raise TrainedModelError(f"cannot export {source}: reading {exc.filename} failed "
                                     f"({exc.strerror or exc}); nothing was written") from None
-        raise TrainedModelError(f"cannot write {out}: {exc.strerror or exc}; nothing was written. "
-                                "Free space or choose another OUT") from None
+        raise TrainedModelError(f"cannot write {out}: {unwritable(out, exc, directory=True)}; nothing "
+                                "was written. Choose another OUT") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

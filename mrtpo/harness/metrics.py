@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 import torch
 
+from mrtpo import textio
 from mrtpo.harness.config import ConfigError
 from mrtpo.harness.runfiles import open_append
 from mrtpo.textio import write_atomic
@@ -192,7 +193,7 @@ class JsonlLog:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = textio.loads(line)
             except ValueError as exc:
                 if all(not rest.strip() for rest in lines[n:]):
                     log.warning("%s, line %d: dropping a torn last line (%d characters; the run "

@@ -190,12 +190,14 @@ def check_model_arg(model: str | None) -> None:
 
 
 def load_tokenizer(name: str):
-    from transformers import AutoTokenizer
+    from mrtpo.harness.loading import Refused, auto_tokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(name)
+        tok = auto_tokenizer(name)
+    except Refused as exc:
+        raise PolicyLoadError(str(exc)) from None
     except Exception as exc:
-        raise PolicyLoadError(_not_found(name, "tokenizer", exc)) from exc
+        raise PolicyLoadError(load_failure(name, "tokenizer", exc)) from exc
     if not getattr(tok, "chat_template", None):
         raise PolicyLoadError(
             f"the tokenizer of {name!r} has no chat template; prompts are rendered as chat "
@@ -207,13 +209,51 @@ def load_tokenizer(name: str):
     return tok
 
 
-def _not_found(name: str, what: str, exc: Exception) -> str:
+def load_failure(name: str, what: str, exc: BaseException, role: str = "--model") -> str:
+    """One line for a model or tokenizer that transformers could not load from `name` (`role`:
+    how the user knows the name, e.g. "--model" or "the adapter's base model")."""
+    from mrtpo.textio import one_line
+
     if Path(name).expanduser().exists():
-        return f"could not load the {what} from {name}: {type(exc).__name__}: {exc}"
+        if "weights_only" in str(exc):  # torch's message advises weights_only=False: never
+            return (f"could not load the {what} from {name}: its weights are a pickle (pytorch_model*.bin) "
+                    "that torch's safe loader refuses, since loading it could run code; convert them to "
+                    "safetensors where you trust them (save_pretrained(..., safe_serialization=True))")
+        broken = _broken_tokenizer_file(Path(name).expanduser()) if what == "tokenizer" else None
+        if broken:
+            return f"could not load the tokenizer from {name}: {broken}"
+        return f"could not load the {what} from {name}: {one_line(exc)}"
     where = ("no such local directory" if _looks_local(name) else
              "no local directory of that name, and it could not be fetched as a hub id")
-    return (f"--model {name!r}: {where} ({type(exc).__name__}). Pass a directory saved with "
+    return (f"{role} {name!r}: {where} ({one_line(exc, 160)}). Pass a directory saved with "
             "save_pretrained (config.json, weights, tokenizer files) or a reachable hub id.")
+
+
+def _broken_tokenizer_file(path: Path) -> str | None:
+    """The tokenizer file of directory `path` that is not valid JSON, named with why (None if
+    each reads), so a failed load names the file rather than the tokenizers library's words."""
+    from mrtpo.textio import loads
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json"):
+        file = path / name
+        try:
+            if file.is_file() and file.stat().st_size <= (256 << 20):
+                loads(file.read_bytes())
+        except ValueError as exc:
+            return f"{file} is not valid JSON ({' '.join(str(exc).split())[:160]}); restore it from a copy"
+        except OSError as exc:
+            return f"{file} cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def vocabulary_problem(name: str, tokenizer, model) -> str | None:
+    """Why `tokenizer` cannot drive `model` (None if it can): a token id past the embedding
+    table would index out of range in the first forward pass."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        return (f"{name}: the tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows}; "
+                "the tokenizer and the weights do not belong together")
+    return None
 
 
 def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
@@ -226,7 +266,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     """
-    from transformers import AutoModelForCausalLM
+    from mrtpo.harness.loading import Refused, auto_model
 
     check_model_arg(model)
     dev = resolve_device(device)
@@ -235,14 +275,16 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
 
     def _load(path):
         try:
-            return AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).to(dev)
+            return auto_model(path, dtype=dt).to(dev)
+        except Refused as exc:
+            raise PolicyLoadError(str(exc)) from None
         except Exception as exc:
-            raise PolicyLoadError(_not_found(str(path), "model", exc)) from exc
+            raise PolicyLoadError(load_failure(str(path), "model", exc)) from exc
 
     net = _load(weights_from or model)
-    if len(tok) > net.get_input_embeddings().num_embeddings:
-        raise PolicyLoadError(f"{model}: the tokenizer has {len(tok)} tokens but the model's "
-                              f"embedding only {net.get_input_embeddings().num_embeddings}")
+    problem = vocabulary_problem(model, tok, net)
+    if problem:
+        raise PolicyLoadError(problem)
     reference = None
     if keep_reference and not lora:
         reference = _load(model) if weights_from else copy.deepcopy(net)

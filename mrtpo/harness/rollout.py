@@ -92,8 +92,9 @@ def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, r
 def render_prompt(tokenizer, task: Task, example: Example) -> str:
     """P0 as the text the model sees: chat template + generation prompt. Lone surrogates in the
     data become U+FFFD: tokenizers raise an opaque TypeError on them."""
-    return tokenizer.apply_chat_template(scrub_all(task.messages(example)), tokenize=False,
-                                         add_generation_prompt=True)
+    from mrtpo.chat import render_chat
+
+    return render_chat(tokenizer, scrub_all(task.messages(example)), tokenize=False, add_generation_prompt=True)
 
 
 def prompt_token_ids(tokenizer, text: str) -> list[int]:

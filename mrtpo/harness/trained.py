@@ -145,7 +145,14 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
     if run_config is not None:  # older checkpoints: the run's config names the base
         import yaml
 
-        fallback = (yaml.safe_load(run_config.read_text()) or {}).get("model")
+        from mrtpo.yamlio import YAMLRefused, load_yaml
+
+        try:
+            saved = load_yaml(run_config.read_text(encoding="utf-8", errors="replace"), str(run_config)) or {}
+        except (yaml.YAMLError, YAMLRefused, OSError):
+            saved = {}  # only a fallback: an adapter that names its base needs none
+        fallback = saved.get("model") if isinstance(saved, dict) else None
+        fallback = fallback if isinstance(fallback, str) else None
     located = _adapter(path / "adapter", build, fallback_base=fallback, verified=True)
     return _with(located, step=step, what=f"checkpoint {path.name}: {located.what}")
 
@@ -176,27 +183,58 @@ def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified
 
 def load(located: Located, dtype=None, device: str | None = None, merge: bool = True):
     """(model, tokenizer): the base with the adapter on it (merged into the weights when
-    `merge`, so generation runs at the plain model's speed), in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    `merge`, so generation runs at the plain model's speed), in eval mode. Whatever fails to
+    load (a refused pickle, a config transformers rejects, an unreachable hub id or base, a
+    tokenizer larger than the embedding) is a TrainedModelError in one line, naming what."""
+    from mrtpo.harness.loading import auto_model, auto_tokenizer
+    from mrtpo.harness.policy import vocabulary_problem
 
     check_weights(located)
-    tokenizer = AutoTokenizer.from_pretrained(located.tokenizer)
-    with _reading(located.base):
-        model = AutoModelForCausalLM.from_pretrained(located.base, **({"dtype": dtype} if dtype is not None else {}))
+    base_role = "--model" if located.adapter is None else f"the base model of {located.adapter}"
+    tokenizer = _loading(located.tokenizer, "tokenizer", base_role if located.tokenizer == located.base else "--model",
+                         lambda: auto_tokenizer(located.tokenizer))
+    model = _loading(located.base, "model", base_role,
+                     lambda: auto_model(located.base, **({"dtype": dtype} if dtype is not None else {})))
     if located.adapter is not None:
         import warnings
 
         from peft import PeftModel
 
-        with warnings.catch_warnings(), _reading(located.adapter):  # peft reads a property transformers deprecated
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            model = PeftModel.from_pretrained(model, str(located.adapter))
+        def _peft():
+            with warnings.catch_warnings():  # peft reads a property transformers deprecated
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+                return PeftModel.from_pretrained(model, str(located.adapter))
+        model = _loading(str(located.adapter), "adapter", "--model", _peft)
         if merge:
             model = model.merge_and_unload()
+    problem = vocabulary_problem(located.what or located.base, tokenizer, model)
+    if problem:
+        raise TrainedModelError(problem)
     if device is not None:
         model = model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def _loading(name: str, what: str, role: str, load):
+    """`load()`, its failure a TrainedModelError in one line naming `name` (mrtpo's own errors,
+    such as a refusal of custom code, pass through as their message)."""
+    from mrtpo.harness.loading import Refused
+    from mrtpo.harness.policy import load_failure
+
+    with _reading(name):
+        try:
+            return load()
+        except Refused as exc:
+            raise TrainedModelError(str(exc)) from None
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception as exc:
+            from safetensors import SafetensorError
+
+            if isinstance(exc, SafetensorError):
+                raise
+            raise TrainedModelError(load_failure(name, what, exc, role=role)) from exc
 
 
 def load_frozen_policy(name_or_path: str, device: str = "auto", dtype: str = "auto"):

@@ -512,7 +512,13 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
         parser.error(f"--task is required; available tasks: {', '.join(available_tasks())}")
     if not model_args.model_name_or_path:
         parser.error("--model_name_or_path is required: a hub id or a directory saved with save_pretrained")
-    init = dict(revision=model_args.model_revision, trust_remote_code=args.trust_remote_code,
+    if not args.trust_remote_code:  # custom code is TRL's explicit flag, off by default: never asked on stdin
+        from mrtpo.harness.loading import custom_code_problem
+
+        problem = custom_code_problem(model_args.model_name_or_path)
+        if problem:
+            parser.error(problem + " (or pass --trust_remote_code to run it)")
+    init = dict(revision=model_args.model_revision, trust_remote_code=bool(args.trust_remote_code),
                 attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
     args.model_init_kwargs = {**init, **(args.model_init_kwargs or {})}
     try:  # the options' names and types, checked as every command checks them

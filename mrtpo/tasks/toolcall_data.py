@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrtpo.tasks.files import lines, read_text
+from mrtpo import textio
+from mrtpo.tasks.files import lines, read_text, row_id
 from mrtpo.verifiers.toolcall import FunctionSpecError, check_mode, normalize_function
 
 #: BFCL v4 categories this task reads (single-turn, with possible answers, Python types)
@@ -110,13 +111,13 @@ def read_bfcl_file(qfile: Path) -> list[ToolCallRow]:
     for line_no, row in _json_lines(afile):
         if not isinstance(row, dict) or "id" not in row or "ground_truth" not in row:
             raise ToolCallDataError(f"{afile}:{line_no}: a possible-answer row needs \"id\" and \"ground_truth\"")
-        answers[str(row["id"])] = row["ground_truth"]
+        answers[row_id(row, ("id",), "", f"{afile}:{line_no}", ToolCallDataError)] = row["ground_truth"]
     rows = []
     for line_no, q in _json_lines(qfile):
         where = f"{qfile}:{line_no}"
         if not isinstance(q, dict) or "id" not in q:
             raise ToolCallDataError(f"{where}: a question row needs an \"id\"")
-        qid = str(q["id"])
+        qid = row_id(q, ("id",), "", where, ToolCallDataError)
         if qid not in answers:
             raise ToolCallDataError(f"{where}: id {qid!r} has no row in {afile}; add its ground_truth there "
                                     "or remove the question")
@@ -136,7 +137,7 @@ def read_jsonl(path: Path, split: str | None = None) -> list[ToolCallRow]:
         splits.add(r.get("split"))
         if split is not None and r.get("split") != split:
             continue
-        rid = str(r.get("id", f"{path.stem}-{line_no}"))
+        rid = row_id(r, ("id",), f"{path.stem}-{line_no}", where, ToolCallDataError)
         if rid in seen:
             raise ToolCallDataError(f"{where}: id {rid!r} is used twice; ids must be unique")
         seen.add(rid)
@@ -248,7 +249,7 @@ def _first_row(path: Path) -> Any:
 def _json_lines(path: Path):
     for line_no, line in lines(read_text(path, ToolCallDataError, "JSONL file")):
         try:
-            yield line_no, json.loads(line)
+            yield line_no, textio.loads(line)
         except json.JSONDecodeError as exc:
             raise ToolCallDataError(f"{path}:{line_no}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno}); "
                                     "each line must hold one JSON object") from None
