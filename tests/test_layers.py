@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / "mrtpo"
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation: pure helpers and math, importing nothing above them", [
         "mrtpo", "mrtpo.cache", "mrtpo.textio", "mrtpo.yamlio", "mrtpo.chat", "mrtpo.progress", "mrtpo.formats",
-        "mrtpo.edits", "mrtpo.advantages", "mrtpo.spans", "mrtpo.replay", "mrtpo.statistics"]),
+        "mrtpo.edits", "mrtpo.advantages", "mrtpo.spans", "mrtpo.replay", "mrtpo.statistics", "mrtpo.loading"]),
     ("verifiers: scoring one response (SQL sandbox, IFEval/IFBench checks, tool calls)", ["mrtpo.verifiers"]),
     ("tasks: the task types, the registry, the built-in tasks and their data readers", ["mrtpo.tasks"]),
     ("contexts: P0 / P_all / P_without_k as messages and token ids", ["mrtpo.contexts"]),

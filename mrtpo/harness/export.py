@@ -55,7 +55,7 @@ def export(source: str | Path, out: str | Path, step: int | None = None, merge: 
         else:
             _copy_files(located.adapter, tmp)
             if not (tmp / "tokenizer_config.json").is_file():  # an older checkpoint: the base's tokenizer
-                from mrtpo.harness.loading import auto_tokenizer
+                from mrtpo.loading import auto_tokenizer
 
                 auto_tokenizer(locate(located.base_name).tokenizer).save_pretrained(tmp)
             config = json.loads((tmp / ADAPTER_CONFIG).read_text())

@@ -190,7 +190,7 @@ def check_model_arg(model: str | None) -> None:
 
 
 def load_tokenizer(name: str):
-    from mrtpo.harness.loading import Refused, auto_tokenizer
+    from mrtpo.loading import Refused, auto_tokenizer
 
     try:
         tok = auto_tokenizer(name)
@@ -266,7 +266,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     """
-    from mrtpo.harness.loading import Refused, auto_model
+    from mrtpo.loading import Refused, auto_model
 
     check_model_arg(model)
     dev = resolve_device(device)

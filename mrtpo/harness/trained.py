@@ -186,7 +186,7 @@ def load(located: Located, dtype=None, device: str | None = None, merge: bool = 
     `merge`, so generation runs at the plain model's speed), in eval mode. Whatever fails to
     load (a refused pickle, a config transformers rejects, an unreachable hub id or base, a
     tokenizer larger than the embedding) is a TrainedModelError in one line, naming what."""
-    from mrtpo.harness.loading import auto_model, auto_tokenizer
+    from mrtpo.loading import auto_model, auto_tokenizer
     from mrtpo.harness.policy import vocabulary_problem
 
     check_weights(located)
@@ -219,7 +219,7 @@ def load(located: Located, dtype=None, device: str | None = None, merge: bool = 
 def _loading(name: str, what: str, role: str, load):
     """`load()`, its failure a TrainedModelError in one line naming `name` (mrtpo's own errors,
     such as a refusal of custom code, pass through as their message)."""
-    from mrtpo.harness.loading import Refused
+    from mrtpo.loading import Refused
     from mrtpo.harness.policy import load_failure
 
     with _reading(name):

@@ -513,7 +513,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     if not model_args.model_name_or_path:
         parser.error("--model_name_or_path is required: a hub id or a directory saved with save_pretrained")
     if not args.trust_remote_code:  # custom code is TRL's explicit flag, off by default: never asked on stdin
-        from mrtpo.harness.loading import custom_code_problem
+        from mrtpo.loading import custom_code_problem
 
         problem = custom_code_problem(model_args.model_name_or_path)
         if problem:

@@ -224,7 +224,7 @@ def convert_gguf(gguf_path: str | Path, out: str | Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from mrtpo.harness.loading import auto_config, auto_model, auto_tokenizer
+    from mrtpo.loading import auto_config, auto_model, auto_tokenizer
 
     gguf_path, out = Path(gguf_path), Path(out)
     where, name = str(gguf_path.parent), gguf_path.name
