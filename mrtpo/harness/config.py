@@ -444,7 +444,7 @@ def defaults_line(given: dict, model: str | None) -> str:
         return (f"settings: the built-in policy {name}'s defaults for {listed} (given settings win); "
                 "the rest are the trainer's defaults")
     keys = sorted({k for d in TRAIN_DEFAULTS.values() for k in d} - set(given) - {"task"})
-    listed = ", ".join(f"{k}={FIELDS[k].default}" for k in keys)
+    listed = ", ".join(f"{k}={field_default(k)}" for k in keys)
     return (f"settings: the trainer's defaults, meant for pretrained models ({listed}); a built-in policy's "
             "own defaults apply only to it (`mrtpo model ls`)")
 
