@@ -3,7 +3,7 @@
 The reference is vendored in tests/oracle/vendor (open-instruct's `open_instruct/IFEvalG`,
 unchanged, and `IFEvalVerifier` from its `ground_truth_utils.py`; see the README there). It
 needs NLTK, immutabledict, absl-py and langdetect (the `oracle` extra) and NLTK's punkt_tab
-data, which is written offline (tests/nltk_offline.py); without them these tests skip.
+data, which is written offline (tests/helpers/nltk_offline.py); without them these tests skip.
 
 Cases: the 200 rows of tests/data/if_rlvr_sample.jsonl (built by the reference itself, so every
 kwarg has the data set's shape) with, per constraint, a response written to follow it, responses
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nltk_offline import use_offline_punkt  # tests/ is on sys.path (its conftest)
+from nltk_offline import use_offline_punkt  # tests/helpers is on sys.path (pyproject's pytest `pythonpath`)
 
 from mrtpo.verifiers.ifeval import check, normalize_kwargs, supported_ids
 from mrtpo.verifiers.ifeval.iftrain_checks import reference_is_random

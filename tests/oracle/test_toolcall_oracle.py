@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from bfcl_mutations import (  # noqa: E402  (tests/oracle is on sys.path for its own tests)
+from bfcl_mutations import (  # noqa: E402  (tests/helpers is on sys.path: pyproject's pytest `pythonpath`)
     bfcl_entries,
     mutants,
     official_checker,
