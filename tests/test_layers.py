@@ -1,4 +1,4 @@
-"""The layers of mrtpo/ (issue 31: 5): imports point only down, and no modules import each other.
+"""The layers of mrtpo/: imports point only down, and no modules import each other.
 
 Every `import mrtpo...` and `from ... import` in mrtpo/**/*.py counts, at module level and inside
 functions alike (a lazy import is still a dependency); relative imports are resolved. A package's

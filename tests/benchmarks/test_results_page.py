@@ -1,6 +1,6 @@
-"""docs/results.md is what benchmarks/results_page.py makes of benchmarks/results/*.json (issue
-31, part 1): the page is up to date, every table names the command that measured it, and
-results for another model get their own tables, with that model in the command."""
+"""docs/results.md is what benchmarks/results_page.py makes of benchmarks/results/*.json: the page
+is up to date, every table names the command that measured it, and results for another model
+get their own tables, with that model in the command."""
 from __future__ import annotations
 
 import json

@@ -1,9 +1,5 @@
-"""Issue 30, items 1, 2, 7, 18, 21, 22 and 25a: every setting of `mrtpo train` is checked once,
-by its declared type and range, whichever way it comes (flag, YAML, TRL alias, Python API),
-before any model loads; a step whose loss, gradient or weights are not finite stops the run
-before anything of it is saved; a reward that times out is counted and said; messages printed
-through rich keep their brackets; alias conflicts on the command line are refused; task options
-refuse non-finite numbers."""
+"""Messages, names and paths printed through rich keep their brackets (printed, not read as
+markup)."""
 from __future__ import annotations
 
 import json
@@ -43,7 +39,7 @@ def _yaml(tmp_path, text: str | bytes) -> Path:
     return p
 
 
-# ------------------------------------------------------- item 21: brackets printed, not markup
+# ------------------------------------------------------- brackets printed, not markup
 def test_a_missing_tracker_message_keeps_its_brackets(monkeypatch, tmp_path):
     import mrtpo.harness.trackers as trackers
 

@@ -1,13 +1,7 @@
-"""Issue 40, items 3, 15, 16, 18 and 19: what users and runs hand mrtpo as settings and files.
-
-- 3: YAML alias bombs (a few hundred bytes standing for 10^9 values) are refused at once wherever
-  mrtpo reads YAML (-o values, --config keys, a run's own config.yaml read by --resume and
-  credit), and error messages show a bounded part of any value;
-- 15: the train settings line never prints a dataclass's MISSING marker;
-- 16: -o weights and --reward-weight share one range;
-- 18: a repeated key in a --config YAML is refused, naming it;
-- 19: odd-typed fields in completions.jsonl and data rows are named, not rendered or linted.
-"""
+"""What users and runs hand the commands as settings and files: the train settings line never
+prints a dataclass's MISSING marker; -o weights and --reward-weight share one range; messages name
+what is wrong and where; odd-typed fields in completions.jsonl and data rows are named, not
+rendered or linted; large inputs are bounded and say what was cut."""
 from __future__ import annotations
 
 import json
@@ -78,7 +72,7 @@ def run_copy(run, tmp_path):
     return Path(shutil.copytree(run, tmp_path / "run"))
 
 
-# --- 15: the settings line ---------------------------------------------------------------------
+# --- the settings line ---------------------------------------------------------------------
 def test_the_settings_line_of_a_user_model_shows_real_defaults(tiny_qwen2_dir, tmp_path):
     result, out = _invoke("train", "--task", "harness-words", "--model", tiny_qwen2_dir, "--output-dir",
                           tmp_path / "o", "--data", tmp_path / "absent.jsonl", "--steps", 1)
@@ -87,7 +81,7 @@ def test_the_settings_line_of_a_user_model_shows_real_defaults(tiny_qwen2_dir, t
     assert "task_args={}" in out, out
 
 
-# --- 16: one range for every reward weight -------------------------------------------------------
+# --- one range for every reward weight -------------------------------------------------------
 @pytest.mark.parametrize("command", ["eval", "train", "blocks"])
 @pytest.mark.parametrize("weight", ["1e308", "-2e6"])
 def test_a_tasks_weight_option_has_the_reward_weight_range(tiny_qwen2_dir, tmp_path, command, weight):
@@ -113,7 +107,7 @@ def test_a_custom_tasks_reward_weight_has_the_same_range(tmp_path):
         checked_rewards(task, ex)
 
 
-# --- 17: messages that name what is wrong and where --------------------------------------------
+# --- messages that name what is wrong and where --------------------------------------------
 @pytest.mark.parametrize("kind, words", [("dir", "is a directory"), ("fifo", "named pipe"), ("dev-zero", "is a device")])
 def test_a_config_that_is_not_a_file_says_what_it_is(tmp_path, tiny_qwen2_dir, kind, words):
     import os
@@ -157,7 +151,7 @@ def test_deeply_nested_brackets_in_jsonl_name_the_file_and_line(tmp_path, what):
     assert "RecursionError" not in out and "recursion" not in out
 
 
-# --- 19: odd-typed fields are named, not rendered ----------------------------------------------------
+# --- odd-typed fields are named, not rendered ----------------------------------------------------
 @pytest.mark.parametrize("field, value", [("tokens", "notalist"), ("reward_names", [1, 2]), ("credit", "12"),
                                           ("blocks", [["nested"]]), ("advantage", "high")])
 def test_an_odd_typed_completions_field_is_named(run_copy, field, value):
@@ -187,7 +181,7 @@ def test_a_row_id_that_is_not_text_is_named(tmp_path, task, row):
     assert str(data) in out and "an id must be text or a whole number" in out, out
 
 
-# --- 7: large inputs are bounded and say what was cut ----------------------------------------------
+# --- large inputs are bounded and say what was cut ----------------------------------------------
 def test_credit_png_of_a_200k_token_completion_is_bounded(run_copy, tmp_path):
     pytest.importorskip("matplotlib")
     path = run_copy / "completions.jsonl"

@@ -1,9 +1,9 @@
-"""Issue 40, items 12, 13 and 17: where output goes wrong.
+"""Where output goes wrong.
 
-- 13: every command that prints gives one line on stderr and exit status 1, not an OSError
+- every command that prints gives one line on stderr and exit status 1, not an OSError
   traceback, when its standard output is on a full disk (`> /dev/full`); a closed pipe still
-  ends quietly.
-"""
+  ends quietly;
+- a full disk during a checkpoint save or an export is one line naming what was kept."""
 from __future__ import annotations
 
 import json
@@ -58,7 +58,7 @@ def test_a_closed_pipe_still_ends_quietly():
     assert b"Traceback" not in err, err
 
 
-# --- 12: a full disk during a checkpoint save or an export ----------------------------------------
+# --- a full disk during a checkpoint save or an export ----------------------------------------
 # A file-size limit (RLIMIT_FSIZE) fails writes as a full disk does, without a small disk to fill:
 # 20 KB stops safetensors' adapter file (its error wraps the OS's), 40 KB torch's optimizer.pt
 # (torch says only "unexpected pos").

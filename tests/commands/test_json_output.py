@@ -1,4 +1,4 @@
-"""One JSON convention for every command (issue 19, point 9; docs/json-output.md): `--json` is
+"""One JSON convention for every command (docs/json-output.md): `--json` is
 one object with a "schema" field, `--jsonl` one record per line; stdout parses as it is."""
 from __future__ import annotations
 

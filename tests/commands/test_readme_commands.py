@@ -1,4 +1,4 @@
-"""Every command the README shows parses against the real argument parsers (issue 19, point 8).
+"""Every command the README shows parses against the real argument parsers.
 
 Commands come from the README's ```bash blocks (continuation lines joined, comments dropped,
 `&&` chains and pipes split, redirections dropped) and from its inline code spans that start with `mrtpo ` or

@@ -73,7 +73,7 @@ def test_errors_are_one_line_and_exit_nonzero(tiny_qwen2_dir, tmp_path):
     assert result.exit_code == 1 and "reward 'fragile'" in out
 
 
-def test_help_lists_the_flags_the_issue_asks_for():
+def test_help_lists_the_training_flags():
     result = CliRunner().invoke(app, ["train", "--help"], env=ENV, prog_name="mrtpo")
     out = ANSI.sub("", result.output)
     for flag in ("--config", "--model", "--task", "--data", "--lora", "--no-lora", "--lora-r",

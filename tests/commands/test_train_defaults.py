@@ -1,4 +1,4 @@
-"""Whose defaults a run gets (issue 19, point 7): the built-in policy's settings whenever the
+"""Whose defaults a run gets: the built-in policy's settings whenever the
 model is the built-in policy (by name, left out, or given as its cached directory), the
 trainer's otherwise, and `mrtpo train` says which at its start."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TRL's setting names as aliases of `mrtpo train`'s, on the command line and in YAML (issue 19, point 5).
+"""TRL's setting names as aliases of `mrtpo train`'s, on the command line and in YAML.
 
 The real typer app parses the flags and the real `resolve` builds the config; only the
 training itself is left out (the captured config is what it would train with).

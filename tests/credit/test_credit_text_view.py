@@ -1,4 +1,4 @@
-"""`mrtpo credit` piped into a file (issue 19, point 4): a plain layout whose lines are not cut
+"""`mrtpo credit` piped into a file: a plain layout whose lines are not cut
 or wrapped at 80 columns, and `--json`, one document with the records and the summary."""
 from __future__ import annotations
 

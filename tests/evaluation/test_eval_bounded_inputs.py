@@ -1,14 +1,8 @@
-"""Issue 30, items 9-13 and 16 (eval/credit outputs): bounded checkers and readers, lone
-surrogates in model output, output paths.
-
-- 9, 10: every registered instruct checker (IFEval, IFBench, IFTrain) reads 100 KB of hostile
-  text in well under its bound, and the linear rewrites give exactly what the official regexes
-  (and NLTK's tokenizer) give;
-- 11: near matching of `--responses` rows to prompts is bounded by characters compared;
-- 12: every reader of user files caps a file's size and a line's, naming the file and line;
-- 13: lone surrogates are scored, written escaped (valid UTF-8 JSON) and shown;
-- 16: `eval --out` and `credit --html` name a path they cannot write, and write atomically.
-"""
+"""What `mrtpo eval` and `mrtpo credit` read and write, bounded: near matching of `--responses`
+rows to prompts is bounded by characters compared; every reader of user files caps a file's size
+and a line's, naming the file and line; lone surrogates in model output are scored, written
+escaped (valid UTF-8 JSON) and shown; `eval --out` and `credit --html` name a path they cannot
+write, and write atomically."""
 from __future__ import annotations
 
 import json
@@ -26,7 +20,7 @@ pytestmark = pytest.mark.timeout(300)
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 N = 100_000
 
-# --- 11: near matching is bounded by characters compared ------------------------------------------
+# --- near matching is bounded by characters compared ------------------------------------------
 def _prompt(rng, words, n):
     return " ".join(rng.choice(words) for _ in range(n))
 
@@ -56,7 +50,7 @@ def test_near_matching_still_pairs_a_reworded_prompt():
     assert pairing.responses == ["essay", None] and "near match" in pairing.warnings[0]
 
 
-# --- 12: every reader of user files caps a file and a line --------------------------------------
+# --- every reader of user files caps a file and a line --------------------------------------
 # Reading /dev/zero in full never ends: the old readers reached 22 GB. These run in a child
 # process with its address space capped at 2 GB, so a regression fails instead of exhausting
 # the machine.
@@ -132,7 +126,7 @@ def test_eval_responses_dev_zero_exits_2():
     assert r.returncode == 2 and "/dev/zero, line 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-# --- 13: lone surrogates in model output -----------------------------------------------------------
+# --- lone surrogates in model output -----------------------------------------------------------
 SURROGATE_RESPONSES = {
     # the JSON escape in the call (parsed into a lone surrogate) and a raw one after it
     "toolcall": '<tool_call>{"name": "f\\ud800", "arguments": {"a": "\\udfff"}}</tool_call> \ud800',
@@ -208,7 +202,7 @@ def test_json_text_round_trips_lone_surrogates():
     assert json.loads(text) == obj and "\u00e9" in text  # other text stays readable
 
 
-# --- 16: output paths ------------------------------------------------------------------------------
+# --- output paths ------------------------------------------------------------------------------
 def test_eval_out_paths_that_cannot_be_written(tmp_path):
     responses = _responses_file(tmp_path, "instruct")
     (tmp_path / "afile").write_text("keep")

@@ -1,4 +1,4 @@
-"""The held-out before/after of `mrtpo train` (issue 39: 1, 2): before step 1 and after the last
+"""The held-out before/after of `mrtpo train`: before step 1 and after the last
 step the policy is scored greedily on held-out examples with the task's official metric (the
 numbers `mrtpo eval TASK --model` gives), printed as the run's last line and written to
 `<run>/heldout.json`; the held-out examples are never trained on; a resumed run keeps the

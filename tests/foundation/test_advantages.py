@@ -91,7 +91,7 @@ def test_gdpo_separates_combinations_grpo_collapses():
 
 
 def test_gdpo_with_one_reward_follows_trl_not_grpo():
-    # TRL's normalize_then_sum batch-normalises the group z-score for every K (issue 19)
+    # TRL's normalize_then_sum batch-normalises the group z-score for every K
     torch.manual_seed(0)
     s = torch.randint(0, 3, (12, 1)).float()
     z = grpo(s, 4).total  # the group z-score

@@ -1,4 +1,4 @@
-"""mrtpo/edits.py (issue 31: 4): the per-format edit primitives that the blocks' corrupted copy,
+"""mrtpo/edits.py: the per-format edit primitives that the blocks' corrupted copy,
 the warm start's injected errors and the credit probe's edits select from, each user's SQL
 misspelling pinned to what it wrote before the three were folded into one module."""
 from __future__ import annotations

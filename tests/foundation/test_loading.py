@@ -1,15 +1,8 @@
-"""Issue 40, items 1 and 2: no path a user gives makes mrtpo import code from a model directory,
-whatever stdin says; a dataset's db_id is a name inside the dataset's root, never a path out of it.
-
-- 1: a copy of a tiny Llama whose config.json has an unknown model_type and an auto_map naming a
-  configuration_evil.py that writes a marker file. eval, probe, credit, train and export (as
-  --model, and as a run's or adapter's recorded base), and the TRL launcher, refuse it in one
-  line with `y` on stdin, and the marker is never written;
-- 2: a Spider db_id that is an absolute path, or a JSONL db_id that climbs out with ../, is
-  refused naming the row, and the outside database's schema never reaches a prompt;
-- 5, 8: a chat template (also model-directory code) is rendered within bounds of time and size,
-  and one that raises (raise_exception, a sandbox SecurityError) is one line in every command.
-"""
+"""mrtpo/loading.py: no path a user gives makes mrtpo import code from a model directory,
+whatever stdin says. A copy of a tiny Llama whose config.json has an unknown model_type and an
+auto_map naming a configuration_evil.py that writes a marker file: eval, probe, credit, train and
+export (as --model, and as a run's or adapter's recorded base), and the TRL launcher, refuse it in
+one line; every transformers load goes through the one loader."""
 from __future__ import annotations
 
 import json

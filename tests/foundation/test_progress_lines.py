@@ -1,4 +1,4 @@
-"""Progress in logs (issue 19, point 3): when stderr is not a terminal (CliRunner's is not),
+"""Progress in logs: when stderr is not a terminal (CliRunner's is not),
 `mrtpo train`, `mrtpo credit TASK --model` and `mrtpo model build` print plain progress lines
 while they run, with the count, the time per unit and the ETA."""
 from __future__ import annotations

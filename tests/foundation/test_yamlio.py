@@ -1,13 +1,7 @@
-"""Issue 40, items 3, 15, 16, 18 and 19: what users and runs hand mrtpo as settings and files.
-
-- 3: YAML alias bombs (a few hundred bytes standing for 10^9 values) are refused at once wherever
-  mrtpo reads YAML (-o values, --config keys, a run's own config.yaml read by --resume and
-  credit), and error messages show a bounded part of any value;
-- 15: the train settings line never prints a dataclass's MISSING marker;
-- 16: -o weights and --reward-weight share one range;
-- 18: a repeated key in a --config YAML is refused, naming it;
-- 19: odd-typed fields in completions.jsonl and data rows are named, not rendered or linted.
-"""
+"""mrtpo/yamlio.py, the one YAML reader: alias bombs (a few hundred bytes standing for 10^9 values)
+are refused at once wherever mrtpo reads YAML (-o values, --config keys, a run's own config.yaml
+read by --resume and credit), error messages show a bounded part of any value, recursive aliases
+are refused, and a repeated key in a --config YAML is refused, naming it."""
 from __future__ import annotations
 
 import re
@@ -78,7 +72,7 @@ def run_copy(run, tmp_path):
     return Path(shutil.copytree(run, tmp_path / "run"))
 
 
-# --- 3: alias bombs ----------------------------------------------------------------------------
+# --- alias bombs ----------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["eval", "train", "blocks"])
 def test_an_option_value_that_is_an_alias_bomb_is_refused_at_once(tiny_qwen2_dir, tmp_path, command):
     args = {"eval": ["eval", "harness-words", "--responses", tmp_path / "r.jsonl"],
@@ -130,7 +124,7 @@ def test_a_recursive_alias_is_refused(tmp_path, tiny_qwen2_dir):
     _clean_error(result, out, "recursive")
 
 
-# --- 18: repeated keys ---------------------------------------------------------------------------
+# --- repeated keys ---------------------------------------------------------------------------
 @pytest.mark.parametrize("text, key", [("steps: 1\nlr: 0.1\nsteps: 2\n", "steps"),
                                        ("task_args:\n  n: 1\n  n: 2\n", "n")])
 def test_a_repeated_config_key_is_refused_naming_it(tmp_path, tiny_qwen2_dir, text, key):

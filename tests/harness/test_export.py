@@ -1,4 +1,4 @@
-"""What `mrtpo train` wrote, evaluated and exported (issue 19, point 1).
+"""What `mrtpo train` wrote, evaluated and exported.
 
 A 2-step LoRA run on a tiny real model: every checkpoint holds the tokenizer and a portable
 `base_model_name_or_path`; `mrtpo eval --model` takes the run dir, a checkpoint and its

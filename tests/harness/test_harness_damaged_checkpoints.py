@@ -1,7 +1,7 @@
-"""Issue 30, points 4, 5, 14-17, 23 and 25c: run files are never written through a link, a
-damaged checkpoint is never exported or loaded, damaged state.json and run logs are named
-instead of tracebacks, output paths that cannot be written are explained, a deleted run-id
-keeps the run's own checkpoints its own, and an export respects the umask.
+"""Run files are never written through a link, a damaged checkpoint is never exported or loaded,
+damaged state.json and run logs are named instead of tracebacks, output paths that cannot be
+written are explained, a deleted run-id keeps the run's own checkpoints its own, and an export
+respects the umask.
 
 Real runs of a tiny model (seconds each), damaged on disk, through the real commands."""
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _flip_last_byte(p: Path):  # same size, other content: only the SHA-256 tell
     p.write_bytes(bytes(data))
 
 
-# --- 4: never write through a link ------------------------------------------------------------
+# --- never write through a link ------------------------------------------------------------
 @pytest.mark.parametrize("name", [".lock", "config.yaml", "metrics.jsonl", "completions.jsonl", ".wandb_run_id",
                                   "checkpoints",
                                   "checkpoints/latest", "checkpoints/run-id", "checkpoints/step-000002"])
@@ -122,7 +122,7 @@ def test_log_and_atomic_writes_replace_or_refuse_a_link_planted_later(tmp_path):
     assert victim.read_text() == "precious\n"
 
 
-# --- 5, 14, 15: export, eval --model and credit --model check the checkpoint first -------------
+# --- export, eval --model and credit --model check the checkpoint first -------------
 DAMAGE = {
     "adapter truncated": (ADAPTER, _truncate, "bytes"),
     "adapter empty": (ADAPTER, lambda p: p.write_bytes(b""), "0 bytes"),
@@ -216,7 +216,7 @@ def test_a_checkpoint_without_state_json_is_named(run_a):
     assert locate(run_a).step == 1  # the run's newest complete checkpoint
 
 
-# --- 14: resume skips a damaged state.json, naming it ------------------------------------------
+# --- resume skips a damaged state.json, naming it ------------------------------------------
 @pytest.mark.parametrize("case", [c for c in DAMAGE if c.startswith("state")])
 def test_resume_skips_a_damaged_state_json(run_a, case, caplog):
     name, damage, words = DAMAGE[case]
@@ -228,7 +228,7 @@ def test_resume_skips_a_damaged_state_json(run_a, case, caplog):
         checkpoints.read_state(step_dir(run_a, 2))
 
 
-# --- 16: output paths that cannot be written ---------------------------------------------------
+# --- output paths that cannot be written ---------------------------------------------------
 def test_export_to_an_unwritable_place_is_explained(run_a, tmp_path):
     (tmp_path / "file").write_text("x")
     for out, words in ((tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file, not a directory"),
@@ -257,7 +257,7 @@ def test_train_output_dir_that_is_a_file_or_lock_that_is_a_directory(tiny_qwen2_
     assert result.exit_code == 2 and "metrics.jsonl is not a regular file" in text, text
 
 
-# --- 17: damaged run logs on resume: a clean error naming the file and line ---------------------
+# --- damaged run logs on resume: a clean error naming the file and line ---------------------
 LOG_DAMAGE = {
     "metrics step a string": ("metrics.jsonl", 1, '{"step": "x", "reward": 0.5}', "line 1", "\"step\" is 'x'"),
     "metrics bad middle line": ("metrics.jsonl", 0, '{"step": 1, "rew', "line 1", "not valid JSON"),
@@ -288,7 +288,7 @@ def test_resume_with_a_damaged_log_is_a_clean_error(run_a, case):
     assert not step_dir(run_a, 3).exists()
 
 
-# --- 23: a deleted run-id; another run's checkpoint --------------------------------------------
+# --- a deleted run-id; another run's checkpoint --------------------------------------------
 def test_a_deleted_run_id_is_restored_and_older_checkpoints_stay_the_runs(tiny_qwen2_dir, run_a, caplog):
     own = checkpoints.read_state(step_dir(run_a, 1))["run"]
     (run_a / "checkpoints" / "run-id").unlink()
@@ -321,7 +321,7 @@ def test_another_runs_checkpoint_does_not_count_as_reached(tiny_qwen2_dir, runs,
         train(_cfg(tiny_qwen2_dir, run_a, steps=2, resume=True))
 
 
-# --- 25c: export and checkpoint directories respect the umask ------------------------------------
+# --- export and checkpoint directories respect the umask ------------------------------------
 def test_checkpoint_directories_respect_the_umask(runs):
     umask = os.umask(0)
     os.umask(umask)

@@ -1,5 +1,5 @@
-"""Issue 18, points 15-20: torn logs, corrupt and tampered checkpoints, the run lock, --resume
-to fewer steps, and leftovers of an interrupted save, on real training runs of a tiny model."""
+"""Torn logs, corrupt and tampered checkpoints, the run lock, --resume to fewer steps, and
+leftovers of an interrupted save, on real training runs of a tiny model."""
 from __future__ import annotations
 
 import json
@@ -41,7 +41,7 @@ def run_a(runs, tmp_path):
     return Path(shutil.copytree(runs / "a", tmp_path / "a"))
 
 
-# --- 15: a torn last line is dropped with a warning -------------------------------------------
+# --- a torn last line is dropped with a warning -------------------------------------------
 def test_torn_last_line_is_dropped_and_a_bad_middle_line_named(tmp_path, caplog):
     log = tmp_path / "metrics.jsonl"
     log.write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": 0.7}\n{"step": 3, "rew')
@@ -55,7 +55,7 @@ def test_torn_last_line_is_dropped_and_a_bad_middle_line_named(tmp_path, caplog)
         JsonlLog(log).read()
 
 
-# --- 16, 20: a corrupt newest checkpoint is skipped; leftovers are removed ---------------------
+# --- a corrupt newest checkpoint is skipped; leftovers are removed ---------------------
 def test_resume_falls_back_past_a_corrupt_checkpoint(tiny_qwen2_dir, run_a, caplog):
     (step_dir(run_a, 2) / "optimizer.pt").write_bytes(b"")  # zero bytes: torch.load aborts on it
     for name in ("metrics.jsonl", "completions.jsonl"):  # the crash also tore the logs
@@ -112,7 +112,7 @@ def test_no_intact_checkpoint_is_a_clear_error(tiny_qwen2_dir, run_a):
         train(_cfg(tiny_qwen2_dir, run_a, steps=3, resume=True))
 
 
-# --- 17: tampered checkpoints ------------------------------------------------------------------
+# --- tampered checkpoints ------------------------------------------------------------------
 def test_state_json_with_another_step_is_refused(run_a):
     state = step_dir(run_a, 2) / "state.json"
     state.write_text(json.dumps({**json.loads(state.read_text()), "step": 1}))
@@ -130,7 +130,7 @@ def test_optimizer_from_another_run_is_refused(runs, run_a):
         checkpoints.resume_point(run_a)
 
 
-# --- 18: one run per directory ------------------------------------------------------------------
+# --- one run per directory ------------------------------------------------------------------
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     code = ("import sys, time; from mrtpo.harness.runlock import RunLock; "
             f"l = RunLock({str(run_dir)!r}).acquire(); print('held', flush=True); time.sleep(60)")
@@ -156,7 +156,7 @@ def test_a_second_run_in_a_locked_directory_is_refused(tiny_qwen2_dir, tmp_path)
 
 
 def test_concurrent_cli_runs_one_refused(tiny_qwen2_dir, tmp_path):
-    """The issue's reproducer: two `mrtpo train` started 0.3 s apart in one directory."""
+    """The reported reproducer: two `mrtpo train` started 0.3 s apart in one directory."""
     args = [sys.executable, "-m", "mrtpo", "train", "--model", str(tiny_qwen2_dir), "--task",
             "harness-words", "--output-dir", str(tmp_path / "run"), "--steps", "2",
             "--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "4",
@@ -196,7 +196,7 @@ def test_learning_benchmark_takes_the_same_lock(tmp_path):
         holder.wait()
 
 
-# --- 19: --resume to fewer steps is refused -----------------------------------------------------
+# --- --resume to fewer steps is refused -----------------------------------------------------
 def test_resume_to_fewer_steps_is_refused(tiny_qwen2_dir, run_a):
     before = (run_a / "config.yaml").read_bytes()
     with pytest.raises(ConfigError, match=r"--resume --steps 1: .* already reached step 2"):

@@ -1,9 +1,7 @@
-"""Issue 30, items 1, 2, 7, 18, 21, 22 and 25a: every setting of `mrtpo train` is checked once,
-by its declared type and range, whichever way it comes (flag, YAML, TRL alias, Python API),
-before any model loads; a step whose loss, gradient or weights are not finite stops the run
-before anything of it is saved; a reward that times out is counted and said; messages printed
-through rich keep their brackets; alias conflicts on the command line are refused; task options
-refuse non-finite numbers."""
+"""Every setting of `mrtpo train` is checked once, by its declared type and range, whichever way
+it comes (flag, YAML, TRL alias, Python API), before any model loads: non-finite floats and
+reward weights, YAML values typed by field, two spellings of one setting, task options that
+are not finite."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +44,7 @@ def _yaml(tmp_path, text: str | bytes) -> Path:
     return p
 
 
-# ---------------------------------------------------------------------------- item 1: floats
+# ---------------------------------------------------------------------------- floats
 FLOAT_FIELDS = [n for n, f in FIELDS.items() if f.type in ("float", "float | None")]
 
 
@@ -101,7 +99,7 @@ def test_bad_yaml_floats_are_refused_before_the_model_loads(tmp_path, text, word
     _refused(result, out, words)
 
 
-# ------------------------------------------------------------- item 18: YAML, typed by field
+# ------------------------------------------------------------- YAML, typed by field
 @pytest.mark.parametrize("text, field, value", [
     ("learning_rate: 1e-5\n", "lr", 1e-5),  # YAML 1.1 reads this as text; TRL reads a float
     ("lr: '3e-4'\n", "lr", 3e-4),
@@ -175,7 +173,7 @@ def test_the_python_api_gets_the_same_checks():
         train(cfg)
 
 
-# -------------------------------------------------------------------- item 2: reward weights
+# -------------------------------------------------------------------- reward weights
 @pytest.mark.parametrize("weight", ["nan", "inf", "-inf", "1e400"])
 def test_non_finite_reward_weights_are_refused(tmp_path, weight):
     result, out = _invoke("train", "--model", NOWHERE, "--task", "harness-words",
@@ -184,7 +182,7 @@ def test_non_finite_reward_weights_are_refused(tmp_path, weight):
     assert not (tmp_path / "run").exists()
 
 
-# ------------------------------------------------------- item 22: two spellings of one setting
+# ------------------------------------------------------- two spellings of one setting
 @pytest.mark.parametrize("args", [
     ["--lr", "0.1", "--learning_rate", "0.2"],
     ["--learning-rate=0.1", "--lr=0.2"],
@@ -219,7 +217,7 @@ def test_two_spellings_of_one_key_in_yaml_are_refused(tmp_path):
         resolve(path, {})
 
 
-# ---------------------------------------------------------------- item 25a: task options
+# ---------------------------------------------------------------- task options
 @pytest.mark.parametrize("item, words", [
     ("timeout=.inf", "option timeout=inf: expected a finite number, e.g. -o timeout=5.0"),
     ("timeout=-.inf", "option timeout=-inf: expected a finite number"),

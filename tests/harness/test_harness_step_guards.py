@@ -1,9 +1,5 @@
-"""Issue 30, items 1, 2, 7, 18, 21, 22 and 25a: every setting of `mrtpo train` is checked once,
-by its declared type and range, whichever way it comes (flag, YAML, TRL alias, Python API),
-before any model loads; a step whose loss, gradient or weights are not finite stops the run
-before anything of it is saved; a reward that times out is counted and said; messages printed
-through rich keep their brackets; alias conflicts on the command line are refused; task options
-refuse non-finite numbers."""
+"""A step whose loss, gradient or weights are not finite stops the run before anything of it is
+saved; a reward that times out is counted and said."""
 from __future__ import annotations
 
 import json
@@ -48,7 +44,7 @@ def _yaml(tmp_path, text: str | bytes) -> Path:
     return p
 
 
-# ------------------------------------------------- item 1: the step's loss, gradient, weights
+# ------------------------------------------------- the step's loss, gradient, weights
 def _checkpoint_tensors(run_dir: Path):
     from safetensors.torch import load_file
 
@@ -143,7 +139,7 @@ def test_the_progress_line_takes_a_missing_reward():
     assert _reward_line({"step": 1, "reward": 0.5, "rewards/format/mean": 1.0}) == "reward 0.500 | format 1.00"
 
 
-# ------------------------------------------------------------ item 7: rewards that time out
+# ------------------------------------------------------------ rewards that time out
 def test_a_reward_that_times_out_is_counted_and_said(tiny_qwen2_dir, tmp_path, caplog):
     """harness-broken's `fragile` reward sleeps 30 s on every completion; with a 0.2 s deadline
     each of its jobs scores the floor as 'timed out'. The metric counts them, the console says

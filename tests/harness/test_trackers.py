@@ -1,4 +1,4 @@
-"""`mrtpo train --report-to` (issue 19, point 2): each tracker gets metrics.jsonl's records.
+"""`mrtpo train --report-to`: each tracker gets metrics.jsonl's records.
 
 Real runs of the loop (2 steps of a tiny model) log to each library, and the test reads what
 the library wrote back with that library's own reader: tensorboard's event files, wandb's

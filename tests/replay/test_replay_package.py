@@ -1,4 +1,4 @@
-"""mrtpo/replay/ as a package (issue 31): one JS distance, the package imports only itself,
+"""mrtpo/replay/ as a package: one JS distance, the package imports only itself,
 each `ReplayOptions` setting gives the full-forward method's distances, and the one batch replay
 onto reward columns (`replay_onto_columns`) that the trainer, TRL and `mrtpo credit` call."""
 from __future__ import annotations

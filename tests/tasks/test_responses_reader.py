@@ -1,4 +1,4 @@
-"""One responses-JSONL reader (issue 31: 4): `mrtpo blocks`/`credit` (mrtpo.blocks.samples) read
+"""One responses-JSONL reader: `mrtpo blocks`/`credit` (mrtpo.blocks.samples) read
 their rows with `mrtpo.evaluation.responses.read_records`, each command keeping its own row
 fields and its own words for a bad line."""
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Issue 30, items 3, 6, 8, 19, 20, 24, 25b: custom code that breaks the contract (a verifier
-that dies, a task that returns the wrong things), bounded contexts, sandboxed data scripts and
-clear errors for what `--model` is given."""
+"""Custom code that breaks the task contract (a verifier that dies, a task that returns the wrong
+things), bounded contexts, sandboxed data scripts and clear errors for what `--model` is given."""
 from __future__ import annotations
 
 import os
@@ -16,7 +15,7 @@ from mrtpo.tasks.base import Reward, Verdict
 pytestmark = pytest.mark.timeout(300)
 
 
-# --- 3: a verifier worker that dies is seen as dead at once ----------------------------------
+# --- a verifier worker that dies is seen as dead at once ----------------------------------
 class DyingTask(WordTask):
     """WordTask with a 'fragile' reward that kills its process on the response 'die'."""
 
@@ -66,7 +65,7 @@ def test_systemexit_in_process_scores_the_floor_too():
     assert "the verifier died" in s.verdicts[0][-1].feedback
 
 
-# --- 8: data scripts build under the sandbox ---------------------------------------------------
+# --- data scripts build under the sandbox ---------------------------------------------------
 from limits import time_limit  # noqa: E402
 from mrtpo.tasks.text2sql_data import DataError, build_database, read_rows  # noqa: E402
 
@@ -122,7 +121,7 @@ def test_an_interrupted_build_cleans_up_and_a_killed_ones_leftover_goes(tmp_path
     assert [p.name for p in (cache / "text2sql").iterdir()] == [built.name]
 
 
-# --- 19 and 25b: a custom task that breaks the contract, on every command ---------------------
+# --- a custom task that breaks the contract, on every command ---------------------
 import json  # noqa: E402
 
 from typer.testing import CliRunner  # noqa: E402
@@ -261,7 +260,7 @@ def test_preview_of_a_verifier_raising_systemexit_shows_it():
     assert "SystemExit" in out and "fragile" in out, (result.exit_code, out)
 
 
-# --- 20: a --model that is not a model says what it lacks and what --model takes ---------------
+# --- a --model that is not a model says what it lacks and what --model takes ---------------
 @pytest.fixture
 def not_models(tmp_path):
     data = tmp_path / "data"
@@ -295,7 +294,7 @@ def test_a_model_argument_that_is_not_a_model_is_explained(not_models, responses
     assert "sentencepiece" not in out and "tiktoken" not in out
 
 
-# --- 24: credit says what it replayed ----------------------------------------------------------
+# --- credit says what it replayed ----------------------------------------------------------
 def test_credit_header_says_a_single_response_was_replayed_without_references(tiny_qwen2_dir):
     result, out = invoke("credit", "robust-contract", "-o", "mode=noref", "--model", tiny_qwen2_dir,
                          "--plain")
@@ -310,7 +309,7 @@ def test_credit_header_with_references_names_both(tiny_qwen2_dir):
     assert "reference + corrupted copy per example" in out, out
 
 
-# --- 6: every block and context is bounded -----------------------------------------------------
+# --- every block and context is bounded -----------------------------------------------------
 from mrtpo.contexts import CUT_MARKER, MAX_BLOCK_CHARS, build_item, cut_block  # noqa: E402
 
 

@@ -1,15 +1,6 @@
-"""Issue 40, items 1 and 2: no path a user gives makes mrtpo import code from a model directory,
-whatever stdin says; a dataset's db_id is a name inside the dataset's root, never a path out of it.
-
-- 1: a copy of a tiny Llama whose config.json has an unknown model_type and an auto_map naming a
-  configuration_evil.py that writes a marker file. eval, probe, credit, train and export (as
-  --model, and as a run's or adapter's recorded base), and the TRL launcher, refuse it in one
-  line with `y` on stdin, and the marker is never written;
-- 2: a Spider db_id that is an absolute path, or a JSONL db_id that climbs out with ../, is
-  refused naming the row, and the outside database's schema never reaches a prompt;
-- 5, 8: a chat template (also model-directory code) is rendered within bounds of time and size,
-  and one that raises (raise_exception, a sandbox SecurityError) is one line in every command.
-"""
+"""A dataset's db_id is a name inside the dataset's root, never a path out of it: a Spider db_id
+that is an absolute path, or a JSONL db_id that climbs out with ../, is refused naming the row;
+a db_path keeps its documented meaning."""
 from __future__ import annotations
 
 import json
@@ -27,7 +18,7 @@ ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 def _invoke(*args, stdin="y\n" * 20):
     result = CliRunner().invoke(app, [str(a) for a in args], env=ENV, prog_name="mrtpo", input=stdin)
     return result, " ".join((result.output + (result.stderr if result.stderr_bytes is not None else "")).split())
-# --- 2: a db_id is a name inside the dataset's root ---------------------------------------------
+# --- a db_id is a name inside the dataset's root ---------------------------------------------
 def _secret_db(path: Path) -> Path:
     import sqlite3
 

@@ -1,4 +1,4 @@
-"""Issue 18, points 11-14: bad input files get an error naming the file, the line and the fix,
+"""Bad input files get an error naming the file, the line and the fix,
 valid JSON Lines are read as JSON defines them, and duplicate ids are refused, in every command
 that takes --data or --responses."""
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _latin1(path, row=2):
     path.write_bytes(b"\n".join(lines))
 
 
-# --- 11: non-UTF-8 files ---------------------------------------------------------------------------
+# --- non-UTF-8 files ---------------------------------------------------------------------------
 @pytest.mark.parametrize("task", TASKS)
 def test_non_utf8_data_names_file_line_and_fix(tmp_path, task):
     data, resp, _ = _data(tmp_path, task)
@@ -83,7 +83,7 @@ def test_non_utf8_responses_name_the_file(tmp_path, task):
         assert not isinstance(result.exception, UnicodeDecodeError)
 
 
-# --- 12: JSON strings may hold U+2028 and U+0085 raw ----------------------------------------------
+# --- JSON strings may hold U+2028 and U+0085 raw ----------------------------------------------
 def test_instruct_data_with_raw_line_separators_loads(tmp_path):
     data, _, ids = _data(tmp_path, "instruct", lambda line: line.replace(
         '"base": "', '"base": "Two\u2028lines and a next-line\u0085mark. ', 1))
@@ -100,7 +100,7 @@ def test_responses_with_raw_line_separators_are_read(tmp_path, task):
     assert result.exit_code == 0, out
 
 
-# --- 13: duplicate ids --------------------------------------------------------------------------------
+# --- duplicate ids --------------------------------------------------------------------------------
 def test_instruct_refuses_duplicate_ids_naming_both_rows(tmp_path):
     first = json.loads(_sample_lines("instruct")[0])["id"]
     data, _, _ = _data(tmp_path, "instruct")
@@ -114,7 +114,7 @@ def test_instruct_refuses_duplicate_ids_naming_both_rows(tmp_path):
     assert f"{data}:2: id {first!r} is already the id of {data}:1" in out, out
 
 
-# --- 14: errors name the file and what is wrong with it ------------------------------------------
+# --- errors name the file and what is wrong with it ------------------------------------------
 @pytest.mark.parametrize("task", TASKS)
 def test_empty_or_directory_responses_are_named(tmp_path, task):
     data, resp, _ = _data(tmp_path, task)

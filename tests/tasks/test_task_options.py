@@ -1,6 +1,6 @@
-"""Issue 18 points 21-22 (and issue 19 point 7): task options are read one way (YAML scalars,
-as TRL's launcher reads them) and checked against their declared types in one place, so every
-command (train, eval, blocks, credit, the TRL launcher) gives the same clean error."""
+"""Task options are read one way (YAML scalars, as TRL's launcher reads them) and checked
+against their declared types in one place, so every command (train, eval, blocks, credit, the
+TRL launcher) gives the same clean error."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""Issue 18: every reward of every built-in task, on hostile text up to 1 MB, under a time and a
+"""Every reward of every built-in task, on hostile text up to 1 MB, under a time and a
 memory bound per call.
 
 Each parametrized case is one reward of one task (the instruct task contributes one example per
@@ -36,7 +36,7 @@ UNITS = ["[", "\n", " ", "A. ", "<", "<<", "{", "[{", "*", "- ", "\n* ", "<tool_
          "<think>", "</think>", "P.S. ", "******", "***", ", ", "\x00", "\t", "a", "A", "WITH RECURSIVE "]
 
 
-#: the issue's reproducers for text verifiers, run on every reward as well
+#: the reported reproducers for text verifiers, run on every reward as well
 REPRODUCERS = ["[" * 9999 + "]" * 9999, "[" * 100_000, "x" + "\n" * 100_000 + "x", "x" + " " * 100_000 + "x",
                "A. " * 300_000, "<" * 100_000, "<tool_call>" * 20_000,
                "/**/" + " " * 30 + "(SELECT 1)"]

@@ -1,14 +1,6 @@
-"""Issue 30, items 9-13 and 16 (eval/credit outputs): bounded checkers and readers, lone
-surrogates in model output, output paths.
-
-- 9, 10: every registered instruct checker (IFEval, IFBench, IFTrain) reads 100 KB of hostile
-  text in well under its bound, and the linear rewrites give exactly what the official regexes
-  (and NLTK's tokenizer) give;
-- 11: near matching of `--responses` rows to prompts is bounded by characters compared;
-- 12: every reader of user files caps a file's size and a line's, naming the file and line;
-- 13: lone surrogates are scored, written escaped (valid UTF-8 JSON) and shown;
-- 16: `eval --out` and `credit --html` name a path they cannot write, and write atomically.
-"""
+"""Every registered instruct checker (IFEval, IFBench, IFTrain) reads 100 KB of hostile text in
+well under its bound, and the linear rewrites give exactly what the official regexes (and NLTK's
+tokenizer) give."""
 from __future__ import annotations
 
 import random
@@ -26,7 +18,7 @@ pytestmark = pytest.mark.timeout(300)
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 N = 100_000
 
-# --- 9, 10: every checker on hostile text ----------------------------------------------------------
+# --- every checker on hostile text ----------------------------------------------------------
 # Each string is 100 KB and stresses one shape: whitespace after a final period (the NLTK rule
 # that backtracked), blank lines (line_indent's list.remove), tens of thousands of sentences (the
 # tokenizers' per-sentence cost), a phrase's first word with no last word (repeat_phrase), a CSV

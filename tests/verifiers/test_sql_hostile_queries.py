@@ -1,4 +1,4 @@
-"""Issue 18, points 1-6: the SQL verifier under hostile queries (time, memory, files, functions)."""
+"""The SQL verifier under hostile queries (time, memory, files, functions)."""
 from __future__ import annotations
 
 import os
@@ -40,7 +40,7 @@ def fenced(sql: str) -> str:
     return f"```sql\n{sql}\n```"
 
 
-# --- 1: the pre-parse is linear ------------------------------------------------------------------
+# --- the pre-parse is linear ------------------------------------------------------------------
 def test_leading_keyword_scan_is_linear_on_comment_then_spaces(db):
     with time_limit(2.0, "the leading-keyword check"):
         assert leading_keyword("/**/" + " " * 100_000 + "(SELECT 1)") == ""
@@ -50,7 +50,7 @@ def test_leading_keyword_scan_is_linear_on_comment_then_spaces(db):
     assert leading_keyword("/* unclosed DELETE") == ""
 
 
-# --- 2: a slow scalar function is a timeout, bounded by the worker's wall clock ----------------
+# --- a slow scalar function is a timeout, bounded by the worker's wall clock ----------------
 # Straight-line code (one row, many calls) runs no progress check; each LIKE of a 1 MB value
 # against a pattern at the length cap costs ~0.1 s, so this is the slowest query left.
 SLOW_LIKES = ("WITH t(x, p) AS (SELECT printf('%.*c', 999999, 'a'), '%' || printf('%.*c', 97, 'a') "
@@ -90,7 +90,7 @@ def test_worker_kills_a_query_stuck_in_one_function_call(db):
     "SELECT printf('%.*c', 999999, 'a') GLOB '*' || printf('%.*c', 5000, 'a') || 'b'",
 ])
 def test_growing_or_quadratic_functions_stop_inside_the_library_call(db, sql):
-    """Issue 30: `execute` itself (no worker) keeps every query near its deadline."""
+    """`execute` itself (no worker) keeps every query near its deadline."""
     with time_limit(8.0, "execute"):
         res, secs = timed(execute, db, sql, 2.0)
     assert secs < 2.5, (sql, secs, res)
@@ -119,7 +119,7 @@ def test_task_scores_a_slow_function_as_a_timeout(sample):
     assert result.score == 0.0
 
 
-# --- 3: a runaway query runs once per response -------------------------------------------------
+# --- a runaway query runs once per response -------------------------------------------------
 RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 
 
@@ -136,7 +136,7 @@ def test_runaway_query_runs_once_for_both_rewards(sample):
     assert t2 < 0.5, f"the second reward re-ran the query ({t2:.1f} s)"
 
 
-# --- 4: memory -----------------------------------------------------------------------------------
+# --- memory -----------------------------------------------------------------------------------
 def test_result_cap_counts_numbers_too(db):
     cols = ", ".join(f"x + {i}" for i in range(500))
     sql = (f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 200000) "
@@ -163,7 +163,7 @@ def test_exec_cache_is_bounded_by_bytes(sample):
     assert held <= CACHE_BYTES / 4, f"the execution cache holds {held / 1e6:.0f} MB of blobs"
 
 
-# --- 5: no file appears beside a database ------------------------------------------------------
+# --- no file appears beside a database ------------------------------------------------------
 def test_wal_database_gets_no_files_beside_it(tmp_path):
     path = tmp_path / "wal.sqlite"
     conn = sqlite3.connect(path)
@@ -178,7 +178,7 @@ def test_wal_database_gets_no_files_beside_it(tmp_path):
     assert sorted(os.listdir(tmp_path)) == before
 
 
-# --- 6: read-only table-valued functions run; other virtual tables stay refused ------------------
+# --- read-only table-valued functions run; other virtual tables stay refused ------------------
 @pytest.mark.parametrize("sql, rows", [
     ("SELECT value FROM json_each('[1, 2]')", [(1,), (2,)]),
     ("SELECT count(*) FROM json_tree('{\"a\": [1]}')", [(3,)]),

@@ -1,4 +1,4 @@
-"""Issue 18, points 7-10: verifiers on arbitrary text are linear, bounded, and report timeouts."""
+"""Verifiers on arbitrary text are linear, bounded, and report timeouts."""
 from __future__ import annotations
 
 import re
@@ -21,7 +21,7 @@ from mrtpo.verifiers.ifeval.scoring import MAX_RESPONSE_CHARS
 pytestmark = pytest.mark.timeout(120)
 
 
-# --- 7: deep nesting scores 0 with feedback --------------------------------------------------------
+# --- deep nesting scores 0 with feedback --------------------------------------------------------
 def test_deeply_nested_json_is_not_followed_and_does_not_raise():
     ok, why = verify("detectable_format:json_format", {}, "[" * 9999 + "]" * 9999)
     assert not ok and "too deeply" in why
@@ -32,8 +32,8 @@ def test_deeply_nested_json_is_not_followed_and_does_not_raise():
     assert v.score == 0.0 and v.feedback
 
 
-# --- 8: checkers are linear on hostile text -------------------------------------------------------
-# The issue's reproducers (100 KB; 'A. ' * 300000 is 900 KB), through the public `check`.
+# --- checkers are linear on hostile text -------------------------------------------------------
+# The reported reproducers (100 KB; 'A. ' * 300000 is 900 KB), through the public `check`.
 REPRODUCERS = [
     ("detectable_content:number_placeholders", "[" * 100_000),
     ("detectable_format:number_bullet_lists", "x" + "\n" * 100_000 + "x"),
@@ -110,7 +110,7 @@ def test_linear_scans_equal_the_official_regexes(s):
     assert [t[a + 11:b - 12] for a, b in _tag_spans(t, "<tool_call>", "</tool_call>")] == tags
 
 
-# --- 9: the toolcall parse cache is bounded by bytes ----------------------------------------------
+# --- the toolcall parse cache is bounded by bytes ----------------------------------------------
 def test_toolcall_parse_cache_is_bounded_by_bytes():
     import gc
     import tracemalloc
@@ -128,7 +128,7 @@ def test_toolcall_parse_cache_is_bounded_by_bytes():
     assert held < 40_000_000, f"{held / 1e6:.0f} MB still held after scoring"
 
 
-# --- 10: the scorer's deadline is reported as a timeout, even inside Format.parse -----------------
+# --- the scorer's deadline is reported as a timeout, even inside Format.parse -----------------
 class _SlowFormat(TextFormat):
     def parse_body(self, body):
         end = time.monotonic() + 5.0
