@@ -118,7 +118,7 @@ def test_a_cache_root_that_is_a_file_is_named(recipe, gguf_file, tmp_path, how):
 SLOW_BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {helpers!r}]
     from mrtpo.models import default as dm, packaged
     from test_packaged_model import _recipe
 
@@ -136,7 +136,8 @@ SLOW_BUILD = textwrap.dedent("""
 def test_sigterm_during_a_build_leaves_nothing(recipe, gguf_file, tmp_path):
     wheel = _wheel(recipe, gguf_file, tmp_path)
     cache, ready = tmp_path / "cache", tmp_path / "ready"
-    code = SLOW_BUILD.format(tests=str(Path(__file__).resolve().parents[1] / "helpers"), gguf=str(gguf_file), ready=str(ready),
+    here = Path(__file__).resolve().parent  # test_packaged_model's folder; the helpers beside it
+    code = SLOW_BUILD.format(tests=str(here), helpers=str(here.parent / "helpers"), gguf=str(gguf_file), ready=str(ready),
                              cache=str(cache), wheel=str(wheel))
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
