@@ -68,3 +68,25 @@ def tiny_qwen2_dir(tmp_path_factory, tiny_tokenizer) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory, tiny_tokenizer) -> Path:
     return _tiny_model_dir(tmp_path_factory, tiny_tokenizer, "llama")
+
+
+@pytest.fixture(scope="session")
+def small_run(tiny_qwen2_dir, tmp_path_factory) -> Path:
+    """One step of a small run (the harness-words task) with a checkpoint, completions logged."""
+    import harness_task
+    from small_runs import small_config
+
+    from mrtpo.harness import train
+
+    harness_task.register()
+    out = tmp_path_factory.mktemp("small-run") / "run"
+    train(small_config(tiny_qwen2_dir, out, steps=1))
+    return out
+
+
+@pytest.fixture
+def run_copy(small_run, tmp_path) -> Path:
+    """A copy of `small_run` that a test may change."""
+    import shutil
+
+    return Path(shutil.copytree(small_run, tmp_path / "run"))

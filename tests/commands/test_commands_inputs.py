@@ -5,22 +5,22 @@ rendered or linted; large inputs are bounded and say what was cut."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import harness_task
+from cli_runs import clean_error as _clean_error
+from cli_runs import invoke
 from limits import time_limit
-from small_runs import small_config
-from mrtpo.cli import app
 
 harness_task.register()
 pytestmark = pytest.mark.timeout(300)
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def _invoke(*args):
+    return invoke(*args, with_stderr=True)
 
 #: ten levels of ten aliases: 10^10 values in 400 bytes
 BOMB = "[" + ",".join(["x"] * 10) + "]"
@@ -41,35 +41,6 @@ def _flow_bomb() -> str:
     for i in range(1, 10):
         text = f"[{text}, " + ", ".join([f"&a{i} [" + ",".join([f'*a{i - 1}'] * 10) + "]"]) + "]"
     return text
-
-
-def _invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args], env=ENV, prog_name="mrtpo")
-    out = result.output + (result.stderr if result.stderr_bytes is not None else "")
-    return result, " ".join(ANSI.sub("", out).split())
-
-
-def _clean_error(result, out, *words, codes=(2,)):
-    assert result.exit_code in codes, (result.exit_code, out, result.exception)
-    assert "Traceback" not in out and (result.exception is None or isinstance(result.exception, SystemExit)), out
-    for w in words:
-        assert w in out, (w, out)
-    assert len(out) < 2000, out[:3000]
-
-
-@pytest.fixture(scope="module")
-def run(tiny_qwen2_dir, tmp_path_factory):
-    """One step of a small run with a checkpoint, completions logged."""
-    from mrtpo.harness import train
-
-    out = tmp_path_factory.mktemp("inputs") / "run"
-    train(small_config(tiny_qwen2_dir, out, steps=1))
-    return out
-
-
-@pytest.fixture
-def run_copy(run, tmp_path):
-    return Path(shutil.copytree(run, tmp_path / "run"))
 
 
 # --- the settings line ---------------------------------------------------------------------

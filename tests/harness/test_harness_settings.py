@@ -6,42 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import harness_task
-from mrtpo.cli import app
+from cli_runs import NOWHERE
+from cli_runs import invoke as _invoke
+from cli_runs import refused as _refused
+from cli_runs import yaml_file as _yaml
 from mrtpo.harness import ConfigError, TrainConfig, resolve, train
 from mrtpo.harness.config import FIELDS
 
 harness_task.register()
 pytestmark = pytest.mark.timeout(300)
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
-NOWHERE = "/nonexistent/model"  # a model that cannot load: a setting refused later would say so
-
-
-def _invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args], env=ENV, prog_name="mrtpo")
-    return result, " ".join(ANSI.sub("", result.output).split())
-
-
-def _refused(result, out, *words):
-    assert result.exit_code == 2, out
-    for w in words:
-        assert w in out, out
-    assert "Traceback" not in out
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "nonexistent" not in out  # refused before the model was looked at
-
-
-def _yaml(tmp_path, text: str | bytes) -> Path:
-    p = tmp_path / "c.yaml"
-    p.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return p
 
 
 # ---------------------------------------------------------------------------- floats
