@@ -22,26 +22,6 @@ pytestmark = pytest.mark.timeout(300)
 def _invoke(*args):
     return invoke(*args, with_stderr=True)
 
-#: ten levels of ten aliases: 10^10 values in 400 bytes
-BOMB = "[" + ",".join(["x"] * 10) + "]"
-
-
-def _bomb_yaml(key: str, inline: bool = False) -> str:
-    """A YAML document whose `key` stands for 10^10 values through aliases."""
-    lines = ["anchors:", "  - &a0 [" + ",".join(["x"] * 10) + "]"]
-    for i in range(1, 10):
-        lines.append(f"  - &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]")
-    lines.append(f"{key}: *a9")
-    return "\n".join(lines) + "\n"
-
-
-def _flow_bomb() -> str:
-    """The same as one flow value (for -o KEY=VALUE)."""
-    text = "&a0 [" + ",".join(["x"] * 10) + "]"
-    for i in range(1, 10):
-        text = f"[{text}, " + ", ".join([f"&a{i} [" + ",".join([f'*a{i - 1}'] * 10) + "]"]) + "]"
-    return text
-
 
 # --- the settings line ---------------------------------------------------------------------
 def test_the_settings_line_of_a_user_model_shows_real_defaults(tiny_qwen2_dir, tmp_path):

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.timeout(300)
 def _invoke(*args):
     return invoke(*args, with_stderr=True)
 
+
 #: ten levels of ten aliases: 10^10 values in 400 bytes
 BOMB = "[" + ",".join(["x"] * 10) + "]"
 
