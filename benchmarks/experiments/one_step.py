@@ -382,8 +382,16 @@ def append_record(out: Path, settings: dict, record: dict) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+def common_rewards(records: list[dict], method: str) -> list[str]:
+    """The rewards every batch has, in the first batch's order, `total` last: a task whose rewards
+    vary per prompt (instruct: one per constraint) is summarised by its total alone."""
+    names = [[r for r in rec["effects"][method] if r not in ("kl", "total")] for rec in records]
+    every = [r for r in names[0] if all(r in n for n in names[1:])] if names else []
+    return every + ["total"] if records else []
+
+
 def report(records: list[dict], methods, settings: dict, args) -> dict:
-    rewards = [r for r in records[0]["effects"][methods[0]] if r != "kl"] if records else []
+    rewards = common_rewards(records, methods[0])
     rows, paired = summarise(records, methods, rewards)
     seconds = statistics.mean(rec["seconds"]["batch"] for rec in records) if records else math.nan
     doc = {"settings": {**settings, "batches": len(records)}, "rows": rows, "paired": paired,

@@ -126,3 +126,10 @@ def test_a_built_in_policys_task_options_stay_with_its_own_task(one_step):
     assert cfg("--task", "instruct").task_args == {}
     assert cfg("--task", "text2sql", "-o", "demo=true").task_args == {"demo": True}
     assert cfg("--task", "text2sql").lr == 5e-05 and cfg("--task", "text2sql").num_generations == 4
+
+
+def test_rewards_that_vary_per_prompt_are_summarised_by_their_total(one_step):
+    recs = [{"effects": {"gdpo": {"a": 0.1, "b": 0.2, "total": 0.3, "kl": 0.01}}},
+            {"effects": {"gdpo": {"a": 0.1, "c": 0.2, "total": 0.3, "kl": 0.01}}}]
+    assert one_step.common_rewards(recs, "gdpo") == ["a", "total"]
+    assert one_step.common_rewards(recs[:1], "gdpo") == ["a", "b", "total"]
