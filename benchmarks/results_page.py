@@ -69,6 +69,8 @@ def kind_of(name: str, data: dict) -> str:
         return "variants"
     if schema.startswith("mrtpo.probe/") or (name.startswith("probe-") and "kinds" in data):
         return "probe"
+    if schema.startswith("mrtpo.roofline/"):
+        return "roofline"
     if schema.startswith("mrtpo.block-reading/"):
         return "block-reading"
     if schema.startswith("mrtpo.context-sensitivity/"):
@@ -331,6 +333,27 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
                     table(["a - b", "reward", "mean [95% interval]", "verdict"], verdicts)))
 
 
+def render_roofline(name: str, data: dict) -> str:
+    """benchmarks/speed/roofline.py: per phase of one step, the counts, the seconds and the bound
+    the machine's measured peaks allow."""
+    m, sz = data.get("machine") or {}, data.get("sizes") or {}
+    body = [[r["phase"], r["tokens"], num(r["flops"] / 1e9, 1), num(r["bytes"] / 1e9, 2), num(r["seconds"], 2),
+             num(r["compute_seconds"], 2), num(r["memory_seconds"], 2), r["bound"],
+             num(r.get("times_bound"), 1) if r.get("times_bound") else "",
+             f"{r['prompt_share']:.0%}" if isinstance(r.get("prompt_share"), (int, float)) else ""]
+            for r in data.get("rows") or []]
+    settings = data.get("settings") or {}
+    title = (f"one step of {data.get('task')}, {model_label(model_field(data))}, {settings.get('batch_prompts')} x "
+             f"{settings.get('num_generations')}, prompts of {sz.get('prompt_tokens_per_prompt')} tokens")
+    notes = [f"machine, same run: fp32 {num(m.get('fp32_flops', 0) / 1e9, 0)} GFLOP/s, bf16 "
+             f"{num(m.get('bf16_flops', 0) / 1e9, 0)} GFLOP/s (square products), copy "
+             f"{num(m.get('bandwidth', 0) / 1e9, 1)} GB/s, {m.get('threads')} threads; step total "
+             f"{num(data.get('total_seconds'), 1)} s"]
+    columns = ["phase", "tokens", "GFLOP", "GB read", "seconds", "compute-bound s", "memory-bound s", "bound",
+               "x bound", "prompt tokens"]
+    return block(title, data.get("command", "python benchmarks/speed/roofline.py"), name, table(columns, body), notes)
+
+
 def render_table(name: str, data: dict) -> str:
     """A `mrtpo.table/1` file: figures moved from prose into data, shown as they are."""
     title = data.get("title", name)
@@ -345,7 +368,8 @@ def render_table(name: str, data: dict) -> str:
 
 RENDER = {"probe": render_probe, "variants": render_variants, "block-reading": render_block_reading,
           "context-sensitivity": render_context_sensitivity, "learning": render_learning,
-          "span-placement": render_span_placement, "one-step": render_one_step}
+          "span-placement": render_span_placement, "one-step": render_one_step,
+          "roofline": render_roofline}
 
 
 def _sort_key(item: tuple[str, dict]) -> tuple:

@@ -16,7 +16,8 @@ phases and timed on their own:
 
 Per phase it prints the tokens, the FLOPs (2 per weight per token through the body, the
 vocabulary head where logits are made, attention's 4 x layers x width x context; the
-backward counts twice the forward), the bytes of weights read (decode reads every weight once
+backward counts the forward once more, since the frozen base weights need only the
+activations' gradients, plus the LoRA weights' own), the bytes of weights read (decode reads every weight once
 per new token; the other phases read them once per pass), the measured seconds, the time each
 peak allows, the bound (the larger of the two) and how far from it the phase runs; and how much
 of each phase goes to prompt tokens. Nothing is asserted: these are measured figures.
@@ -144,7 +145,8 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
         {"phase": "forward", "tokens": update_tokens, "prompt_tokens": prompt_tokens,
          "flops": forward_flops(s, update_tokens, p / 2, new), "bytes": s["weight_bytes"], "seconds": t_forward},
         {"phase": "backward", "tokens": update_tokens, "prompt_tokens": prompt_tokens,
-         "flops": 2 * forward_flops(s, update_tokens, p / 2, new), "bytes": s["weight_bytes"], "seconds": t_backward},
+         "flops": forward_flops(s, update_tokens, p / 2, new) + 6 * lora * update_tokens,
+         "bytes": s["weight_bytes"], "seconds": t_backward},
         {"phase": "optimizer", "tokens": 0, "prompt_tokens": 0, "flops": 10.0 * lora, "bytes": 16.0 * lora,
          "seconds": t_opt},
     ]

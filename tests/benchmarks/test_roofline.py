@@ -17,6 +17,6 @@ def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
     for r in doc["rows"]:
         assert r["seconds"] > 0 and r["bound"] in ("compute", "memory")
     rows = {r["phase"]: r for r in doc["rows"]}
-    assert rows["backward"]["flops"] == 2 * rows["forward"]["flops"]
+    assert rows["forward"]["flops"] < rows["backward"]["flops"] < 2 * rows["forward"]["flops"]  # LoRA
     assert rows["decode"]["tokens"] == doc["sizes"]["completion_tokens"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["schema"] == "mrtpo.roofline/1"
