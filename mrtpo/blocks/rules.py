@@ -39,7 +39,7 @@ empty, `infer_kind` works it out from the block's structure (see there). A rewar
 one rule, or one check of a rule, with a reason (`Reward.waive`); `split_waived` sets such
 findings apart, and the lint summary lists them with the reason.
 
-Heuristics are measured, not assumed: tests/test_blocks_corpus.py runs the lint over a
+Heuristics are measured, not assumed: tests/blocks/test_blocks_corpus.py runs the lint over a
 corpus of good and bad blocks and reports precision and recall.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`mrtpo eval` end to end: generating with a (tiny, real) model, round trips through --out, and
 tasks without a benchmark of their own (plugins) scored by their rewards.
 
-Run: .venv/bin/python -m pytest tests/test_eval_cli.py -q
+Run: .venv/bin/python -m pytest tests/commands/test_eval_cli.py -q
 """
 from __future__ import annotations
 

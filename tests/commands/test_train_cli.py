@@ -53,7 +53,7 @@ def test_train_writes_the_run_directory_and_resumes(tiny_qwen2_dir, tmp_path):
 
 
 def test_errors_are_one_line_and_exit_nonzero(tiny_qwen2_dir, tmp_path):
-    # no --model means the built-in policy (tests/test_default_model.py), so not an error here
+    # no --model means the built-in policy (tests/models/test_default_model.py), so not an error here
     result, out = _invoke(["--model", str(tmp_path / "missing"), "--task", "harness-words",
                            "--output-dir", str(tmp_path / "b")])
     assert result.exit_code == 2 and "no such local directory" in out

@@ -1,4 +1,4 @@
--- The database the block-lint corpus's SQL examples run on (tests/test_blocks_corpus.py).
+-- The database the block-lint corpus's SQL examples run on (tests/blocks/test_blocks_corpus.py).
 CREATE TABLE singer (
   singer_id INTEGER PRIMARY KEY,
   name TEXT NOT NULL,

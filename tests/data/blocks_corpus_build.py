@@ -1,7 +1,7 @@
 """Writes blocks_corpus.jsonl: good and bad blocks, each with the context the lint needs.
 
 Run `python tests/data/blocks_corpus_build.py` after editing; the JSONL is what the tests read
-(tests/test_blocks_corpus.py). Each record: `id`, `expect` (null for a good block, else the
+(tests/blocks/test_blocks_corpus.py). Each record: `id`, `expect` (null for a good block, else the
 one rule it breaks, "R1".."R6"), `kind`, `format`, `think`, `placement`, `prompt`, `data`
 (the example's label), `feedback` (the verifier's words for the response, "" for none),
 `block`, and `note` (why it is bad). SQL examples run on blocks_corpus.sql; tool examples are
@@ -456,7 +456,7 @@ if __name__ == "__main__":
 
 # ============================================================================================
 # Held-out corpus: written after the rules were frozen, never used to tune them. Measured and
-# reported apart (tests/test_blocks_corpus.py::test_heldout_corpus).
+# reported apart (tests/blocks/test_blocks_corpus.py::test_heldout_corpus).
 # ============================================================================================
 dev_records, records = records, []
 

@@ -1,6 +1,6 @@
 """The evaluation generator: batched, left-padded greedy decoding through the chat template.
 
-Run: .venv/bin/python -m pytest tests/test_eval_generate.py -q
+Run: .venv/bin/python -m pytest tests/evaluation/test_eval_generate.py -q
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`mrtpo eval instruct`: IFEval's prompt/instruction-level accuracy, strict and loose.
 
-Run: .venv/bin/python -m pytest tests/test_eval_instruct.py -q
+Run: .venv/bin/python -m pytest tests/evaluation/test_eval_instruct.py -q
 The conformance test reads ../shared/data/ifeval and skips when it is absent.
 """
 from __future__ import annotations

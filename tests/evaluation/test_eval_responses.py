@@ -1,6 +1,6 @@
 """Reading responses files and pairing their rows with examples.
 
-Run: .venv/bin/python -m pytest tests/test_eval_responses.py -q
+Run: .venv/bin/python -m pytest tests/evaluation/test_eval_responses.py -q
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`mrtpo eval text2sql`: execution accuracy per comparison mode and the share that executes.
 
-Run: .venv/bin/python -m pytest tests/test_eval_text2sql.py -q
+Run: .venv/bin/python -m pytest tests/evaluation/test_eval_text2sql.py -q
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`mrtpo eval toolcall`: BFCL AST accuracy per category, overall, and BFCL's summaries.
 
-Run: .venv/bin/python -m pytest tests/test_eval_toolcall.py -q
+Run: .venv/bin/python -m pytest tests/evaluation/test_eval_toolcall.py -q
 The conformance tests against BFCL's own code skip when `bfcl-eval` is not installed.
 """
 from __future__ import annotations

