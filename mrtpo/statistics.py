@@ -93,6 +93,19 @@ def effective_token_ratio(distances: torch.Tensor, mask: torch.Tensor) -> torch.
     return torch.where(total > 0, ratio, torch.full_like(ratio, float("nan"))).float()
 
 
+def concentration(distances: torch.Tensor, mask: torch.Tensor,
+                  credit: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Per response and reward [N, K] each: `top80_token_share`, `gini` and
+    `effective_token_ratio`; NaN where the distances are all zero, and where `credit` [N, K]
+    is 0 (the pairs the replay skips unless asked, left out whatever the flag)."""
+    figures = {"top80_token_share": top_share(distances, mask), "gini": gini(distances, mask),
+               "effective_token_ratio": effective_token_ratio(distances, mask)}
+    if credit is None:
+        return figures
+    kept = credit != 0  # [N, K]
+    return {k: torch.where(kept.to(v.device), v, torch.full_like(v, float("nan"))) for k, v in figures.items()}
+
+
 def response_top_share(q: Sequence[float], share: float = SHARE) -> float | None:
     """The top-`share` token share of one response's distances for one reward (None: all zero)."""
     if len(q) == 0:

@@ -42,7 +42,7 @@ from mrtpo.harness.runfiles import open_append
 from mrtpo.textio import write_atomic
 
 # the concentration metric has one implementation, shared with `mrtpo credit`
-from mrtpo.statistics import credited_top_share, effective_token_ratio, gini
+from mrtpo.statistics import concentration
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +132,8 @@ def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str],
     """Per reward, means over the (completion, reward) pairs with credit of how concentrated
     the distances are: `top80_token_share` (mrtpo.statistics.top_share), `gini` and
     `effective_token_ratio` (whether the weights collapse toward even or onto a few tokens)."""
-    figures = {"top80_token_share": credited_top_share(distances, mask, credit),  # [N, K] each
-               "gini": gini(distances, mask), "effective_token_ratio": effective_token_ratio(distances, mask)}
     out = {}
-    for label, values in figures.items():
-        if credit is not None:
-            values = torch.where(credit.to(values.device) != 0, values, torch.full_like(values, float("nan")))
+    for label, values in concentration(distances, mask, credit).items():  # [N, K] each
         for k, name in enumerate(names):
             col = values[:, k]
             col = col[~torch.isnan(col)]
