@@ -76,11 +76,6 @@ def interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]
 
 
 # ------------------------------------------------------------------------------ one batch
-def totals(scored) -> torch.Tensor:
-    """Each row's weighted sum of rewards (a reward that does not apply counts 0) -> [N]."""
-    return (torch.nan_to_num(scored.scores, nan=0.0) * scored.weights).sum(-1)
-
-
 @torch.no_grad()
 def sequence_logps(policy, rollout, temperature: float, rows_per_pass: int = 32) -> torch.Tensor:
     """log pi(y | x) of every completion under the policy as it stands, at the sampling
@@ -129,6 +124,7 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     """One batch: sample, score, replay, one step per method, effects on the pool -> a record."""
     from mrtpo.advantages import estimate, place, shuffle_within
     from mrtpo.harness.distances import policy_replayer, replay_distances, span_distances
+    from mrtpo.harness.metrics import weighted_total
     from mrtpo.harness.rollout import sample
     from mrtpo.harness.update import update
 
@@ -159,7 +155,7 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     t_sample = time.perf_counter() - t0
     pooled = scorer.score(pool_r.examples, pool_r.responses)  # [B*P, K']
     pool_scores = {name: pooled.scores[:, k] for k, name in enumerate(pooled.names)}
-    pool_scores["total"] = totals(pooled)
+    pool_scores["total"] = weighted_total(pooled.scores, pooled.weights)  # [B*P]
     mask = train_r.response_mask()  # [N, T]
     t1 = time.perf_counter()
     q, _ = replay_distances(policy_replayer(policy), task, train_r, scored, cfg.temperature,

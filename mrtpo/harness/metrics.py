@@ -51,12 +51,17 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def weighted_total(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each row's weighted sum of rewards, scores [N, K] (NaN = absent, counts 0) -> [N]."""
+    return (torch.nan_to_num(scores, nan=0.0) * weights).sum(-1)
+
+
 def reward_metrics(scores: torch.Tensor, names: list[str], weights: torch.Tensor,
                    group_size: int, prefix: str = "") -> dict[str, float]:
     """TRL's reward metrics from scores [N, K] (NaN = reward absent on that row)."""
     out: dict[str, float] = {}
     present = ~torch.isnan(scores)  # [N, K]
-    total = (torch.nan_to_num(scores, nan=0.0) * weights).sum(-1)  # [N]
+    total = weighted_total(scores, weights)  # [N]
     out[f"{prefix}reward"] = float(total.mean())
     if group_size > 1:
         grouped = total.view(-1, group_size)  # [N/G, G]
