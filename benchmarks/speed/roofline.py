@@ -6,12 +6,13 @@ plus written). Then one step of `mrtpo train` on the policy with its train setti
 SmolLM2-135M-Instruct on text2sql with the worked example, B x G completions), split into its
 phases and timed on their own:
 
-- prefill: the B distinct prompts through the model once (their KV cache, as the rollout does);
+- prefill: the B distinct prompts through the model once (their KV cache, as the rollout does:
+  the beginning they all share once, then each prompt's rest);
 - decode: the rest of generation, G completions per prompt, one token per row per forward;
 - score: the verifiers (no model);
 - replay: MRTPO's teacher-forced replay of every (completion, reward) pair;
-- forward / backward: the update's log-probabilities with gradients (each prompt encoded once
-  for its group), then the backward pass;
+- forward / backward: the update's log-probabilities with gradients (the prompts encoded as the
+  prefill does, once for their group), then the backward pass;
 - optimizer: AdamW over the LoRA parameters.
 
 Per phase it prints the tokens, the FLOPs (2 per weight per token through the body, the
@@ -90,6 +91,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     from mrtpo.replay import replay_tokens
     from mrtpo.harness.distances import policy_replayer, replay_distances
     from mrtpo.harness.loss import policy_loss, token_logps
+    from mrtpo.harness.prefix import common_prefix_length
     from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt, sample
     from mrtpo.harness.scoring import Scorer
 
@@ -97,19 +99,16 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     G, B = cfg.num_generations, len(examples)
     ids = [prompt_token_ids(policy.tokenizer, render_prompt(policy.tokenizer, task, ex)) for ex in examples]
     p = max(map(len, ids))
-    input_ids = torch.full((B, p), policy.pad_id, dtype=torch.long)
-    attn = torch.zeros((B, p), dtype=torch.long)
-    for i, x in enumerate(ids):
-        input_ids[i, p - len(x):], attn[i, p - len(x):] = torch.tensor(x), 1
     policy.model.eval()
     with torch.no_grad(), policy.merged() as model:
-        _, t_prefill = timed(lambda: prompt_cache(model, input_ids, attn, G))
+        _, t_prefill = timed(lambda: prompt_cache(model, ids, G, policy.pad_id, max_new_tokens=cfg.max_new_tokens))
     torch.manual_seed(0)
     rollout, t_sample = timed(lambda: sample(policy, task, examples, G, temperature=cfg.temperature,
                                              top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens))
     new = sum(len(r) for r in rollout.response_ids)
     steps = rollout.max_length
-    prompt_tokens = sum(len(x) for x in ids)
+    common = common_prefix_length([x[:-1] for x in ids])
+    prompt_tokens = common + sum(len(x) - common for x in ids)  # the shared beginning once, then each rest
     scorer = Scorer(task, 0)
     scored, t_score = timed(lambda: scorer.score(rollout.examples, rollout.responses))
     credit = estimate(scored.scores, G, "gdpo", weights=scored.weights, floors=scored.floors)
@@ -131,7 +130,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     _, t_backward = timed(loss.backward)
     _, t_opt = timed(optimizer.step)
     lora = sum(x.numel() for x in params)
-    update_tokens = prompt_tokens + new  # each prompt once for its group, then the responses
+    update_tokens = prompt_tokens + new  # the prompts as the prefill encodes them, then the responses
     rows = [
         {"phase": "prefill", "tokens": prompt_tokens, "prompt_tokens": prompt_tokens,
          "flops": forward_flops(s, prompt_tokens, p / 2, 0), "bytes": s["weight_bytes"], "seconds": t_prefill},

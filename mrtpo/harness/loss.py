@@ -23,7 +23,7 @@ LossType = Literal["dapo", "grpo", "dr_grpo"]
 
 def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor, num_response: int, temperature: float = 1.0,
-                with_entropy: bool = False, share_prompts: bool = False,
+                with_entropy: bool = False, share_prompts: bool = False, common_prefix: bool = True,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of the last `num_response` tokens under `model` -> ([N, T], entropy [N, T]).
 
@@ -34,10 +34,12 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     `share_prompts`: rows whose prompt columns are identical (the G completions of a prompt)
     run the prompt through the model once and reuse its KV cache for their responses
     (`shared_prompt_logits`): the same log-probs and gradients as the full forward, to float
-    rounding (tested), for about 1/G of the prompt's compute.
+    rounding (tested), for about 1/G of the prompt's compute; with `common_prefix`, the
+    beginning all the prompts share (system text, worked example) is encoded once for all.
     """
     t = num_response
-    logits = shared_prompt_logits(model, input_ids, attention_mask, position_ids, t) if share_prompts else None
+    logits = (shared_prompt_logits(model, input_ids, attention_mask, position_ids, t, common_prefix)
+              if share_prompts else None)
     if logits is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     logits_to_keep=t + 1, use_cache=False)
@@ -60,21 +62,24 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 
 def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         position_ids: torch.Tensor, num_response: int) -> torch.Tensor | None:
+                         position_ids: torch.Tensor, num_response: int, common_prefix: bool = True,
+                         ) -> torch.Tensor | None:
     """Logits [N, T, V] at the positions predicting the last T tokens, each distinct prompt
-    encoded once; None when no two rows share a prompt (or sharing is not possible).
+    encoded once; None when no two rows share a prompt or a beginning (or sharing is not possible).
 
     The batch is left-padded prompts then responses (rollout.Batch). Its columns before the
     last prompt column are the prefix: the G rows of one prompt hold the same prefix ids and
     mask, hence (causal attention) the same keys and values there. The distinct prefixes go
-    through the decoder once, their KV cache is indexed out to every row (autograd flows back
-    through the indexing, summing the rows' gradients, which is what the full forward's G
-    copies add up to), and the rest (the last prompt token, which predicts the first response
-    token, and the response) runs on top. LoRA dropout, in training mode, then draws one mask
-    per prompt rather than one per row. Not used under gradient checkpointing, which turns the
-    KV cache off in training.
+    through the decoder once (`prefix.encode_prompts`: with `common_prefix`, the beginning
+    every prompt shares, such as the system text and a worked example, once for all of them),
+    their KV cache is indexed out to every row (autograd flows back through the indexing,
+    summing the rows' gradients, which is what the full forward's copies add up to), and the
+    rest (the last prompt token, which predicts the first response token, and the response)
+    runs on top. LoRA dropout, in training mode, then draws one mask per prefix rather than
+    one per row. Not used under gradient checkpointing, which turns the KV cache off in training.
     """
-    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of, output_cache
+    from mrtpo.harness.prefix import common_prefix_length, encode_prompts
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of
 
     n, t = input_ids.shape[0], num_response
     cut = input_ids.shape[1] - t - 1  # prefix columns
@@ -83,19 +88,16 @@ def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.T
     key = torch.cat([input_ids[:, :cut], attention_mask[:, :cut]], 1)  # [N, 2 * cut]
     uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2 * cut], [N]
     u = uniq.shape[0]
-    if u == n:
+    prompts = [row[:cut][row[cut:].bool()].tolist() for row in uniq]  # U prefixes, real tokens only
+    if not any(prompts) or (u == n and not (common_prefix and u > 1 and common_prefix_length(prompts))):
         return None
-    rows = torch.arange(n, device=input_ids.device)  # [N]
-    first = torch.full((u,), n, dtype=torch.long, device=input_ids.device).scatter_reduce(
-        0, inverse, rows, reduce="amin")  # [U] one row holding each distinct prefix
     decoder, head = decoder_of(model), head_of(model)
-    prefix = decoder(input_ids=input_ids[first, :cut], attention_mask=attention_mask[first, :cut],
-                     position_ids=position_ids[first, :cut], use_cache=True)
-    cache = output_cache(prefix)
-    cache.batch_select_indices(inverse)  # [U, ...] -> [N, ...]
-    hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=attention_mask,
-                     position_ids=position_ids[:, cut:], use_cache=True,
-                     **{cache_kwarg(decoder): cache}).last_hidden_state  # [N, T + 1, H]
+    arg = cache_kwarg(decoder)
+    enc = encode_prompts(decoder, prompts, input_ids.device, arg, common_prefix=common_prefix)
+    enc.cache.batch_select_indices(inverse)  # [U, ...] -> [N, ...]
+    mask = torch.cat([enc.mask[inverse], attention_mask[:, cut:]], 1)  # [N, width + T + 1]
+    hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=mask, position_ids=position_ids[:, cut:],
+                     use_cache=True, **{arg: enc.cache}).last_hidden_state  # [N, T + 1, H]
     return head(hidden[:, :t])  # [N, T, V]
 
 

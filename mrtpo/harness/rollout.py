@@ -74,19 +74,46 @@ class Rollout:
         return mask
 
 
-def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, repeats: int):
-    """KV cache of the B left-padded prompts [B, P] but their last token, each row repeated
-    `repeats` times ([B*G, P - 1]): `generate` then runs only the last prompt token before
-    decoding, instead of encoding every prompt G times. Positions as `generate` numbers them."""
-    from mrtpo.replay.plumbing import output_cache
+def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
+                 max_new_tokens: int | None = None, common_prefix: bool = True):
+    """The B prompts [B][P_b] as `generate` input with their KV cache: (ids [B*G, P], mask
+    [B*G, P], cache of every prompt token but the last, each row repeated `repeats` = G times).
 
-    pos = attention_mask.long().cumsum(-1) - 1  # [B, P]
-    pos = pos.masked_fill(attention_mask == 0, 1)
-    out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                position_ids=pos[:, :-1], use_cache=True, logits_to_keep=1)
-    cache = output_cache(out)
+    `generate` then runs only the last prompt token before decoding, instead of encoding every
+    prompt G times; with `common_prefix` the beginning all prompts share is encoded once for
+    all (`prefix.encode_prompts`, whose layout the ids and mask take). `max_new_tokens`: the
+    cache is a static one with room for that many tokens, written in place as decoding goes
+    (a dynamic cache copies itself whole at every new token: half of decoding's time on 2
+    cores); None, or a model whose layers are not all full-attention, keeps the dynamic one."""
+    from mrtpo.harness.prefix import encode_prompts, prefix_layout
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
+
+    decoder, device = decoder_of(model), device_of(model)
+    enc = encode_prompts(decoder, [x[:-1] for x in prompts], device, cache_kwarg(decoder),
+                         common_prefix=common_prefix)
+    ids, mask = prefix_layout(prompts, pad_id, enc.common, enc.width + 1)  # [B, P]
+    cache = enc.cache
     cache.batch_repeat_interleave(repeats)
-    return cache
+    if max_new_tokens is not None:
+        cache = _static_copy(model, cache, enc.width, enc.width + 1 + max_new_tokens)
+    return ids.to(device).repeat_interleave(repeats, 0), mask.to(device).repeat_interleave(repeats, 0), cache
+
+
+def _static_copy(model, cache, length: int, room: int):
+    """A StaticCache of `room` positions holding the dynamic `cache`'s first `length`; the
+    dynamic cache itself when a layer is not a plain full-attention one (sliding windows)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    static = StaticCache(config=model.config, max_cache_len=room)
+    if len(static.layers) != len(cache.layers) or any(type(x) is not StaticLayer for x in static.layers):
+        return cache
+    for dst, src in zip(static.layers, cache.layers):
+        dst.lazy_initialization(src.keys, src.values)
+        dst.keys[:, :, :length] = src.keys
+        dst.values[:, :, :length] = src.values
+        dst.cumulative_length.fill_(length)
+    return static
 
 
 def render_prompt(tokenizer, task: Task, example: Example) -> str:
@@ -120,11 +147,14 @@ def check_prompt(task: Task, example: Example, prompt_tokens: int, max_new_token
 @torch.no_grad()
 def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
-           greedy: bool = False, logits_processor: list | None = None) -> Rollout:
+           greedy: bool = False, logits_processor: list | None = None,
+           static_cache: bool = True, common_prefix: bool = True) -> Rollout:
     """Sample `num_generations` completions for each example (greedy: one, argmax).
 
     `logits_processor`: extra transformers logits processors, e.g. the loop's per-row seeded
-    sampling (mrtpo.harness.distributed.RowSeededSampling).
+    sampling (mrtpo.harness.distributed.RowSeededSampling). `static_cache`, `common_prefix`:
+    the fast paths of `prompt_cache` (on; the same completions, tested; benchmarks switch them
+    off to measure them).
     """
     from transformers import GenerationConfig
 
@@ -138,12 +168,6 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     for ex, x in zip(examples, ids):
         check_prompt(task, ex, len(x), max_new_tokens, positions)
     p = max(len(x) for x in ids)
-    input_ids = torch.full((len(ids), p), policy.pad_id, dtype=torch.long)  # [B, P]
-    attn = torch.zeros((len(ids), p), dtype=torch.long)  # [B, P]
-    for i, x in enumerate(ids):
-        input_ids[i, p - len(x):] = torch.tensor(x)
-        attn[i, p - len(x):] = 1
-    input_ids, attn = input_ids.to(policy.device), attn.to(policy.device)  # [B, P]
     stops = policy.stop_ids
     # a processor that draws each token itself (RowSeededSampling) leaves a single finite
     # score: transformers' own sampling would pick that token too, so decode greedily
@@ -153,19 +177,24 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         max_new_tokens=max_new_tokens, do_sample=sampled,
         temperature=temperature if sampled else None, top_p=top_p if sampled else None,
         top_k=None, eos_token_id=stops, pad_token_id=policy.pad_id,
+        disable_compile=True,  # a static cache would compile on a GPU: minutes, not measured to pay
     )
     was_training = policy.model.training
     policy.model.eval()
     try:
         with policy.merged() as model:
-            kwargs = {}
-            if g > 1 and p > 1:  # each prompt encoded once for its G completions
+            if p > 1:  # each prompt encoded once for its G completions, their shared beginning once
                 from mrtpo.replay.plumbing import cache_kwarg, decoder_of
 
-                kwargs[cache_kwarg(decoder_of(model))] = prompt_cache(model, input_ids, attn, g)
-            out = model.generate(input_ids=input_ids.repeat_interleave(g, 0),
-                                 attention_mask=attn.repeat_interleave(g, 0),  # [B*G, P]
-                                 generation_config=gen, logits_processor=logits_processor, **kwargs)
+                input_ids, attn, cache = prompt_cache(
+                    model, ids, g, policy.pad_id, common_prefix=common_prefix,
+                    max_new_tokens=max_new_tokens if static_cache else None)  # [B*G, P]
+                kwargs = {cache_kwarg(decoder_of(model)): cache}
+            else:
+                input_ids = torch.tensor(ids, device=policy.device).repeat_interleave(g, 0)  # [B*G, 1]
+                attn, kwargs = torch.ones_like(input_ids), {}
+            out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
+                                 logits_processor=logits_processor, **kwargs)
     finally:
         policy.model.train(was_training)
     new = out[:, p:].tolist()  # [B*G, <= max_new_tokens]

@@ -6,7 +6,8 @@ full batch. The log-probs of the first pass are the "old" ones (the model has no
 so the ratio starts at exactly 1); with `num_iterations > 1` later passes reuse them and the
 clip starts to bite. The KL reference log-probs are computed once, without gradients.
 Every pass encodes each distinct prompt of a micro-batch once (loss.shared_prompt_logits):
-the G completions of a prompt share its keys and values.
+the G completions of a prompt share its keys and values, and the beginning all the prompts
+share (system text, worked example) is encoded once for all of them (harness.prefix).
 
 A pass whose loss or gradient norm is not finite raises `NonFiniteError` before the optimizer
 steps, and so does a step that leaves a weight non-finite (an update too large for the weights):

@@ -181,11 +181,14 @@ def test_row_uniforms_drawn_in_blocks_equal_one_draw_per_step():
         assert torch.equal(got[i], one_by_one)
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_sampling_fast_paths_give_the_plain_completions(tiny_qwen2_dir, lora):
-    """rollout.sample (each prompt encoded once for its G rows, LoRA folded into the weights,
-    greedy pick of the row-seeded token) samples what plain `generate` does: every row's
-    prompt encoded, the adapter applied as a side branch, transformers' multinomial draw."""
+@pytest.mark.parametrize("lora,static_cache,common_prefix", [(False, True, True), (True, True, True),
+                                                           (True, False, True), (True, True, False),
+                                                           (True, False, False)])
+def test_sampling_fast_paths_give_the_plain_completions(tiny_qwen2_dir, lora, static_cache, common_prefix):
+    """rollout.sample (each prompt encoded once for its G rows, the prompts' shared beginning
+    once for all, a static KV cache, LoRA folded into the weights, greedy pick of the row-seeded
+    token) samples what plain `generate` does: every row's prompt encoded, a dynamic cache, the
+    adapter applied as a side branch, transformers' multinomial draw."""
     from transformers import GenerationConfig
 
     from mrtpo.harness.policy import load_policy
@@ -201,7 +204,8 @@ def test_sampling_fast_paths_give_the_plain_completions(tiny_qwen2_dir, lora):
     task = get_task("harness-words")
     examples = task.load()[:3]
     fast = sample(policy, task, examples, 4, temperature=0.9, top_p=0.95, max_new_tokens=12,
-                  logits_processor=[RowSeededSampling(0, 1, 0, 0.9, 0.95)]).response_ids
+                  logits_processor=[RowSeededSampling(0, 1, 0, 0.9, 0.95)],
+                  static_cache=static_cache, common_prefix=common_prefix).response_ids
     for key, value in policy.model.state_dict().items():  # the weights are exactly restored
         assert torch.equal(value, before[key]), key
 

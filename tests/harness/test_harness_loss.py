@@ -148,12 +148,14 @@ def test_grad_accum_gives_the_full_batch_gradient(tiny_qwen2_dir, loss_type):
     assert s1["loss"] == pytest.approx(s3["loss"], abs=1e-6)
 
 
-def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0):
-    """Left-padded prompts of different lengths, each with `group` responses of varied length."""
+def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0, common=0):
+    """Left-padded prompts of different lengths, each with `group` responses of varied length;
+    `common`: the prompts begin with the same that many tokens (a system text, a worked example)."""
     from mrtpo.harness.rollout import Rollout
 
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in prompt_lens]
+    start = torch.randint(3, 300, (common,), generator=g).tolist()
+    prompts = [start + torch.randint(3, 300, (n,), generator=g).tolist() for n in prompt_lens]
     n = len(prompts) * group
     responses = [torch.randint(3, 300, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist()
                  for _ in range(n)]
@@ -162,10 +164,13 @@ def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0):
     return roll.batch(pad_id)
 
 
-@pytest.mark.parametrize("model_dir", ["tiny_qwen2_dir", "tiny_llama_dir"])
-def test_shared_prompt_pass_equals_the_full_forward(model_dir, request):
-    """Encoding each prompt once (its KV cache reused by its G rows) gives the full forward's
-    log-probs, entropies and LoRA gradients, rows of a group split across micro-batches too."""
+@pytest.mark.parametrize("model_dir,common,common_prefix", [
+    ("tiny_qwen2_dir", 0, True), ("tiny_llama_dir", 0, True), ("tiny_qwen2_dir", 7, True),
+    ("tiny_llama_dir", 7, True), ("tiny_qwen2_dir", 7, False)])
+def test_shared_prompt_pass_equals_the_full_forward(model_dir, common, common_prefix, request):
+    """Encoding each prompt once (its KV cache reused by its G rows), and the beginning all the
+    prompts share once for all of them, gives the full forward's log-probs, entropies and LoRA
+    gradients, rows of a group split across micro-batches too."""
     from mrtpo.harness.policy import load_policy
 
     policy = load_policy(str(request.getfixturevalue(model_dir)), lora=True, lora_r=4, lora_dropout=0.0)
@@ -174,7 +179,7 @@ def test_shared_prompt_pass_equals_the_full_forward(model_dir, request):
     with torch.no_grad():  # a LoRA away from its zero start, so its gradients are all non-trivial
         for p in policy.trainable_parameters():
             p.normal_(0, 0.1)
-    batch = _grouped_batch(policy.pad_id)
+    batch = _grouped_batch(policy.pad_id, common=common)
     t = batch.response_mask.shape[1]
     weights = torch.linspace(-1.0, 1.0, t)  # [T] a loss that weighs every position differently
 
@@ -182,12 +187,12 @@ def test_shared_prompt_pass_equals_the_full_forward(model_dir, request):
         model.zero_grad(set_to_none=True)
         b = batch.rows(rows)
         logp, ent = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t, 0.7,
-                                with_entropy=True, share_prompts=share)
+                                with_entropy=True, share_prompts=share, common_prefix=common_prefix)
         (logp * b.response_mask * weights).sum().backward()
         m = b.response_mask.bool()
         return logp.detach()[m], ent[m], [p.grad.clone() for p in policy.trainable_parameters()]
 
-    for rows in (slice(0, 9), slice(2, 7)):  # whole groups; groups cut by the micro-batch
+    for rows in (slice(0, 9), slice(2, 7), slice(0, 9, 3)):  # whole groups; cut groups; one row per prompt
         plain, shared = run(False, rows), run(True, rows)
         torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(shared[1], plain[1], atol=1e-5, rtol=1e-5)
@@ -201,9 +206,14 @@ def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
     from mrtpo.harness.loss import shared_prompt_logits
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
-    batch = _grouped_batch(0, group=1)  # every prompt once
+    batch = _grouped_batch(0, group=1)  # every prompt once, no shared beginning
     assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                 batch.response_mask.shape[1]) is None
+    batch = _grouped_batch(0, group=1, common=5)  # every prompt once, but a shared beginning
+    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                batch.response_mask.shape[1]) is not None
+    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                batch.response_mask.shape[1], common_prefix=False) is None
     model.activation_checkpointing_enable()
     model.train()
     batch = _grouped_batch(0, group=3)

@@ -1,0 +1,152 @@
+"""One training step's time with the fast paths off and on, side by side in one run.
+
+The step is the trainer's: sample B x G completions (`rollout.sample`), score them, replay
+them (MRTPO's distances), then the update's forward and backward (`loss.token_logps` with each
+prompt encoded once for its group). Two settings, alternated for `--repeats` rounds on the same
+policy and batch:
+
+- plain: today's paths before issue 38 (a dynamic KV cache while decoding, which copies itself
+  whole at every new token; each prompt encoded on its own);
+- fast: a static KV cache written in place, and the beginning every prompt shares (system
+  text, worked example) encoded once for all of them, in the rollout and in the update.
+
+Both settings start each round from the same seed, and the script checks that they give the
+same results: the same completions, the same log-probs and LoRA gradients to float rounding
+(it prints the largest differences; `tests/harness` asserts them on tiny models). The replay
+and the scoring do not change with the setting; they are timed once per round and added to both
+totals. Medians over rounds; the ratio is fast over plain.
+
+    python benchmarks/speed/step.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+        [--repeats 3] [--threads 2] [--json benchmarks/results/speed-step-smollm2-135m.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+SETTINGS = {"plain": dict(static_cache=False, common_prefix=False),
+            "fast": dict(static_cache=True, common_prefix=True)}
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def one_round(policy, task, examples, cfg, seed: int) -> dict:
+    """Each setting's rollout and update seconds, and what the replay and scoring take."""
+    from mrtpo.harness.distances import policy_replayer, replay_distances
+    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.rollout import sample
+    from mrtpo.harness.scoring import Scorer
+
+    out, rollouts = {}, {}
+    for name, flags in SETTINGS.items():
+        torch.manual_seed(seed)
+        rollouts[name], out[f"{name}_rollout"] = timed(lambda: sample(
+            policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens, **flags))
+    rollout = rollouts["plain"]
+    out["same_completions"] = sum(a == b for a, b in zip(rollout.response_ids, rollouts["fast"].response_ids))
+    out["completions"] = len(rollout)
+    scored, out["score"] = timed(lambda: Scorer(task, 0).score(rollout.examples, rollout.responses))
+    _, out["replay"] = timed(lambda: replay_distances(policy_replayer(policy), task, rollout, scored, cfg.temperature))
+    batch = rollout.batch(policy.pad_id, policy.device)
+    t = batch.response_mask.shape[1]
+    params = policy.trainable_parameters()
+    weights = torch.linspace(-1.0, 1.0, t)  # [T] a loss that weighs every position differently
+    policy.model.train()
+    results = {}
+    for name, flags in SETTINGS.items():
+        policy.model.zero_grad(set_to_none=True)
+        (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                                   batch.position_ids, t, cfg.temperature, share_prompts=True,
+                                                   common_prefix=flags["common_prefix"]))
+        _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
+        out[f"{name}_forward"], out[f"{name}_backward"] = fwd, bwd
+        results[name] = (logp.detach(), torch.cat([p.grad.flatten() for p in params]))
+    policy.model.zero_grad(set_to_none=True)
+    mask = batch.response_mask.bool()
+    (lp0, g0), (lp1, g1) = results["plain"], results["fast"]
+    out["max_logp_difference"] = float((lp1 - lp0)[mask].abs().max())
+    out["gradient_relative_difference"] = float((g1 - g0).norm() / g0.norm().clamp(min=1e-30))
+    for name in SETTINGS:
+        out[f"{name}_total"] = (out[f"{name}_rollout"] + out["score"] + out["replay"] + out[f"{name}_forward"]
+                                + out[f"{name}_backward"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--task", default="text2sql")
+    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.models.builtin import builtin_name, with_train_defaults
+    from mrtpo.models.default import resolve_model
+    from mrtpo.tasks import get_task
+    from mrtpo.tasks.options import read_options
+
+    values = with_train_defaults({"model": args.model})
+    task_args = {**values.get("task_args", {}), **read_options(args.options or [])}
+    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args,
+                         **({"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {})})
+    task = get_task(args.task, **task_args)
+    examples = task.load()[: cfg.batch_prompts]
+    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                         lora_dropout=0.0, device="cpu", dtype="float32")
+    with torch.no_grad():  # an adapter away from its zero start: its gradients are all non-trivial
+        g = torch.Generator().manual_seed(args.seed)
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    rounds = [one_round(policy, task, examples, cfg, args.seed + r) for r in range(args.repeats)]
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    phases = ("rollout", "forward", "backward", "total")
+    rows = [{"phase": ph, "plain": med[f"plain_{ph}"], "fast": med[f"fast_{ph}"],
+             "ratio": med[f"fast_{ph}"] / med[f"plain_{ph}"]} for ph in phases]
+    name = builtin_name(args.model) or args.model
+    print(f"one step of {args.task} on {name}, {cfg.batch_prompts} x {cfg.num_generations}, "
+          f"{cfg.max_new_tokens} new tokens, {torch.get_num_threads()} threads, medians of {args.repeats} rounds")
+    print(f"{'phase':<10} {'plain s':>8} {'fast s':>8} {'fast/plain':>10}")
+    for r in rows:
+        print(f"{r['phase']:<10} {r['plain']:>8.2f} {r['fast']:>8.2f} {r['ratio']:>10.2f}")
+    print(f"replay {med['replay']:.2f} s and scoring {med['score']:.2f} s in both totals")
+    same = sum(r["same_completions"] for r in rounds)
+    total = sum(r["completions"] for r in rounds)
+    worst_logp = max(r["max_logp_difference"] for r in rounds)
+    worst_grad = max(r["gradient_relative_difference"] for r in rounds)
+    print(f"same completions {same}/{total}; largest |log-prob difference| {worst_logp:.1e}; "
+          f"largest relative gradient difference {worst_grad:.1e}")
+    doc = {"schema": "mrtpo.speed-step/1", "model": name, "task": args.task,
+           "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
+                                                     "temperature")} | {"task_args": task_args},
+           "threads": torch.get_num_threads(), "repeats": args.repeats, "rows": rows,
+           "replay_seconds": med["replay"], "score_seconds": med["score"],
+           "same_completions": same, "completions": total, "max_logp_difference": worst_logp,
+           "gradient_relative_difference": worst_grad, "rounds": rounds,
+           "command": "python benchmarks/speed/step.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()
