@@ -91,7 +91,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     from mrtpo.replay import replay_tokens
     from mrtpo.harness.distances import policy_replayer, replay_distances
     from mrtpo.harness.loss import policy_loss, token_logps
-    from mrtpo.harness.prefix import common_prefix_length
+    from mrtpo.replay.planning import common_prefix
     from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt, sample
     from mrtpo.harness.scoring import Scorer
 
@@ -107,7 +107,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
                                              top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens))
     new = sum(len(r) for r in rollout.response_ids)
     steps = rollout.max_length
-    common = common_prefix_length([x[:-1] for x in ids])
+    common = common_prefix([x[:-1] for x in ids])
     prompt_tokens = common + sum(len(x) - common for x in ids)  # the shared beginning once, then each rest
     scorer = Scorer(task, 0)
     scored, t_score = timed(lambda: scorer.score(rollout.examples, rollout.responses))

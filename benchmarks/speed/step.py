@@ -8,13 +8,14 @@ policy and batch:
 - plain: today's paths before issue 38 (a dynamic KV cache while decoding, which copies itself
   whole at every new token; each prompt encoded on its own);
 - fast: a static KV cache written in place, and the beginning every prompt shares (system
-  text, worked example) encoded once for all of them, in the rollout and in the update.
+  text, worked example) encoded once for all of them, in the rollout, the replay
+  (`ReplayOptions.common`) and the update.
 
 Both settings start each round from the same seed, and the script checks that they give the
-same results: the same completions, the same log-probs and LoRA gradients to float rounding
-(it prints the largest differences; `tests/harness` asserts them on tiny models). The replay
-and the scoring do not change with the setting; they are timed once per round and added to both
-totals. Medians over rounds; the ratio is fast over plain.
+same results: the same completions, distances, log-probs and LoRA gradients to float rounding (it prints the
+largest differences; `tests/harness` and `tests/replay` assert them on tiny models). The
+scoring does not change with the setting; it is timed once per round and added to both totals.
+Medians over rounds; the ratio is fast over plain.
 
     python benchmarks/speed/step.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
         [--repeats 3] [--threads 2] [--json benchmarks/results/speed-step-smollm2-135m.json]
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False),
-            "fast": dict(static_cache=True, common_prefix=True)}
+            "fast": dict(static_cache=True, common_prefix=True)}  # `common_prefix` also switches the replay's
 
 
 def timed(fn):
@@ -42,8 +43,10 @@ def timed(fn):
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
     """Each setting's rollout and update seconds, and what the replay and scoring take."""
-    from mrtpo.harness.distances import policy_replayer, replay_distances
+    from mrtpo.contexts import build_item, model_positions
+    from mrtpo.harness.distances import policy_replayer
     from mrtpo.harness.loss import token_logps
+    from mrtpo.replay import ReplayOptions, distances
     from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
 
@@ -57,7 +60,14 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     out["same_completions"] = sum(a == b for a, b in zip(rollout.response_ids, rollouts["fast"].response_ids))
     out["completions"] = len(rollout)
     scored, out["score"] = timed(lambda: Scorer(task, 0).score(rollout.examples, rollout.responses))
-    _, out["replay"] = timed(lambda: replay_distances(policy_replayer(policy), task, rollout, scored, cfg.temperature))
+    items = [build_item(task, policy.tokenizer, ex, ids, v, model_positions(policy.model))
+             for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if ids]
+    qs = {}
+    with policy_replayer(policy).open() as model:
+        for name, flags in SETTINGS.items():
+            options = ReplayOptions(common=flags["common_prefix"])
+            qs[name], out[f"{name}_replay"] = timed(lambda: distances(model, items, cfg.temperature, options=options))
+    out["max_distance_difference"] = float((qs["fast"] - qs["plain"]).abs().max())
     batch = rollout.batch(policy.pad_id, policy.device)
     t = batch.response_mask.shape[1]
     params = policy.trainable_parameters()
@@ -78,8 +88,8 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     out["max_logp_difference"] = float((lp1 - lp0)[mask].abs().max())
     out["gradient_relative_difference"] = float((g1 - g0).norm() / g0.norm().clamp(min=1e-30))
     for name in SETTINGS:
-        out[f"{name}_total"] = (out[f"{name}_rollout"] + out["score"] + out["replay"] + out[f"{name}_forward"]
-                                + out[f"{name}_backward"])
+        out[f"{name}_total"] = (out[f"{name}_rollout"] + out["score"] + out[f"{name}_replay"]
+                                + out[f"{name}_forward"] + out[f"{name}_backward"])
     return out
 
 
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.01)
     rounds = [one_round(policy, task, examples, cfg, args.seed + r) for r in range(args.repeats)]
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    phases = ("rollout", "forward", "backward", "total")
+    phases = ("rollout", "replay", "forward", "backward", "total")
     rows = [{"phase": ph, "plain": med[f"plain_{ph}"], "fast": med[f"fast_{ph}"],
              "ratio": med[f"fast_{ph}"] / med[f"plain_{ph}"]} for ph in phases]
     name = builtin_name(args.model) or args.model
@@ -127,19 +137,20 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'phase':<10} {'plain s':>8} {'fast s':>8} {'fast/plain':>10}")
     for r in rows:
         print(f"{r['phase']:<10} {r['plain']:>8.2f} {r['fast']:>8.2f} {r['ratio']:>10.2f}")
-    print(f"replay {med['replay']:.2f} s and scoring {med['score']:.2f} s in both totals")
+    print(f"scoring {med['score']:.2f} s in both totals")
     same = sum(r["same_completions"] for r in rounds)
     total = sum(r["completions"] for r in rounds)
     worst_logp = max(r["max_logp_difference"] for r in rounds)
     worst_grad = max(r["gradient_relative_difference"] for r in rounds)
-    print(f"same completions {same}/{total}; largest |log-prob difference| {worst_logp:.1e}; "
-          f"largest relative gradient difference {worst_grad:.1e}")
+    worst_q = max(r["max_distance_difference"] for r in rounds)
+    print(f"same completions {same}/{total}; largest |distance difference| {worst_q:.1e}; largest "
+          f"|log-prob difference| {worst_logp:.1e}; largest relative gradient difference {worst_grad:.1e}")
     doc = {"schema": "mrtpo.speed-step/1", "model": name, "task": args.task,
            "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
                                                      "temperature")} | {"task_args": task_args},
            "threads": torch.get_num_threads(), "repeats": args.repeats, "rows": rows,
-           "replay_seconds": med["replay"], "score_seconds": med["score"],
-           "same_completions": same, "completions": total, "max_logp_difference": worst_logp,
+           "score_seconds": med["score"], "same_completions": same, "completions": total,
+           "max_distance_difference": worst_q, "max_logp_difference": worst_logp,
            "gradient_relative_difference": worst_grad, "rounds": rounds,
            "command": "python benchmarks/speed/step.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     if args.json:

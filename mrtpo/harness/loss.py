@@ -78,7 +78,8 @@ def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.T
     runs on top. LoRA dropout, in training mode, then draws one mask per prefix rather than
     one per row. Not used under gradient checkpointing, which turns the KV cache off in training.
     """
-    from mrtpo.harness.prefix import common_prefix_length, encode_prompts
+    from mrtpo.harness.prefix import encode_prompts
+    from mrtpo.replay.planning import common_prefix as shared_beginning
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of
 
     n, t = input_ids.shape[0], num_response
@@ -89,11 +90,11 @@ def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.T
     uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2 * cut], [N]
     u = uniq.shape[0]
     prompts = [row[:cut][row[cut:].bool()].tolist() for row in uniq]  # U prefixes, real tokens only
-    if not any(prompts) or (u == n and not (common_prefix and u > 1 and common_prefix_length(prompts))):
+    if not any(prompts) or (u == n and not (common_prefix and u > 1 and shared_beginning(prompts))):
         return None
     decoder, head = decoder_of(model), head_of(model)
     arg = cache_kwarg(decoder)
-    enc = encode_prompts(decoder, prompts, input_ids.device, arg, common_prefix=common_prefix)
+    enc = encode_prompts(decoder, prompts, input_ids.device, arg, share_common=common_prefix)
     enc.cache.batch_select_indices(inverse)  # [U, ...] -> [N, ...]
     mask = torch.cat([enc.mask[inverse], attention_mask[:, cut:]], 1)  # [N, width + T + 1]
     hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=mask, position_ids=position_ids[:, cut:],

@@ -22,17 +22,7 @@ from typing import Sequence
 
 import torch
 
-
-def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
-    """The number of leading tokens every sequence shares (0 for no sequences)."""
-    if not seqs:
-        return 0
-    first, n = seqs[0], min(len(s) for s in seqs)
-    for i in range(n):
-        tok = first[i]
-        if any(s[i] != tok for s in seqs):
-            return i
-    return n
+from mrtpo.replay.planning import common_prefix
 
 
 @dataclass
@@ -46,16 +36,16 @@ class Encoded:
 
 
 def encode_prompts(decoder, prompts: Sequence[Sequence[int]], device, cache_arg: str,
-                   common_prefix: bool = True) -> Encoded:
+                   share_common: bool = True) -> Encoded:
     """Encode U >= 1 token sequences (prompts without their last token, say) as `Encoded`.
 
     `decoder`: the transformer body (`plumbing.decoder_of`); `cache_arg`: its KV-cache keyword
-    (`plumbing.cache_kwarg`). `common_prefix=False`: every prompt is encoded whole (c = 0),
+    (`plumbing.cache_kwarg`). `share_common=False`: every prompt is encoded whole (c = 0),
     as the plain per-prompt sharing does (benchmarks measure what the common prefix buys)."""
     from mrtpo.replay.plumbing import output_cache
 
     u = len(prompts)
-    c = common_prefix_length(prompts) if common_prefix else 0
+    c = common_prefix(prompts) if share_common else 0
     rests = [list(p[c:]) for p in prompts]
     r = max(len(x) for x in rests)
     cache = None

@@ -90,7 +90,7 @@ def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
 
     decoder, device = decoder_of(model), device_of(model)
     enc = encode_prompts(decoder, [x[:-1] for x in prompts], device, cache_kwarg(decoder),
-                         common_prefix=common_prefix)
+                         share_common=common_prefix)
     ids, mask = prefix_layout(prompts, pad_id, enc.common, enc.width + 1)  # [B, P]
     cache = enc.cache
     cache.batch_repeat_interleave(repeats)

@@ -48,10 +48,10 @@ import torch
 
 from mrtpo.replay.js import head_and_js, js_distance, js_distance_log_probs
 from mrtpo.replay.full import replay_full
-from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, plan_item, replay_groups, replay_tokens,
-                                   takes_tree_mask)
+from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, groups_common, plan_item, replay_groups,
+                                   replay_tokens, takes_tree_mask)
 from mrtpo.replay.plumbing import PaddingSide, cache_kwarg, decoder_of, device_of, head_of, output_cache
-from mrtpo.replay.shared import replay_shared
+from mrtpo.replay.shared import encode_start, replay_shared
 
 if TYPE_CHECKING:  # items are duck-typed: the package imports nothing of mrtpo's but itself
     from mrtpo.contexts import ReplayItem
@@ -132,10 +132,12 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
     model.eval()
     try:
         with torch.no_grad():
+            # the beginning every group's prefix shares (system text, worked example), once
+            start = encode_start(model, groups[0].prefix[:groups_common(groups, options)]) if shared_prefix else None
             for group in groups:
                 if shared_prefix:
                     replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens,
-                                  tree_tokens, options)
+                                  tree_tokens, options, start)
                 else:
                     replay_full(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:

@@ -30,12 +30,15 @@ class ReplayOptions:
     - `tries`: responses after one suffix, and rows whose suffix is theirs alone, are fed as
       token tries (`build_tries`); off: a row per sequence;
     - `copies`: positions whose distances an item with the same contexts and the same
-      beginning already has are copied (`CopiedPositions`), not sent through the head and JS.
+      beginning already has are copied (`CopiedPositions`), not sent through the head and JS;
+    - `common`: the beginning every group's prefix shares (the system text and a worked
+      example, before each prompt's own question) is encoded once for all the groups.
     """
 
     suffixes: bool = True
     tries: bool = True
     copies: bool = True
+    common: bool = True
 
 
 @dataclass
@@ -124,9 +127,10 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
     def fed(seqs) -> int:
         return sum(len(tree.tokens) for tree in build_tries(seqs, tree_nodes, keys))
 
-    total = 0
+    common = groups_common(groups, options)
+    total = common
     for g in groups:
-        total += len(g.prefix)
+        total += len(g.prefix) - common
         for wave in waves(g, items, 2 * batch_tokens):
             singles, branches = split_branches(wave, items)
             total += fed([(None, ids[:-1]) for _, _, ids in singles])
@@ -137,7 +141,9 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
 
 
 def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest beginning all `seqs` share."""
+    """Length of the longest beginning all `seqs` share (0 for no sequences)."""
+    if not seqs:
+        return 0
     first = seqs[0]
     n = min(len(s) for s in seqs)
     for s in seqs[1:]:
@@ -146,6 +152,12 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
             i += 1
         n = i
     return n
+
+
+def groups_common(groups: Sequence[ReplayGroup], options: ReplayOptions = ReplayOptions()) -> int:
+    """The beginning all the groups' prefixes share, encoded once for all of them (0: none, one
+    group, or `options.common` off)."""
+    return common_prefix([g.prefix for g in groups]) if options.common and len(groups) > 1 else 0
 
 
 def prefix_groups(plans: Sequence[ItemPlan], active: Sequence[int]) -> list[tuple[int, list[int]]]:

@@ -23,9 +23,21 @@ from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of, on_cache, ou
 
 def replay_shared(model, items, group: ReplayGroup, plans, q: torch.Tensor, temperature: float,
                   chunk_tokens: int, batch_tokens: int, tree_tokens: int,
-                  options: ReplayOptions = ReplayOptions()) -> None:
-    """q[n] for the items of `group`, its prefix encoded once (see the module doc)."""
-    SharedReplay(model, items, plans, q, batch_tokens, tree_tokens, options).run(group, temperature, chunk_tokens)
+                  options: ReplayOptions = ReplayOptions(), start=None) -> None:
+    """q[n] for the items of `group`, its prefix encoded once (see the module doc). `start`:
+    (cache, length) of the prefix's first `length` tokens, encoded already (`encode_start`)."""
+    SharedReplay(model, items, plans, q, batch_tokens, tree_tokens, options).run(group, temperature, chunk_tokens,
+                                                                                  start)
+
+
+def encode_start(model, ids: Sequence[int]):
+    """(KV cache, length) of `ids` [L] encoded once: the beginning several groups' prefixes
+    share, which each group's `run` copies and goes on from (None for no ids)."""
+    if not ids:
+        return None
+    decoder, device = decoder_of(model), next(model.parameters()).device
+    x = torch.as_tensor(list(ids), dtype=torch.long, device=device)[None]  # [1, L]
+    return output_cache(decoder(input_ids=x, attention_mask=torch.ones_like(x), use_cache=True)), len(ids)
 
 
 def tree_mask(depth: Sequence[int], width: int) -> torch.Tensor:
@@ -58,13 +70,20 @@ class SharedReplay:
         self.cache_arg = cache_kwarg(self.decoder)
         self.batch_tokens, self.options = batch_tokens, options
 
-    def run(self, group: ReplayGroup, temperature: float, chunk_tokens: int) -> None:
-        """Encode the group's prefix, then its rows wave by wave (`waves`: the hidden states
-        kept for the JS step stay bounded), each wave's items through the head and JS."""
+    def run(self, group: ReplayGroup, temperature: float, chunk_tokens: int, start=None) -> None:
+        """Encode the group's prefix (on a copy of `start`'s cache of its first tokens, if
+        given), then its rows wave by wave (`waves`: the hidden states kept for the JS step
+        stay bounded), each wave's items through the head and JS."""
         prefix_len, prefix_cache = len(group.prefix), None
-        if prefix_len:
-            prefix = torch.as_tensor(group.prefix, dtype=torch.long, device=self.device)[None]  # [1, L]
-            out = self.decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
+        done = 0
+        if start is not None:
+            prefix_cache, done = copy.deepcopy(start[0]), start[1]
+        if prefix_len > done:
+            prefix = torch.as_tensor(group.prefix[done:], dtype=torch.long, device=self.device)[None]  # [1, L - c]
+            pos = torch.arange(done, prefix_len, device=self.device)[None]  # [1, L - c]
+            kwargs = {self.cache_arg: prefix_cache} if prefix_cache is not None else {}
+            mask = torch.ones(1, prefix_len, dtype=torch.long, device=self.device)  # [1, L]
+            out = self.decoder(input_ids=prefix, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs)
             prefix_cache = output_cache(out)
         copied = CopiedPositions(self.options.copies)
         for wave in waves(group, self.items, 2 * self.batch_tokens):

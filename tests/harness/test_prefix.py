@@ -1,17 +1,9 @@
-"""mrtpo.harness.prefix: the beginning every prompt shares, and the layout its cache takes."""
+"""mrtpo.harness.prefix: the beginning every prompt shares encoded once, and the layout its cache takes."""
 from __future__ import annotations
 
 import torch
 
-from mrtpo.harness.prefix import common_prefix_length, encode_prompts, prefix_layout
-
-
-def test_common_prefix_length():
-    assert common_prefix_length([]) == 0
-    assert common_prefix_length([[1, 2, 3]]) == 3
-    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
-    assert common_prefix_length([[1, 2], []]) == 0
-    assert common_prefix_length([[5, 2], [1, 2]]) == 0
+from mrtpo.harness.prefix import encode_prompts, prefix_layout
 
 
 def test_prefix_layout_puts_the_shared_beginning_first_and_each_rest_last():

@@ -8,7 +8,8 @@ import sys
 
 import torch
 
-from mrtpo.replay import ReplayOptions, distances, replay_onto_columns, replay_tokens
+from mrtpo.replay import ReplayOptions, distances, replay_groups, replay_onto_columns, replay_tokens
+from mrtpo.replay.planning import common_prefix, groups_common
 from test_replay import TOL, _begin_alike_items, _load, _one_thread  # noqa: F401 (a fixture: one torch thread)
 
 
@@ -30,11 +31,17 @@ def test_every_option_gives_the_full_forward_distances(tiny_qwen2_dir, tiny_toke
     for suffixes in (False, True):
         for tries in (False, True):
             for copies in (False, True):
-                options = ReplayOptions(suffixes=suffixes, tries=tries, copies=copies)
-                assert (distances(model, items, options=options) - full).abs().max() <= TOL, options
-                fed[options] = replay_tokens(items, model=model, options=options)
+                for common in (False, True):
+                    options = ReplayOptions(suffixes=suffixes, tries=tries, copies=copies, common=common)
+                    assert (distances(model, items, options=options) - full).abs().max() <= TOL, options
+                    fed[options] = replay_tokens(items, model=model, options=options)
     assert fed[ReplayOptions(tries=False)] > fed[ReplayOptions()]  # the switch reaches the planning
     assert fed[ReplayOptions(tries=False)] == replay_tokens(items, tree_tokens=0)
+    groups = replay_groups(items)
+    assert len(groups) == 2  # two prompts whose prefixes begin alike (the chat template's system turn)
+    shared = common_prefix([g.prefix for g in groups])
+    assert 0 < shared == groups_common(groups) and groups_common(groups, ReplayOptions(common=False)) == 0
+    assert fed[ReplayOptions(common=False)] - fed[ReplayOptions()] == shared  # encoded once, not twice
 
 
 def test_replay_onto_columns_lays_each_item_on_its_row_and_columns(tiny_qwen2_dir, tiny_tokenizer):
@@ -56,3 +63,11 @@ def test_replay_onto_columns_lays_each_item_on_its_row_and_columns(tiny_qwen2_di
         assert (q - expected).abs().max() <= TOL, chunk
     assert calls == [(n, n)] + [(min(s + 2, n), n) for s in range(0, n, 2)]
     assert replay_onto_columns(model, [], [], (3, 2, 4)).eq(0).all()
+
+
+def test_common_prefix():
+    assert common_prefix([]) == 0
+    assert common_prefix([[1, 2, 3]]) == 3
+    assert common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix([[1, 2], []]) == 0
+    assert common_prefix([[5, 2], [1, 2]]) == 0
