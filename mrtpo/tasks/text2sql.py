@@ -23,16 +23,29 @@ database that no example uses (`DEMO_SCHEMA`), and its query in the format. It s
 format, never an answer a reward checks. SmolLM2-135M-Instruct needs it (without it, it writes
 CREATE and INSERT statements and scores 0 on every reward); the demo is format information, so
 P_without_format drops the exchange with the sentence (`Task.demo_reward`).
+
+`questions` chooses the bundled question set that `load()` reads when no path is given (a
+path, `--data` or `--eval-data`, is read as it is):
+- `sample` (the default): questions.jsonl, 39 hand-written questions (30 `train`, 9 `dev`)
+  with joins, grouping, subqueries and NULL traps.
+- `single-table` (`-o questions=single-table`): single_table.jsonl, 430 easier questions that
+  each read one table (counts, a column listed, a filter on a value from the rows, min/max/avg,
+  distinct values, ORDER BY ... LIMIT n, a row's value looked up...), split 328 `train` /
+  102 `heldout`, the heldout rows last (`mrtpo train --heldout 102` holds out exactly them,
+  `mrtpo eval --split heldout` reads only them). SmolLM2-135M never gets the sample's `result`
+  reward (issue 37); this set keeps the reward and makes the questions easier. Written by
+  mrtpo.tasks.text2sql_single_table (its docstring lists the templates), which regenerates the
+  file byte for byte.
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 from mrtpo.formats import CodeBlockFormat, Parsed
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.text2sql_data import DataError, SQLRow, read_rows
+from mrtpo.tasks.text2sql_data import BUNDLED_QUESTIONS, DataError, SQLRow, read_rows
 from mrtpo.verifiers.sql import MODES, match_executed
 from mrtpo.verifiers.sql_sandbox import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, ExecResult, execute
 from mrtpo.verifiers.lru import BoundedCache
@@ -136,6 +149,8 @@ class Text2SQLTask(Task):
     - `db_root`: extra directory where JSONL rows' `db_id`s are looked up.
     - `workers`: processes for `score_batch` (None: `min(4, cpu_count)`; 0: in-process).
     - `demo`: one worked exchange on a made-up database before the user turn (see above).
+    - `questions`: the bundled question set read without a path, "sample" or "single-table"
+      (see above).
     """
 
     name = "text2sql"
@@ -149,7 +164,10 @@ class Text2SQLTask(Task):
                  sample_rows: int = 0, timeout: float = DEFAULT_TIMEOUT,
                  max_rows: int = DEFAULT_MAX_ROWS, pretty: bool = False,
                  check_gold: bool = True, db_root: str | Path | None = None,
-                 workers: int | None = None, demo: bool = False) -> None:
+                 workers: int | None = None, demo: bool = False,
+                 questions: Literal["sample", "single-table"] = "sample") -> None:
+        if questions not in BUNDLED_QUESTIONS:
+            raise ValueError(f"questions={questions!r}: use one of {', '.join(BUNDLED_QUESTIONS)}")
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r}: use one of {', '.join(MODES)}, or None for the dataset's own")
         if not isinstance(sample_rows, int) or sample_rows < 0:
@@ -173,6 +191,7 @@ class Text2SQLTask(Task):
         self.db_root = db_root
         self.workers = workers
         self.demo = demo
+        self.questions = questions
         self._cache = _ExecCache()
         self._schemas: dict[str, str] = {}
         self._pretty: dict[tuple[str, str], str] = {}
@@ -186,9 +205,10 @@ class Text2SQLTask(Task):
 
     # --- data ------------------------------------------------------------------------------
     def load(self, path: str | Path | None = None, split: str | None = None) -> list[Example]:
-        """Examples from the bundled sample (None), a Spider or BIRD directory or JSON file,
-        or a JSONL file. Gold queries in another dialect are transpiled to SQLite."""
-        rows = read_rows(path, split, self.db_root)
+        """Examples from the bundled question set `questions` (path None), a Spider or BIRD
+        directory or JSON file, or a JSONL file. Gold queries in another dialect are
+        transpiled to SQLite."""
+        rows = read_rows(path, split, self.db_root, self.questions)
         seen: dict[str, str] = {}
         for row in rows:
             if row.id in seen:

@@ -183,8 +183,14 @@ def _alive(pid: int) -> bool:
 
 
 def bundled_dir() -> Path:
-    """The bundled sample: `questions.jsonl` and one `.sql` script per database."""
+    """The bundled sample: its question files (BUNDLED_QUESTIONS) and one `.sql` script per database."""
     return Path(str(resources.files("mrtpo") / "data" / "text2sql"))
+
+
+#: the bundled question sets over the three databases, by name (the task's `questions` option):
+#: `sample` the hand-written questions (joins, grouping, NULL traps), `single-table` an easier,
+#: larger set of one-table questions written by mrtpo.tasks.text2sql_single_table
+BUNDLED_QUESTIONS = {"sample": "questions.jsonl", "single-table": "single_table.jsonl"}
 
 
 # --- helpers for row checks -------------------------------------------------------------------
@@ -385,11 +391,15 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
 # --- dispatch -------------------------------------------------------------------------------
 
 def read_rows(path: str | os.PathLike | None, split: str | None = None,
-              db_root: str | os.PathLike | None = None) -> list[SQLRow]:
-    """Rows from the bundled sample (path None), a Spider/BIRD directory, or a JSON/JSONL file."""
+              db_root: str | os.PathLike | None = None, questions: str = "sample") -> list[SQLRow]:
+    """Rows from a bundled question set (path None: `questions` names it, see
+    BUNDLED_QUESTIONS), a Spider/BIRD directory, or a JSON/JSONL file."""
     root = Path(db_root) if db_root is not None else None
     if path is None:
-        return read_jsonl(bundled_dir() / "questions.jsonl", split, root)
+        if questions not in BUNDLED_QUESTIONS:
+            raise DataError(f"questions={questions!r}: no such bundled question set; use one of "
+                            f"{', '.join(BUNDLED_QUESTIONS)}")
+        return read_jsonl(bundled_dir() / BUNDLED_QUESTIONS[questions], split, root)
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such file or directory; give a Spider or BIRD directory, a "
