@@ -71,6 +71,8 @@ def kind_of(name: str, data: dict) -> str:
         return "probe"
     if schema.startswith("mrtpo.roofline/"):
         return "roofline"
+    if schema.startswith("mrtpo.speed-step/"):
+        return "speed-step"
     if schema.startswith("mrtpo.block-reading/"):
         return "block-reading"
     if schema.startswith("mrtpo.context-sensitivity/"):
@@ -354,6 +356,24 @@ def render_roofline(name: str, data: dict) -> str:
     return block(title, data.get("command", "python benchmarks/speed/roofline.py"), name, table(columns, body), notes)
 
 
+def render_speed_step(name: str, data: dict) -> str:
+    """benchmarks/speed/step.py: a step's phases with the fast paths off and on, side by side,
+    and how far their results differ."""
+    body = [[r["phase"], num(r["plain"], 2), num(r["fast"], 2), num(r["ratio"], 2)] for r in data.get("rows") or []]
+    settings = data.get("settings") or {}
+    title = (f"one step of {data.get('task')}, {model_label(model_field(data))}, {settings.get('batch_prompts')} x "
+             f"{settings.get('num_generations')}, {settings.get('max_new_tokens')} new tokens: the fast paths "
+             f"against the plain ones, {data.get('threads')} threads, medians of {data.get('repeats')} rounds")
+    notes = [f"scoring {num(data.get('score_seconds'), 2)} s in both totals",
+             f"same completions {data.get('same_completions')}/{data.get('completions')}; largest |distance "
+             f"difference| {data.get('max_distance_difference', 0):.1e}; largest |log-prob difference| "
+             f"{data.get('max_logp_difference', 0):.1e}; largest relative gradient difference "
+             f"{data.get('gradient_relative_difference', 0):.1e}"]
+    notes += list(data.get("notes") or [])
+    return block(title, data.get("command", "python benchmarks/speed/step.py"), name,
+                 table(["phase", "plain s", "fast s", "fast / plain"], body), notes)
+
+
 def render_table(name: str, data: dict) -> str:
     """A `mrtpo.table/1` file: figures moved from prose into data, shown as they are."""
     title = data.get("title", name)
@@ -369,7 +389,7 @@ def render_table(name: str, data: dict) -> str:
 RENDER = {"probe": render_probe, "variants": render_variants, "block-reading": render_block_reading,
           "context-sensitivity": render_context_sensitivity, "learning": render_learning,
           "span-placement": render_span_placement, "one-step": render_one_step,
-          "roofline": render_roofline}
+          "roofline": render_roofline, "speed-step": render_speed_step}
 
 
 def _sort_key(item: tuple[str, dict]) -> tuple:
