@@ -14,9 +14,13 @@ extra). Nothing is asserted: these are measured figures.
 
 Runs go to <out>/runs/<task>/<method>/seed<k>/, each trained in a fresh process; a finished run
 is read back instead of run again and an interrupted one resumes, so the script can be
-stopped and restarted. Settings
+stopped and restarted (a run directory that holds a run with other settings is refused, not
+mixed in). Settings
 other than the task, method and seed are those `mrtpo train` uses for the built-in policy
 (`mrtpo.models.builtin.TRAIN_DEFAULTS`), overridable with the flags below.
+
+heldout.py (beside this script) draws held-out learning curves with the same runs: its runs
+also measure held-out examples (`--heldout`, `--heldout-every`), and it shares `run_one`.
 """
 from __future__ import annotations
 
@@ -42,23 +46,80 @@ EXTRA_METHODS = {
     "mrtpo-spans": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "spans"},
 }
 ALL_METHODS = {**METHODS, **EXTRA_METHODS}
+PATHS = ("model", "data", "eval_data")  # settings that name files: compared by name (check_settings)
 
 
-def run_one(out: Path, task: str, method: str, seed: int, settings: dict, threads: int | None = None) -> list[dict]:
+def run_dir_of(out: Path, task: str, method: str, seed: int) -> Path:
+    return out / "runs" / task / method / f"seed{seed}"
+
+
+def run_config(run_dir: Path, task: str, method: str, seed: int, settings: dict, resume: bool = False):
+    """The TrainConfig of one (task, method, seed): `settings` with the method's fields."""
+    from mrtpo.harness import TrainConfig
+
+    return TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
+                       **ALL_METHODS[method], **settings)
+
+
+def finished(run_dir: Path, steps: int, measured: bool = False) -> list[dict] | None:
+    """The run's first `steps` metrics records when it reached `steps` (and, with `measured`,
+    holds its held-out measurement after the last step), else None."""
+    from mrtpo.harness import heldout
+
+    done = _read(run_dir / "metrics.jsonl")
+    if len(done) < steps or (measured and not heldout.measured(heldout.read(run_dir), steps)):
+        return None
+    return done[:steps]
+
+
+def check_settings(run_dir: Path, cfg) -> None:
+    """Stop, naming the differences, when `run_dir` holds a run trained with other settings than
+    `cfg` (a rerun with other flags on the same --out would mix runs or resume one under other
+    settings). Paths (the model, the data) are compared by their last part, which another
+    machine or checkout keeps (a built-in policy's build is `<name>-<fingerprint>`); what a
+    resumed run may change (mrtpo.harness.config.RESUMABLE) is not compared."""
+    from mrtpo.harness.config import RESUMABLE, ConfigError, read_yaml
+
+    def comparable(key: str, value):
+        return Path(str(value)).name if key in PATHS and value is not None else value
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return
+    try:
+        saved = read_yaml(path)
+    except ConfigError as exc:
+        raise SystemExit(f"{exc}; remove {run_dir} to train it afresh") from None
+    given = cfg.to_dict()
+    diffs = [f"{k}: saved {saved[k]!r}, now {given[k]!r}" for k in sorted(saved)
+             if k in given and k not in RESUMABLE and comparable(k, saved[k]) != comparable(k, given[k])]
+    if diffs:
+        raise SystemExit(f"{run_dir} holds a run with other settings ({'; '.join(diffs)}); give another --out "
+                         "(or remove that run) to train with these")
+
+
+def run_one(out: Path, task: str, method: str, seed: int, settings: dict, threads: int | None = None,
+            measure=None) -> list[dict]:
     """Train one (task, method, seed), or read it back when it already finished.
+
+    With `measure` (the held-out metric, `mrtpo.evaluation.heldout.measure`; a module-level
+    function, as the spawned trainer receives it pickled) the run measures its held-out
+    examples (`settings["heldout"]`, `heldout_every`), and it has finished only once it holds
+    the measurement after its last step.
 
     The run directory is locked while it is read (as `mrtpo train` locks it): a second copy
     of the benchmark started on the same --out is refused instead of deleting this one's run.
     The run itself trains in a fresh process (`train_apart`), which takes the lock again."""
-    from mrtpo.harness import TrainConfig
     from mrtpo.harness.runlock import LOCK_NAME, RunLock
 
-    run_dir = out / "runs" / task / method / f"seed{seed}"
-    metrics = run_dir / "metrics.jsonl"
+    run_dir = run_dir_of(out, task, method, seed)
+    measured = measure is not None and bool(settings.get("heldout"))
     with RunLock(run_dir):
-        done = _read(metrics)
-        if len(done) >= settings["steps"]:
-            return done[: settings["steps"]]
+        check_settings(run_dir, run_config(run_dir, task, method, seed, settings))
+        done = finished(run_dir, settings["steps"], measured)
+        if done is not None:
+            return done
+        done = _read(run_dir / "metrics.jsonl")
         resume = (run_dir / "config.yaml").is_file() and any(run_dir.glob("checkpoints/step-*"))
         if not resume:  # a run that died before its first checkpoint: start it afresh
             import shutil
@@ -66,18 +127,18 @@ def run_one(out: Path, task: str, method: str, seed: int, settings: dict, thread
             for p in run_dir.iterdir():
                 if p.name != LOCK_NAME:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
-    cfg = TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
-                      **ALL_METHODS[method], **settings)
+    cfg = run_config(run_dir, task, method, seed, settings, resume=resume)
     t0 = time.perf_counter()
-    train_apart(cfg, threads)
-    history = _read(metrics)
+    train_apart(cfg, threads, measure)
+    history = _read(run_dir / "metrics.jsonl")
     print(f"  ran {task} {method} seed {seed}: {len(history) - len(done) if resume else len(history)} steps in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
-    return history
+    return history[: settings["steps"]]
 
 
-def train_apart(cfg, threads: int | None = None) -> None:
-    """`mrtpo.harness.train(cfg)` in a fresh (spawned) process, with `threads` torch threads.
+def train_apart(cfg, threads: int | None = None, measure=None) -> None:
+    """`mrtpo.harness.train(cfg, measure=measure)` in a fresh (spawned) process, with `threads`
+    torch threads.
 
     One process per run: a process that has trained a model keeps gigabytes it no longer
     uses, and the next run's verifier workers, forked from it, held a copy of them (about
@@ -92,7 +153,7 @@ def train_apart(cfg, threads: int | None = None) -> None:
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)  # the child's torch reads it at start
     try:
-        proc = mp.get_context("spawn").Process(target=train, args=(cfg,))
+        proc = mp.get_context("spawn").Process(target=train, args=(cfg,), kwargs={"measure": measure})
         proc.start()
     finally:
         if threads:
@@ -235,6 +296,35 @@ def plot(all_curves: dict, steps: int, path: Path) -> bool:
     return True
 
 
+def add_train_flags(ap: argparse.ArgumentParser, save_every: int = 0) -> None:
+    """The training settings both learning scripts take (None: the model's own, see model_settings)."""
+    ap.add_argument("--batch-prompts", type=int, default=None)
+    ap.add_argument("--num-generations", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--save-every", type=int, default=save_every,
+                    help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
+
+
+def model_settings(model: str, args: argparse.Namespace, task: str | None = None) -> dict:
+    """The training settings of every run: `mrtpo train`'s for `model` (a built-in policy brings
+    its TRAIN_DEFAULTS, by name or built directory), less the task, then the flags of
+    add_train_flags that were given. With `task`, the policy's task options are kept only when
+    they are for that task (SmolLM2's `demo` is its toolcall setting); without, as the recorded
+    learning results had them."""
+    from mrtpo.models.builtin import TRAIN_DEFAULTS, builtin_name
+
+    settings = dict(TRAIN_DEFAULTS.get(builtin_name(model) or "", {}))
+    own_task = settings.pop("task", None)
+    if task is not None and own_task != task:
+        settings.pop("task_args", None)
+    settings.update({k: v for k, v in {"steps": args.steps, "batch_prompts": args.batch_prompts,
+                                       "num_generations": args.num_generations,
+                                       "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
+                     if v is not None})
+    return settings
+
+
 def parser() -> argparse.ArgumentParser:
     from mrtpo.models.builtin import DEFAULT_MODEL
 
@@ -245,12 +335,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--batch-prompts", type=int, default=None)
-    ap.add_argument("--num-generations", type=int, default=None)
-    ap.add_argument("--max-new-tokens", type=int, default=None)
-    ap.add_argument("--lr", type=float, default=None)
-    ap.add_argument("--save-every", type=int, default=0,
-                    help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
+    add_train_flags(ap)
     ap.add_argument("--threshold-frac", type=float, default=0.5)
     ap.add_argument("--window", type=int, default=None,
                     help="steps in the start and end means (default: a tenth of the steps; a short run "
@@ -262,8 +347,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name
-
     args = parser().parse_args()
 
     import torch
@@ -272,12 +355,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from mrtpo.models.default import resolve_model
 
-    settings = dict(TRAIN_DEFAULTS.get(builtin_name(args.model) or "", {}))  # by name or built directory
-    settings.pop("task", None)
-    settings.update({k: v for k, v in {"steps": args.steps, "batch_prompts": args.batch_prompts,
-                                       "num_generations": args.num_generations,
-                                       "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
-                     if v is not None})
+    settings = model_settings(args.model, args)
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:

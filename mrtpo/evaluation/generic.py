@@ -25,7 +25,7 @@ def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) 
             per_reward.setdefault(r.name, []).append(v.score)
         totals.append(sum(r.weight * v.score for r, v in zip(rewards, verdicts)))
         records.append({
-            "id": ex.id, "prompt": ex.prompt, "response": response,
+            "id": ex.id, "prompt": ex.prompt, "response": response, "reward": totals[-1],
             "rewards": {r.name: v.score for r, v in zip(rewards, verdicts)},
             "feedback": {r.name: v.feedback for r, v in zip(rewards, verdicts) if v.feedback},
         })
@@ -33,3 +33,13 @@ def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) 
     metrics.update({f"rewards/{name}/mean": mean(s) for name, s in per_reward.items()})
     groups = {name: {"mean": mean(s), "n": len(s)} for name, s in per_reward.items()}
     return EvalReport(task.name, len(records), metrics, groups, records)
+
+
+def per_example(records: Sequence[dict]) -> dict[str, list[float | None]]:
+    """Each metric's value on each example (`evaluate`'s records, in order): `reward` (the
+    weighted sum) and each reward's score, None where that reward does not apply to the
+    example; each metric is the mean of its list's numbers."""
+    names = list(dict.fromkeys(name for r in records for name in r["rewards"]))
+    out: dict[str, list[float | None]] = {"reward": [float(r["reward"]) for r in records]}
+    out.update({f"rewards/{name}/mean": [r["rewards"].get(name) for r in records] for name in names})
+    return out

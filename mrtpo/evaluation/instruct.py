@@ -43,6 +43,14 @@ from mrtpo.verifiers.ifeval.open_instruct import open_instruct_reward
 OPTIONS: tuple[str, ...] = ()
 
 
+def per_example(records: Sequence[dict]) -> dict[str, list[float]]:
+    """The prompt-level accuracies on each example (`evaluate`'s records, in order), each metric
+    the mean of its list; the instruction-level ones are means over instructions, not over
+    examples, and have none."""
+    return {"prompt_level_strict_acc": [float(r["follow_all_instructions"]) for r in records],
+            "prompt_level_loose_acc": [float(r["follow_all_instructions_loose"]) for r in records]}
+
+
 def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) -> EvalReport:
     records = []
     for ex, response in zip(examples, responses):

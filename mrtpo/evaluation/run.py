@@ -2,7 +2,9 @@
 
 The metric comes from the task: text2sql, instruct and toolcall have benchmark metrics of
 their own (mrtpo/evaluation/<task>.py); any other task (a plugin) gets the mean of each of
-its rewards (generic.py). Options a metric takes (text2sql's `mode`) are passed through and
+its rewards (generic.py). Each module also says, with `per_example(records)`, the value each
+example contributes to the metrics that are means over examples (what a bootstrap over
+examples resamples). Options a metric takes (text2sql's `mode`) are passed through and
 rejected, with a message, for tasks whose metric does not take them.
 """
 from __future__ import annotations
@@ -16,8 +18,8 @@ from mrtpo.evaluation.report import EvalReport
 from mrtpo.evaluation.responses import Missing, pair_responses, read_responses, resolve_missing
 from mrtpo.tasks.base import Example, Task
 
-#: task name -> module with `evaluate(task, examples, responses, **options) -> EvalReport`
-#: and `OPTIONS` (the option names it accepts)
+#: task name -> module with `evaluate(task, examples, responses, **options) -> EvalReport`,
+#: `OPTIONS` (the option names it accepts) and `per_example(records) -> {metric: [value]}`
 METRICS = {
     "text2sql": "mrtpo.evaluation.text2sql",
     "instruct": "mrtpo.evaluation.instruct",
@@ -37,6 +39,14 @@ def score(task: Task, examples: Sequence[Example], responses: Sequence[str], **o
         raise ValueError(f"{len(examples)} examples but {len(responses)} responses")
     given = validate_options(task, options)
     return metric_module(task).evaluate(task, list(examples), list(responses), **given)
+
+
+def per_example(task: Task, report: EvalReport) -> dict[str, list[float | None]]:
+    """The metrics of `report` that are means over examples, each as its per-example values in
+    the examples' order (None where the metric does not apply to an example): `metrics[m]` is
+    the mean of the numbers in `per_example(...)[m]`. Metrics that are not means over examples
+    (instruction-level accuracy, BFCL's summaries) are left out."""
+    return metric_module(task).per_example(report.per_example)
 
 
 def validate_options(task: Task, options: dict[str, Any]) -> dict[str, Any]:

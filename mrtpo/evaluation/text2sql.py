@@ -27,6 +27,14 @@ from mrtpo.verifiers.sql_sandbox import DEFAULT_TIMEOUT
 OPTIONS = ("mode", "timeout", "workers")
 
 
+def per_example(records: Sequence[dict]) -> dict[str, list[float]]:
+    """Each metric's value on each example (`evaluate`'s records, in order): every metric here
+    is the mean of its list."""
+    return {"execution_accuracy": [float(r["match"]) for r in records],
+            "executes": [float(r["executes"]) for r in records],
+            "format": [float(r["format"]) for r in records]}
+
+
 def extract_sql(fmt: Format, response: str) -> tuple[str | None, bool]:
     """(the predicted query or None, whether the response follows `fmt` strictly)."""
     parsed = fmt.parse(response)

@@ -32,6 +32,14 @@ NON_LIVE_OTHERS = ("multiple", "parallel", "parallel_multiple")
 LIVE = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
 
 
+def per_example(records: Sequence[dict]) -> dict[str, list[float]]:
+    """`ast_accuracy` and `format` on each example (`evaluate`'s records, in order), each metric
+    the mean of its list; BFCL's summaries are means over categories, not over examples, and
+    have none."""
+    return {"ast_accuracy": [float(r["valid"]) for r in records],
+            "format": [float(r["format"]) for r in records]}
+
+
 def evaluate(task: Task, examples: Sequence[Example], responses: Sequence[str]) -> EvalReport:
     fmt = getattr(task, "format", None) or ToolCallFormat()
     records = []

@@ -62,6 +62,7 @@ class TrainConfig:
     eval_data: str | None = opt(None, "Held-out data for --eval-every; default: the last --eval-size examples of --data, held out of training.")
     eval_size: int = opt(8, "Examples held out of the training data for evaluation when --eval-every > 0 and no --eval-data.")
     heldout: int = opt(8, "Before/after: score the policy greedily on this many held-out examples with the task's official metric (the numbers of `mrtpo eval`) before step 1 and after the last, printed at the end and written to heldout.json; they come from --eval-data, else the last ones of --data (at most a quarter of it), held out of training. 0 = off.")
+    heldout_every: int = opt(0, "Also measure the --heldout examples (greedy, the official metric) after every N steps, into heldout.json's `_curve` with each example's score, for held-out learning curves; 0 = only before step 1 and after the last.")
     reward_weights: dict[str, float] = opt({}, "Override reward weights by name (--reward-weight NAME=W, repeatable); default: the task's weights.")
 
     # --- rollout -----------------------------------------------------------------------------
@@ -162,7 +163,7 @@ class TrainConfig:
         need(0.0 <= self.lora_dropout < 1.0, f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         need(bool(self.lora_target_modules), "--lora-target-modules needs at least one module name (or 'all-linear')")
         for name in ("save_every", "save_total_limit", "log_completions_every", "eval_every",
-                     "warmup_steps", "verify_workers", "eval_size", "heldout"):
+                     "warmup_steps", "verify_workers", "eval_size", "heldout", "heldout_every"):
             need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         need(0 < self.verify_timeout <= MAX_VERIFY_TIMEOUT_S,
              f"--verify-timeout must be > 0 and at most {MAX_VERIFY_TIMEOUT_S:g} seconds (a day), "
@@ -180,6 +181,8 @@ class TrainConfig:
         need(self.scale_rewards == "group" or self.advantage == "grpo",
              f"--scale-rewards {self.scale_rewards} applies to --advantage grpo only (GDPO always "
              "normalises per reward, then over the batch); drop it or use --advantage grpo.")
+        need(self.heldout_every == 0 or self.heldout >= 1,
+             "--heldout-every measures the examples --heldout holds out; pass --heldout N >= 1 too")
         need(self.eval_every == 0 or self.eval_data is not None or self.eval_size >= 1,
              "--eval-every needs held-out examples: pass --eval-data FILE or --eval-size N >= 1")
         need(not self.resume or self.output_dir is not None,
@@ -222,7 +225,7 @@ def field_default(name: str) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
-             "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}
+             "heldout_every", "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}
 
 
 def _flag(name: str) -> str:

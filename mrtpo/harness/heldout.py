@@ -1,34 +1,52 @@
-"""The held-out before/after of a run (--heldout): `<run>/heldout.json` and one measurement.
+"""The held-out measurements of a run (--heldout, --heldout-every): `<run>/heldout.json` and
+one measurement.
 
 The metric is not the trainer's to define: the caller hands the loop a `measure(model,
 tokenizer, task, examples, max_new_tokens, description) -> {metric: value}`
 (`mrtpo.evaluation.heldout.measure`: `mrtpo eval --model`'s generation and official metrics;
-`mrtpo train` passes it). The loop measures before step 1 and after the last step, and
-`heldout.json` holds each metric as `{"before": x, "after": y}` (null where not measured yet),
-with what was measured under keys that start with `_`:
+`mrtpo train` passes it). A `measure` that takes `per_example` is asked for each example's
+values too (`per_example=True`; it returns them as `{"_per_example": {metric: [value, ...]}}`
+beside the means, in the order of `_example_ids`), which a bootstrap over examples needs.
+
+The loop measures before step 1 (step 0), after every --heldout-every steps, and after the last
+step. `heldout.json` holds each metric's before and after as `{"before": x, "after": y}` (null
+where not measured yet), and every measurement as a point of `_curve`, with what was measured
+under the other keys that start with `_`:
 
     {"ast_accuracy": {"before": 0.125, "after": 0.375}, "format": {"before": 0.5, "after": 0.875},
      "_examples": 8, "_example_ids": ["toolcall-028", ...], "_source": "the last 8 of ...",
-     "_max_new_tokens": 160, "_greedy": true, "_after_step": 40}
+     "_max_new_tokens": 160, "_greedy": true, "_before_step": 0, "_after_step": 40, "_every": 20,
+     "_curve": [{"step": 0, "ast_accuracy": 0.125, "format": 0.5,
+                 "_per_example": {"ast_accuracy": [0.0, 1.0, ...], "format": [...]}},
+                {"step": 20, ...}, {"step": 40, "ast_accuracy": 0.375, ...}]}
 
 The file is written after each measurement (atomically, never through a link), so a resumed
-run finds the before it measured and does not measure it again at a later step.
+run finds the measurements it made and does not make them again (`measured`).
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
 from mrtpo.tasks.base import Example, Task
 
 FILE = "heldout.json"
+CURVE = "_curve"  # every measurement: [{"step": s, metric: value, ..., "_per_example": {...}}]
+PER_EXAMPLE = "_per_example"  # each example's values: {metric: [value, ...]} (measure(..., per_example=True))
 
-Measure = Callable[..., dict[str, float]]
+Measure = Callable[..., dict[str, Any]]
+
+
+class Measurement(NamedTuple):
+    values: dict[str, float]  # metric -> the mean over the examples
+    per_example: dict[str, list] | None  # metric -> one value per example (None: not a mean / not given)
+    seconds: float
 
 
 def read(run_dir: Path) -> dict[str, Any]:
@@ -49,12 +67,37 @@ def has(doc: dict[str, Any], when: str) -> bool:
         any(v[when] is not None for v in metrics)
 
 
-def record(doc: dict[str, Any], when: str, values: dict[str, float], meta: dict[str, Any]) -> dict[str, Any]:
-    """`doc` with `values` entered as the `when` measurement (NaN as null) and `meta` as `_` keys."""
+def curve(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The points of `doc`'s `_curve` in step order ([] for a file written before there was one)."""
+    points = doc.get(CURVE)
+    if not isinstance(points, list):
+        return []
+    return sorted((p for p in points if isinstance(p, dict) and isinstance(p.get("step"), int)),
+                  key=lambda p: p["step"])
+
+
+def measured(doc: dict[str, Any], step: int) -> bool:
+    """Whether `doc` holds a measurement at `step`: a point of its curve, or (a file written
+    before the curve existed) its before or after taken at that step."""
+    if any(p["step"] == step for p in curve(doc)):
+        return True
+    return any(doc.get(f"_{when}_step") == step and has(doc, when) for when in ("before", "after"))
+
+
+def _number(value: Any) -> float | None:
+    """A finite number as it is; NaN, infinities and anything else as None (JSON null)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
+def record(doc: dict[str, Any], when: str | None, values: dict[str, float], meta: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with `values` entered as the `when` ("before" / "after") measurement (NaN as null;
+    `when` None: a point between them, which enters only the curve, `add_point`) and `meta` as
+    `_` keys."""
     out = {k: dict(v) for k, v in doc.items() if not k.startswith("_") and isinstance(v, dict)}
-    for name, value in values.items():
-        entry = out.setdefault(name, {"before": None, "after": None})
-        entry[when] = value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    if when is not None:
+        for name, value in values.items():
+            out.setdefault(name, {"before": None, "after": None})[when] = _number(value)
     for entry in out.values():
         entry.setdefault("before", None)
         entry.setdefault("after", None)
@@ -63,28 +106,53 @@ def record(doc: dict[str, Any], when: str, values: dict[str, float], meta: dict[
     return out
 
 
+def add_point(doc: dict[str, Any], step: int, values: dict[str, float],
+              per_example: dict[str, list] | None = None) -> dict[str, Any]:
+    """`doc` with the measurement at `step` as a point of its curve (replacing one at the same
+    step), NaN as null, each example's values under `_per_example` when given."""
+    point: dict[str, Any] = {"step": step, **{name: _number(v) for name, v in values.items()}}
+    if per_example:
+        point[PER_EXAMPLE] = {name: [_number(float(x)) if isinstance(x, (bool, int, float)) else None for x in xs]
+                              for name, xs in per_example.items()}
+    return {**doc, CURVE: [p for p in curve(doc) if p["step"] != step] + [point]}
+
+
 def write(run_dir: Path, doc: dict[str, Any]) -> None:
     from mrtpo.textio import strict_json, write_atomic
 
     write_atomic(Path(run_dir) / FILE, strict_json(doc, indent=2) + "\n")
 
 
+def takes_per_example(measure: Measure) -> bool:
+    """Whether `measure` can be asked for each example's values: it names `per_example` or takes
+    any keyword (`**kwargs`, as a wrapper that passes them on does)."""
+    try:
+        params = inspect.signature(measure).parameters.values()
+    except (TypeError, ValueError):  # a callable whose signature cannot be read: ask for the means only
+        return False
+    return any(p.name == "per_example" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 def run(measure: Measure, policy, task: Task, examples: Sequence[Example], max_new_tokens: int,
-        description: str) -> tuple[dict[str, float], float]:
-    """(metrics, seconds) of the policy as it is now, greedy, in eval mode (no dropout), with
-    the LoRA folded in where that is exact enough (Policy.merged), leaving the random state as it
-    was (so a run measured at its start trains as one that was not)."""
+        description: str) -> Measurement:
+    """The metrics (and, where `measure` gives them, each example's values) of the policy as it
+    is now, greedy, in eval mode (no dropout), with the LoRA folded in where that is exact
+    enough (Policy.merged), leaving the random state as it was (so a run measured during
+    training trains as one that was not)."""
     t0 = time.perf_counter()
     was_training = policy.model.training
     policy.model.eval()
     devices = [policy.device] if policy.device.type == "cuda" else []
+    extra = {"per_example": True} if takes_per_example(measure) else {}
     try:
         with torch.random.fork_rng(devices=devices), torch.no_grad(), policy.merged() as model:
-            values = measure(model, policy.tokenizer, task, list(examples), max_new_tokens=max_new_tokens,
-                             description=description)
+            out = measure(model, policy.tokenizer, task, list(examples), max_new_tokens=max_new_tokens,
+                          description=description, **extra)
     finally:
         policy.model.train(was_training)
-    return values, time.perf_counter() - t0
+    values = {k: v for k, v in out.items() if not k.startswith("_")}
+    per_example = out.get(PER_EXAMPLE) if isinstance(out.get(PER_EXAMPLE), dict) else None
+    return Measurement(values, per_example, time.perf_counter() - t0)
 
 
 def line(doc: dict[str, Any]) -> str | None:

@@ -4,7 +4,8 @@ Each step: take B prompts, sample G completions of each from P0, score every com
 with every reward of its task (scores [N, K], N = B*G), replay the completions under the
 block contexts to get per-reward token distances (MRTPO), turn scores into per-reward
 credit (GRPO or GDPO, optionally SAW-weighted), place the credit on tokens, and take one
-clipped policy-gradient step (TRL's loss definitions). Then log, evaluate, checkpoint.
+clipped policy-gradient step (TRL's loss definitions). Then log, evaluate, measure on the
+held-out examples (--heldout-every), checkpoint.
 
 What it deliberately does not do: no transformers.Trainer, no reward model, no value head,
 no vLLM. Under `accelerate launch` it runs data-parallel: each process takes a share of the
@@ -68,11 +69,11 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     """Train as `cfg` says; `on_start(first_step)`, `on_step(record)` and `on_phase(text)` (a
     phase begins or ends: the held-out measurements) feed a progress display.
 
-    `measure` is the held-out before/after's metric (mrtpo.harness.heldout; `mrtpo train` passes
+    `measure` is the held-out measurements' metric (mrtpo.harness.heldout; `mrtpo train` passes
     `mrtpo.evaluation.heldout.measure`, the official one): with `cfg.heldout` > 0 the policy is
-    measured on the held-out examples before step 1 and after the last step, into heldout.json.
-    Without it the examples are still held out (the run trains on the same data either way) and
-    not measured.
+    measured on the held-out examples before step 1, after every `cfg.heldout_every` steps and
+    after the last step, into heldout.json. Without it the examples are still held out (the run
+    trains on the same data either way) and not measured.
 
     `model_path(cfg.model)` is asked once, on the main process, for what `from_pretrained`
     loads: the trainer knows built-in policies only by name (mrtpo.models.builtin) and never
@@ -129,9 +130,12 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
         logger.info("--heldout %d: no `measure` was given (mrtpo.harness.train(cfg, measure=...)), so the "
                     "held-out examples are left out of training and not measured", cfg.heldout)
     held_doc = heldout.read(run_dir) if held and cfg.resume else {}  # a new run measures afresh
-    if held and not heldout.has(held_doc, "before"):
-        # measured before step 1; a resumed run that lost heldout.json cannot go back to it
-        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, "before", start,
+    if held and start > 0 and not heldout.has(held_doc, "before"):  # it cannot go back to step 0
+        on_phase(f"held-out before training: not measured (the run resumes at step {start} and "
+                 f"{heldout.FILE} holds no measurement from its start)")
+    if held and start < cfg.steps and heldout_due(cfg, start) and not heldout.measured(held_doc, start):
+        # step 0: before step 1; a resumed run: the policy it resumes from, where its point is missing
+        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, start,
                                     splits.heldout_source, on_phase)
     dist.barrier()
     if on_start is not None and dist.is_main:
@@ -214,6 +218,10 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                     logger.warning(line)
                 metrics_log.write([record])
                 trackers.log(record)  # --report-to: the same record
+                if held and step < cfg.steps and heldout_due(cfg, step) and not heldout.measured(held_doc, step):
+                    # before this step's checkpoint: a run resumed from it has its point already
+                    held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, step,
+                                                splits.heldout_source, on_phase)
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
                     checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
             if on_step is not None and dist.is_main:
@@ -224,8 +232,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
 
     # -------------------------------------------------------------------------------- save
     # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)
-    if held and (start < cfg.steps or not heldout.has(held_doc, "after")):
-        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, "after", cfg.steps,
+    if held and not heldout.measured(held_doc, cfg.steps):  # a run that stopped while measuring it too
+        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, cfg.steps,
                                     splits.heldout_source, on_phase)
     return RunResult(run_dir, history, cfg, policy, held_doc or None)
 
@@ -296,21 +304,27 @@ def check_reward_weights(task, examples, overrides: dict[str, float]) -> None:
                           f"does not have; its rewards: {', '.join(sorted(known))}")
 
 
+def heldout_due(cfg: TrainConfig, step: int) -> bool:
+    """Whether the held-out curve has a point at `step`: 0 (before step 1), every
+    --heldout-every steps, and the last step."""
+    return step in (0, cfg.steps) or bool(cfg.heldout_every and step % cfg.heldout_every == 0)
+
+
 def _measure_heldout(measure, policy, task, examples, cfg: TrainConfig, run_dir: Path, doc: dict,
-                     when: str, step: int, source: str, on_phase: Callable[[str], None]) -> dict:
-    """One held-out measurement (`when`: before / after training), said as a phase and
-    entered into heldout.json."""
-    label = f"held-out {when} training"
-    if when == "before" and step > 0:  # a resumed run whose heldout.json is gone: not at step 0 now
-        on_phase(f"{label}: not measured (the run resumes at step {step} and {heldout.FILE} holds no "
-                 "measurement from its start)")
-        return doc
+                     step: int, source: str, on_phase: Callable[[str], None]) -> dict:
+    """One held-out measurement of the policy after `step` steps, said as a phase and entered
+    into heldout.json: a point of its curve, and at step 0 and the last step the metrics'
+    before and after."""
+    when = "before" if step == 0 else "after" if step == cfg.steps else None
+    label = f"held-out {when} training" if when else f"held-out at step {step}"
     on_phase(f"{label}: {len(examples)} examples, greedy, the task's official metric")
-    values, seconds = heldout.run(measure, policy, task, examples, cfg.max_new_tokens, label)
-    on_phase(f"{label}: {heldout.summary(values)} ({seconds:.1f} s)")
+    result = heldout.run(measure, policy, task, examples, cfg.max_new_tokens, label)
+    on_phase(f"{label}: {heldout.summary(result.values)} ({result.seconds:.1f} s)")
     meta = {"examples": len(examples), "example_ids": [ex.id for ex in examples], "source": source,
-            "max_new_tokens": cfg.max_new_tokens, "greedy": True, f"{when}_step": step}
-    doc = heldout.record(doc, when, values, meta)
+            "max_new_tokens": cfg.max_new_tokens, "greedy": True, "every": cfg.heldout_every,
+            **({f"{when}_step": step} if when else {})}
+    doc = heldout.add_point(heldout.record(doc, when, result.values, meta), step, result.values,
+                            result.per_example)
     heldout.write(run_dir, doc)
     return doc
 

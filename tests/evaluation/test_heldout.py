@@ -162,3 +162,101 @@ def test_measuring_leaves_training_unchanged(tiny_qwen2_dir, tmp_path):
     assert not (tmp_path / "b" / "heldout.json").exists()
     for a, b in zip(with_.history, without.history):
         assert a["reward"] == b["reward"] and a["loss"] == b["loss"]
+
+
+def _counting(calls: list):
+    """The official metric, each call's label (`held-out at step 2`...) appended to `calls`."""
+    from mrtpo.evaluation.heldout import measure
+
+    def counting(*args, description: str, **kwargs):
+        calls.append(description)
+        return measure(*args, description=description, progress=False, **kwargs)
+
+    return counting
+
+
+def test_heldout_every_writes_a_curve_and_a_resumed_run_measures_no_step_twice(tiny_qwen2_dir, tmp_path):
+    """--heldout-every 2 over 3 steps: points at 0, 2 and 3 (the last), each with every example's
+    value; the before and after are the first and last points. A run resumed from an earlier
+    checkpoint keeps the points it has; one trained further measures only the new steps."""
+    from mrtpo.evaluation.report import mean
+    from mrtpo.harness import TrainConfig, train
+
+    data = _data(tmp_path / "words.jsonl")
+    run = tmp_path / "run"
+    kw = dict(model=str(tiny_qwen2_dir), task="harness-words", data=str(data), batch_prompts=2,
+              num_generations=2, max_new_tokens=6, verify_workers=0, lora_r=4, lr=0.05, heldout=3,
+              heldout_every=2, save_every=1, log_completions_every=0, output_dir=str(run))
+    calls: list[str] = []
+    result = train(TrainConfig(steps=3, **kw), measure=_counting(calls))
+    assert calls == ["held-out before training", "held-out at step 2", "held-out after training"]
+    doc = json.loads((run / "heldout.json").read_text())
+    assert result.heldout == doc
+    curve = doc["_curve"]
+    assert [p["step"] for p in curve] == [0, 2, 3] and doc["_every"] == 2
+    metrics = [k for k in doc if not k.startswith("_")]
+    for name in metrics:  # the before/after form stays, and is the curve's first and last point
+        assert doc[name] == {"before": curve[0][name], "after": curve[-1][name]}
+    for point in curve:  # each example's value, in the order of _example_ids; the metric is their mean
+        per = point["_per_example"]
+        assert set(per) == set(metrics)
+        for name, values in per.items():
+            assert len(values) == 3 and point[name] == pytest.approx(mean(v for v in values if v is not None))
+
+    # resumed from step 2's checkpoint (as after a crash): step 3 trains again, nothing is measured again
+    import shutil
+
+    shutil.rmtree(run / "checkpoints" / "step-000003")
+    doc["_curve"][-1]["reward"] = 0.123456  # marks the saved point at step 3
+    (run / "heldout.json").write_text(json.dumps(doc))
+    calls.clear()
+    train(TrainConfig(steps=3, resume=True, **kw), measure=_counting(calls))
+    assert calls == []
+    assert json.loads((run / "heldout.json").read_text())["_curve"][-1]["reward"] == 0.123456
+
+    # trained on to step 6: the points of steps 4 and 6 only
+    train(TrainConfig(steps=6, resume=True, **kw), measure=_counting(calls))
+    assert calls == ["held-out at step 4", "held-out after training"]
+    doc = json.loads((run / "heldout.json").read_text())
+    assert [p["step"] for p in doc["_curve"]] == [0, 2, 3, 4, 6] and doc["_after_step"] == 6
+
+
+def test_a_measure_without_per_example_gives_means_only(tiny_qwen2_dir, tmp_path):
+    """A caller's own metric, which knows nothing of per-example values, still works: the curve
+    holds its means."""
+    from mrtpo.harness import TrainConfig, train
+
+    def means_only(model, tokenizer, task, examples, max_new_tokens, description):
+        return {"score": float(len(examples))}
+
+    run = tmp_path / "run"
+    train(TrainConfig(model=str(tiny_qwen2_dir), task="harness-words", data=str(_data(tmp_path / "w.jsonl")),
+                      steps=2, batch_prompts=2, num_generations=2, max_new_tokens=4, verify_workers=0, lora_r=4,
+                      heldout=2, heldout_every=1, log_completions_every=0, output_dir=str(run)), measure=means_only)
+    doc = json.loads((run / "heldout.json").read_text())
+    assert doc["_curve"] == [{"step": 0, "score": 2.0}, {"step": 1, "score": 2.0}, {"step": 2, "score": 2.0}]
+    assert doc["score"] == {"before": 2.0, "after": 2.0}
+
+
+@pytest.mark.parametrize("task_name", ["text2sql", "toolcall", "instruct", "harness-words"])
+def test_per_example_values_average_to_the_metrics(task_name):
+    """Each task's per-example values (what a bootstrap over examples resamples) are the
+    examples' shares of the metrics that are means over examples, in the examples' order."""
+    from mrtpo.evaluation.report import mean
+    from mrtpo.evaluation.run import per_example, score
+    from mrtpo.tasks import get_task
+
+    task = get_task(task_name)
+    examples = task.load(None)[:6]
+    right = {"text2sql": lambda ex: f"```sql\n{ex.data['gold']}\n```",  # some right, some not
+             "harness-words": lambda ex: f"<answer>{ex.data['word']}</answer>"}.get(task_name, lambda ex: "no")
+    responses = [right(ex) if i % 2 else "no answer" for i, ex in enumerate(examples)]
+    report = score(task, examples, responses)
+    values = per_example(task, report)
+    assert values and set(values) <= set(report.metrics)
+    assert next(iter(values)) == next(iter(report.metrics))  # the headline metric has them
+    for name, xs in values.items():
+        assert len(xs) == len(examples)
+        assert mean(x for x in xs if x is not None) == pytest.approx(report.metrics[name], abs=1e-12)
+    if task_name == "text2sql":
+        assert values["execution_accuracy"] == [0.0, 1.0] * 3

@@ -41,6 +41,8 @@ def test_default_run_dir_is_under_runs():
     ({"grad_accum": 9, "batch_prompts": 2, "num_generations": 4}, "lower it"),
     ({"top_p": 0.0}, "--top-p"),
     ({"eval_every": 2, "eval_size": 0}, "--eval-data FILE or --eval-size"),
+    ({"heldout_every": 2, "heldout": 0}, "pass --heldout N >= 1 too"),
+    ({"heldout_every": -1}, "--heldout-every must be >= 0"),
     ({"mrtpo_lambda": 1.5}, r"--mrtpo-lambda must be in \[0, 1\]"),
 ])
 def test_invalid_values_say_what_to_do(values, message):

@@ -1,0 +1,400 @@
+"""Held-out learning curves: does MRTPO learn more than GDPO on examples no run trains on?
+
+MRTPO (on GDPO), GDPO, and a control, MRTPO with its token weights shuffled within each
+response (`mrtpo-shuffled`, `mrtpo_weights: shuffled`: the weights' distribution without their
+placement), train the same policy with the same settings for each seed, each run in a fresh
+process through the real entry point (learning.py's `run_one`, `mrtpo.harness.train`). A seed
+fixes the LoRA's initialisation, the prompts of every step and every completion's sampling
+seed, so the methods' runs of one seed are paired: they start alike and differ in where the
+credit lands. Every run measures the task's official metric (`mrtpo eval`'s numbers: execution
+accuracy for text2sql, AST accuracy for toolcall, IFEval's for instruct) greedily on the same
+held-out examples, never trained on, before step 1, every --heldout-every steps and after the
+last (`mrtpo train --heldout N --heldout-every K`: heldout.json's `_curve`, with each
+example's value). Held-out figures, not training-reward means, are what it compares.
+
+It prints, per metric and method, the held-out curve (the mean over seeds at each measured
+step) and, per pair of methods (mrtpo - gdpo, mrtpo - mrtpo-shuffled, mrtpo-shuffled - gdpo),
+the paired difference after the last step with a 95% interval and each seed's difference. The
+interval is a paired bootstrap over seeds and held-out examples (`paired_bootstrap`): each of
+10,000 resamples draws the seeds with replacement and, independently, the held-out examples
+with replacement (one draw shared by the seeds, which all measure the same examples), and takes
+the mean of the per-example differences (a's value minus b's, same seed, same example) over
+what it drew; the interval holds the central 95% of those means (percentile method). With 3
+seeds the seed draw is coarse, so each seed's difference is reported beside it. It writes
+(--json, else <out>/summary.json):
+
+    {"command", "settings": {"model", "task", "task_args", "seeds": [0, 1, 2], "steps", "heldout",
+                             "heldout_every", "heldout_examples", "heldout_source", "methods", ...},
+     "metric": the headline metric, "interval": how the intervals were made,
+     "curves": {method: {metric: {"steps": [0, 25, ...], "mean": [...], "per_seed": [[...], ...]}}},
+     "paired": [{"a", "b", "reward": metric, "mean", "low", "high", "per_seed": [...], "step",
+                 "seeds", "examples"}, ...],
+     "seconds_per_run": {method: seconds (training steps only, mean over seeds)}}
+
+and a PNG of the held-out curves (mean over seeds, band min..max) beside it when matplotlib is
+installed. For SmolLM2 on text2sql the held-out split must hold >= 100 examples, more than a
+quarter of the bundled sample (39 rows), so the data is Spider (data_cards/spider.md): held out
+are the first --heldout rows of --eval-data, never trained on.
+
+    python benchmarks/learning/heldout.py --model smollm2-135m --task text2sql -o demo=true \\
+        --data SPIDER/train_spider.json --eval-data SPIDER/dev.json \\
+        --steps 100 --heldout 100 --heldout-every 25 --threads 2 \\
+        --json benchmarks/results/learning-heldout-text2sql-smollm2-135m.json
+
+Resuming, within and across sessions: runs train one after another in
+<out>/runs/<task>/<method>/seed<k>/ (checkpointed every --save-every steps); rerunning the same
+command reads finished runs back and resumes an interrupted one from its last checkpoint (a
+--out that holds runs with other settings is refused). With --json, each run that finishes is
+also kept beside the results file, in <json without .json>/<method>/seed<k>/ (its config.yaml,
+metrics.jsonl: the training curves, and heldout.json: the held-out curve with every example's
+value; no checkpoints, about 0.1-0.3 MB a run). Commit that directory after each finished run
+(`git add benchmarks/results/learning-heldout-text2sql-smollm2-135m/`): a later session, on
+this machine or a fresh checkout, reads the kept runs back and trains only the missing ones
+(an interrupted run whose <out> is gone starts again). Once every run has finished, commit the
+results file and its PNG too.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+import learning  # beside this script: the runs, their settings and flags
+
+METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
+PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"))  # a - b
+LEVEL, RESAMPLES = 0.95, 10_000
+KEPT_FILES = ("config.yaml", "metrics.jsonl", "heldout.json")  # what a kept run holds (no checkpoints)
+
+
+# ------------------------------------------------------------------------------ statistics
+def paired_bootstrap(diffs: Sequence[Sequence[float]], level: float = LEVEL, resamples: int = RESAMPLES,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the paired differences `diffs[s][e]` (seed s, held-out
+    example e: one method's value minus another's on the same example, same seed, same step)
+    and its percentile bootstrap interval at `level`.
+
+    Each resample draws the S seeds with replacement and, independently, the E examples with
+    replacement (one draw of examples for every seed drawn: the seeds measure the same
+    examples), and takes the mean difference over the drawn seeds x examples, counting each as
+    often as it was drawn. NaN (a metric that does not apply to an example) is left out of every
+    mean. The interval holds the central `level` of the resampled means. Pure: the same input
+    and `seed` give the same interval; differences that are all equal give a zero-width
+    interval at their value. Raises ValueError unless `diffs` is a non-empty S x E table."""
+    import numpy as np
+
+    d = np.asarray(diffs, dtype=float)  # [S, E]
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError(f"expected a non-empty seeds x examples table of differences, got shape {d.shape}")
+    valid = ~np.isnan(d)  # [S, E]
+    if not valid.any():
+        return math.nan, math.nan, math.nan
+    values = np.where(valid, d, 0.0)  # [S, E]
+    mean = float(values.sum() / valid.sum())
+    if np.all(d[valid] == d[valid][0]):  # no spread to resample (exactly, without rounding residue)
+        return mean, mean, mean
+    rng = np.random.default_rng(seed)
+    n_seeds, n_examples = d.shape
+    seeds_drawn = rng.multinomial(n_seeds, [1 / n_seeds] * n_seeds, size=resamples)  # [R, S] draw counts
+    examples_drawn = rng.multinomial(n_examples, [1 / n_examples] * n_examples, size=resamples)  # [R, E]
+    totals = np.einsum("rs,se,re->r", seeds_drawn, values, examples_drawn)  # [R]
+    counts = np.einsum("rs,se,re->r", seeds_drawn, valid.astype(float), examples_drawn)  # [R]
+    means = totals[counts > 0] / counts[counts > 0]
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return mean, float(low), float(high)
+
+
+def pairs_of(methods: Sequence[str]) -> list[tuple[str, str]]:
+    """The (a, b) pairs compared as a - b: those of PAIRS whose methods ran, then every other
+    pair of the methods (the later one minus the earlier one)."""
+    out = [(a, b) for a, b in PAIRS if a in methods and b in methods]
+    for i, b in enumerate(methods):
+        for a in methods[i + 1:]:
+            if (a, b) not in out and (b, a) not in out:
+                out.append((a, b))
+    return out
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else None
+
+
+# ------------------------------------------------------------------------------ runs
+class Run(NamedTuple):
+    """One finished run read back: its held-out curve and its training metrics."""
+
+    method: str
+    seed: int
+    curve: list[dict]  # heldout.json's points: {"step", metric: value, "_per_example": {...}}
+    example_ids: list[str]
+    history: list[dict]  # metrics.jsonl, one record per step
+
+    def point(self, step: int) -> dict | None:
+        return next((p for p in self.curve if p["step"] == step), None)
+
+
+def read_run(run_dir: Path, method: str, seed: int, steps: int) -> Run:
+    """The run in `run_dir` (a training run or a kept copy), up to `steps`."""
+    from mrtpo.harness import heldout
+
+    doc = heldout.read(run_dir)
+    return Run(method, seed, [p for p in heldout.curve(doc) if p["step"] <= steps],
+               list(doc.get("_example_ids") or []), learning._read(run_dir / "metrics.jsonl")[:steps])
+
+
+def keep(run_dir: Path, kept: Path) -> None:
+    """Copy a finished run's record (KEPT_FILES) to `kept`, each file whole or not at all."""
+    from mrtpo.textio import write_atomic
+
+    kept.mkdir(parents=True, exist_ok=True)
+    for name in KEPT_FILES:
+        if (run_dir / name).is_file():
+            write_atomic(kept / name, (run_dir / name).read_text(encoding="utf-8"))
+
+
+def run_or_read(out: Path, kept_root: Path | None, task: str, method: str, seed: int, settings: dict,
+                threads: int | None, measure) -> Run:
+    """One (method, seed): read back from its kept copy when that finished with these settings
+    (an earlier session's), else trained or read back from <out> (learning.run_one, which
+    resumes an interrupted run) and then kept."""
+    steps = settings["steps"]
+    kept = kept_root / method / f"seed{seed}" if kept_root is not None else None
+    if kept is not None and learning.finished(kept, steps, measured=True) is not None:
+        learning.check_settings(kept, learning.run_config(kept, task, method, seed, settings))
+        return read_run(kept, method, seed, steps)
+    learning.run_one(out, task, method, seed, settings, threads, measure)
+    run_dir = learning.run_dir_of(out, task, method, seed)
+    if kept is not None:
+        keep(run_dir, kept)
+        print(f"  kept {method} seed {seed} in {kept}: commit it", flush=True)
+    return read_run(run_dir, method, seed, steps)
+
+
+# ------------------------------------------------------------------------------ summary
+def metrics_of(runs: list[Run]) -> list[str]:
+    """The metrics measured, in the order the task's metric gives them (the headline first)."""
+    names: dict[str, None] = {}
+    for run in runs:
+        for p in run.curve:
+            names.update({k: None for k in p if k != "step" and not k.startswith("_")})
+    return list(names)
+
+
+def curves(runs: dict[str, list[Run]], metrics: list[str]) -> dict:
+    """{method: {metric: {"steps", "mean" (over the seeds measured at that step), "per_seed"}}}."""
+    steps = sorted({p["step"] for rs in runs.values() for r in rs for p in r.curve})
+    out: dict = {}
+    for method, rs in runs.items():
+        out[method] = {}
+        for metric in metrics:
+            per_seed = [[(r.point(s) or {}).get(metric) for s in steps] for r in rs]  # [S][steps]
+            out[method][metric] = {"steps": steps, "mean": [_mean(col) for col in zip(*per_seed)],
+                                   "per_seed": per_seed}
+    return out
+
+
+def paired(runs: dict[str, list[Run]], metrics: list[str], step: int) -> list[dict]:
+    """Per metric with per-example values (the headline first) and pair of methods: the paired
+    difference at `step` (the last), mean over seeds and examples, its bootstrap interval and
+    each seed's difference."""
+    rows = []
+    for metric in metrics:
+        for a, b in pairs_of(list(runs)):
+            diffs = [_differences(ra, rb, step, metric) for ra, rb in zip(runs[a], runs[b])]  # [S][E]
+            if not diffs or any(d is None for d in diffs):
+                continue  # a metric without per-example values (a mean over instructions, ...)
+            mean, low, high = paired_bootstrap(diffs)
+            rows.append({"a": a, "b": b, "reward": metric, "mean": mean, "low": low, "high": high,
+                         "per_seed": [_mean(d) for d in diffs], "step": step, "seeds": len(diffs),
+                         "examples": len(diffs[0])})
+    return rows
+
+
+def _differences(ra: Run, rb: Run, step: int, metric: str) -> list[float] | None:
+    """a's value minus b's on each held-out example at `step` (one seed; NaN where the metric
+    does not apply), or None when the metric has no per-example values."""
+    if ra.seed != rb.seed or ra.example_ids != rb.example_ids:
+        raise SystemExit(f"{ra.method} and {rb.method} (seed {ra.seed}, {rb.seed}) are not paired: they "
+                         "measured other held-out examples or seeds")
+    xa, xb = _per_example(ra, step, metric), _per_example(rb, step, metric)
+    if xa is None or xb is None:
+        return None
+    return [math.nan if x is None or y is None else x - y for x, y in zip(xa, xb)]
+
+
+def _per_example(run: Run, step: int, metric: str) -> list | None:
+    point = run.point(step)
+    if point is None:
+        raise SystemExit(f"the {run.method} run of seed {run.seed} has no held-out measurement at step {step}")
+    return (point.get("_per_example") or {}).get(metric)
+
+
+def table(task: str, summary: dict) -> None:
+    """Print the held-out curves (mean over seeds) and the paired differences."""
+    settings = summary["settings"]
+    print(f"\n== {task}: held-out ({settings['heldout_examples']} examples, greedy), mean over seeds "
+          f"{', '.join(map(str, settings['seeds']))}")
+    by_method = summary["curves"]
+    steps = next(iter(next(iter(by_method.values())).values()))["steps"]
+    print(f"{'metric':<26} {'method':<15} " + " ".join(f"{'step ' + str(s):>9}" for s in steps))
+    for metric in summary["metrics"]:
+        for method, c in by_method.items():
+            cells = " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in c[metric]["mean"])
+            print(f"{metric:<26} {method:<15} {cells}")
+    print(f"\n== paired differences after step {settings['steps']} ({summary['interval']})")
+    print(f"{'metric':<26} {'a - b':<28} {'mean':>7} {'low':>7} {'high':>7}   per seed")
+    for r in summary["paired"]:
+        seeds = " ".join("-" if d is None else f"{d:+.3f}" for d in r["per_seed"])
+        print(f"{r['reward']:<26} {r['a'] + ' - ' + r['b']:<28} {r['mean']:>+7.3f} {r['low']:>+7.3f} "
+              f"{r['high']:>+7.3f}   {seeds}")
+
+
+def plot(summary: dict, path: Path) -> bool:
+    """The held-out curves, one panel per metric: mean over seeds, band min..max."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[plot]'): no plot written")
+        return False
+    metrics = summary["metrics"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.8 * len(metrics), 3.0), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for method, c in summary["curves"].items():
+            m = c[metric]
+            x = [s for s, v in zip(m["steps"], m["mean"]) if v is not None]
+            cols = [[v for v in col if v is not None] for col in zip(*m["per_seed"])]
+            cols = [col for col in cols if col]
+            line, = ax.plot(x, [v for v in m["mean"] if v is not None], marker="o", ms=3, lw=1.4, label=method)
+            ax.fill_between(x, [min(col) for col in cols], [max(col) for col in cols], color=line.get_color(),
+                            alpha=0.15, lw=0)
+        ax.set_title(f"{summary['settings']['task']}: held-out {metric}", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+# ------------------------------------------------------------------------------ main
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="policy: a built-in name or a directory")
+    ap.add_argument("--task", default="text2sql")
+    ap.add_argument("-o", "--task-option", dest="options", action="append", default=[], metavar="KEY=VALUE",
+                    help="task option, repeatable (e.g. -o demo=true)")
+    ap.add_argument("--data", default=None, help="the task's training data (default: its bundled sample)")
+    ap.add_argument("--eval-data", default=None,
+                    help="held-out data: its first --heldout examples (default: the last of --data, held out)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help=f"comma-separated, of {', '.join(learning.ALL_METHODS)}")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--heldout", type=int, default=100, help="held-out examples every run is measured on")
+    ap.add_argument("--heldout-every", type=int, default=25, help="measure them every N steps (and at 0 and the end)")
+    learning.add_train_flags(ap, save_every=5)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", default="benchmarks/out/learning-heldout", help="where the runs train")
+    ap.add_argument("--json", default=None,
+                    help="the results file (e.g. benchmarks/results/learning-heldout-TASK-MODEL.json); finished "
+                         "runs are kept beside it, in the directory of its name (default: <out>/summary.json, "
+                         "nothing kept)")
+    return ap
+
+
+def run_settings(args: argparse.Namespace, model_path: str) -> dict:
+    """The settings every run trains with: the model's (learning.model_settings), the task
+    options, the data, the held-out measurement, and a checkpoint every --save-every steps
+    (the newest kept) so that an interrupted run resumes near where it stopped."""
+    from mrtpo.tasks.options import read_options
+
+    settings = learning.model_settings(args.model, args, task=args.task)
+    settings.update(model=model_path, steps=args.steps, lora=True,
+                    task_args={**settings.get("task_args", {}), **read_options(args.options)},
+                    data=args.data, eval_data=args.eval_data, heldout=args.heldout, heldout_every=args.heldout_every,
+                    save_every=args.save_every, save_total_limit=1 if args.save_every else 0,
+                    log_completions_every=0, eval_every=0)
+    return settings
+
+
+def heldout_split(task: str, settings: dict) -> tuple[int, str]:
+    """(how many examples the runs hold out, where from), refusing fewer than asked for."""
+    from mrtpo.harness.data import load_splits
+    from mrtpo.tasks import get_task
+
+    splits = load_splits(get_task(task, **settings["task_args"]), settings["data"], settings["eval_data"], 0, 0,
+                         settings["heldout"])
+    if len(splits.heldout) < settings["heldout"]:
+        raise SystemExit(f"--heldout {settings['heldout']}: the data holds out only {len(splits.heldout)} examples "
+                         f"({splits.heldout_source or 'none'}; without --eval-data at most a quarter of --data); "
+                         "pass --eval-data FILE or a larger --data, or a smaller --heldout")
+    return len(splits.heldout), splits.heldout_source
+
+
+def main(argv: list[str] | None = None, measure=None) -> dict:
+    """Train (or read back) every run, then print, write and plot the summary, which it returns.
+    `measure` is the held-out metric, a module-level function the spawned trainers receive
+    (default: the official one, mrtpo.evaluation.heldout.measure)."""
+    args = parser().parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in learning.ALL_METHODS]
+    if unknown:
+        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(learning.ALL_METHODS)}")
+    if args.heldout < 1 or args.steps < 1 or args.heldout_every < 0:
+        parser().error("--heldout and --steps must be >= 1, --heldout-every >= 0")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from mrtpo.evaluation.heldout import measure as official
+    from mrtpo.models.default import resolve_model
+
+    settings = run_settings(args, resolve_model(args.model))
+    n_held, source = heldout_split(args.task, settings)
+    out = Path(args.out)
+    results = Path(args.json) if args.json else out / "summary.json"
+    kept_root = results.with_suffix("") if args.json else None
+    print(f"model {args.model}; task {args.task}; methods {methods}; seeds {seeds}; held out: {source}; "
+          f"settings {settings}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    t0 = time.perf_counter()
+    runs = {m: [run_or_read(out, kept_root, args.task, m, s, settings, args.threads, measure or official)
+                for s in seeds] for m in methods}
+    metrics = metrics_of([r for rs in runs.values() for r in rs])
+    summary = {
+        "command": shlex.join(["python", "benchmarks/learning/heldout.py", *(sys.argv[1:] if argv is None else argv)]),
+        "settings": {**settings, "model": learning._named(args.model, settings["model"]), "model_name": args.model,
+                     "task": args.task, "seeds": seeds, "methods": methods, "heldout_examples": n_held,
+                     "heldout_source": source},
+        "metric": metrics[0] if metrics else None,
+        "metrics": metrics,
+        "interval": (f"{LEVEL:.0%} paired bootstrap over seeds and held-out examples (both drawn with "
+                     f"replacement, {RESAMPLES} resamples, percentile interval)"),
+        "curves": curves(runs, metrics),
+        "paired": paired(runs, metrics, args.steps),
+        "seconds_per_run": {m: _mean([sum(r.get("time/step") or 0.0 for r in run.history) for run in rs])
+                            for m, rs in runs.items()},
+    }
+    table(args.task, summary)
+    from mrtpo.textio import strict_json, write_atomic
+
+    results.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(results, strict_json(summary, indent=1) + "\n")
+    png = results.with_suffix(".png") if args.json else out / "heldout.png"
+    if plot(summary, png):
+        print(f"\nplot: {png}")
+    print(f"results: {results}; total {time.perf_counter() - t0:.0f} s")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""benchmarks/learning/heldout.py: paired held-out learning curves. The bootstrap interval is a
+pure function (checked on data whose true difference is known); the runner trains each
+(method, seed) in a fresh process through the real entry point, measures the held-out
+examples along the way, writes the results file (settings, curves, paired rows) and keeps each
+finished run beside it, from where a later session reads it back instead of training again."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+import benchmark_module
+
+heldout = benchmark_module.load("heldout")
+
+
+def test_the_interval_contains_the_true_difference_and_is_pure():
+    rng = random.Random(7)
+    # 3 seeds x 300 examples: a solves each example with probability 0.6, b with 0.4 (true difference 0.2)
+    diffs = [[float(rng.random() < 0.6) - float(rng.random() < 0.4) for _ in range(300)] for _ in range(3)]
+    mean, low, high = heldout.paired_bootstrap(diffs)
+    assert mean == pytest.approx(sum(map(sum, diffs)) / 900)
+    assert low < 0.2 < high and low < mean < high and high - low < 0.2
+    assert heldout.paired_bootstrap(diffs) == (mean, low, high)  # the same draws every time
+    assert heldout.paired_bootstrap(diffs, seed=1) != (mean, low, high)
+
+
+def test_seeds_that_disagree_widen_the_interval():
+    """The seeds are resampled too: the same examples' differences, shifted per seed, give a
+    wider interval than identical seeds do."""
+    rng = random.Random(3)
+    base = [rng.choice([-1.0, 0.0, 0.0, 1.0]) for _ in range(200)]
+    same = [base, base, base]
+    spread = [[x + shift for x in base] for shift in (-0.3, 0.0, 0.3)]
+    _, lo_same, hi_same = heldout.paired_bootstrap(same)
+    mean, lo_spread, hi_spread = heldout.paired_bootstrap(spread)
+    assert mean == pytest.approx(sum(base) / 200)
+    assert hi_spread - lo_spread > hi_same - lo_same + 0.1
+
+
+def test_degenerate_and_missing_differences():
+    assert heldout.paired_bootstrap([[0.1] * 5, [0.1] * 5]) == (pytest.approx(0.1), 0.1, 0.1)  # zero width
+    assert heldout.paired_bootstrap([[0.0, 0.0], [0.0, 0.0]]) == (0.0, 0.0, 0.0)
+    mean, low, high = heldout.paired_bootstrap([[1.0, math.nan], [1.0, math.nan]])  # NaN left out
+    assert (mean, low, high) == (1.0, 1.0, 1.0)
+    assert all(math.isnan(x) for x in heldout.paired_bootstrap([[math.nan]]))
+    with pytest.raises(ValueError, match="seeds x examples"):
+        heldout.paired_bootstrap([])
+
+
+def test_pairs_compare_mrtpo_with_gdpo_and_the_control():
+    assert heldout.pairs_of(["gdpo", "mrtpo", "mrtpo-shuffled"]) == [
+        ("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo")]
+    assert heldout.pairs_of(["gdpo", "mrtpo"]) == [("mrtpo", "gdpo")]
+    assert heldout.pairs_of(["grpo", "gdpo", "mrtpo"]) == [("mrtpo", "gdpo"), ("gdpo", "grpo"), ("mrtpo", "grpo")]
+
+
+def test_the_runner_writes_paired_held_out_results_and_keeps_each_run(tmp_path, tiny_qwen2_dir, capsys):
+    results = tmp_path / "results" / "learning-heldout-toolcall-tiny.json"
+    argv = ["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--methods", "gdpo,mrtpo", "--seeds", "0,1",
+            "--steps", "2", "--heldout", "4", "--heldout-every", "1", "--batch-prompts", "2",
+            "--num-generations", "2", "--max-new-tokens", "4", "--save-every", "1", "--threads", "1",
+            "--out", str(tmp_path / "out"), "--json", str(results)]
+    summary = heldout.main(argv)
+    doc = json.loads(results.read_text())
+    assert doc == json.loads(json.dumps(summary, allow_nan=False))  # what it returned, strict JSON
+    s = doc["settings"]
+    assert (s["task"], s["seeds"], s["steps"], s["heldout"], s["heldout_every"]) == ("toolcall", [0, 1], 2, 4, 1)
+    assert s["model"] == str(tiny_qwen2_dir) and s["methods"] == ["gdpo", "mrtpo"] and s["heldout_examples"] == 4
+    assert doc["metric"] == "ast_accuracy"
+    assert doc["command"].startswith("python benchmarks/learning/heldout.py --model")
+    # the held-out curve: steps 0, 1, 2, per seed and the mean over seeds
+    curve = doc["curves"]["mrtpo"]["ast_accuracy"]
+    assert curve["steps"] == [0, 1, 2] and len(curve["per_seed"]) == 2
+    assert curve["mean"] == [pytest.approx((a + b) / 2) for a, b in zip(*curve["per_seed"])]
+    # paired rows: the headline metric first, mrtpo - gdpo, an interval around the mean, per-seed differences
+    row = doc["paired"][0]
+    assert {k: row[k] for k in ("a", "b", "reward", "step", "seeds", "examples")} == {
+        "a": "mrtpo", "b": "gdpo", "reward": "ast_accuracy", "step": 2, "seeds": 2, "examples": 4}
+    assert row["low"] <= row["mean"] <= row["high"] and len(row["per_seed"]) == 2
+    assert row["mean"] == pytest.approx(sum(row["per_seed"]) / 2)
+    assert {r["reward"] for r in doc["paired"]} == {"ast_accuracy", "format"}  # the metrics with per-example values
+    assert results.with_suffix(".png").is_file()
+    # each finished run is kept beside the results: its config, training curves and held-out curve
+    kept = results.with_suffix("") / "mrtpo" / "seed1"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "heldout.json", "metrics.jsonl"]
+    assert [p["step"] for p in json.loads((kept / "heldout.json").read_text())["_curve"]] == [0, 1, 2]
+    out = capsys.readouterr().out
+    assert out.count("  ran toolcall ") == 4 and "mrtpo - gdpo" in out
+
+    # a later session without the training runs reads the kept ones back: nothing trains again
+    import shutil
+
+    shutil.rmtree(tmp_path / "out")
+    again = heldout.main(argv)
+    assert "  ran toolcall " not in capsys.readouterr().out
+    assert again["paired"] == summary["paired"] and again["curves"] == summary["curves"]
+    # ...unless the settings differ: a kept run is never mixed into another comparison
+    with pytest.raises(SystemExit, match="holds a run with other settings.*lr"):
+        heldout.main([*argv, "--lr", "0.5"])
