@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import torch
+from timing import train_setup
 
 
 def sync() -> None:
@@ -179,19 +180,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.harness.config import TrainConfig
     from mrtpo.harness.policy import load_policy
-    from mrtpo.models.builtin import builtin_name, with_train_defaults
+    from mrtpo.models.builtin import builtin_name
     from mrtpo.models.default import resolve_model
-    from mrtpo.tasks import get_task
-    from mrtpo.tasks.options import read_options
 
-    values = with_train_defaults({"model": args.model})
-    task_args = {**values.get("task_args", {}), **read_options(args.options or [])}
-    cfg = TrainConfig(**{**values, "task": args.task, "task_args": task_args,
-                         **({"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {})})
-    task = get_task(args.task, **task_args)
-    examples = task.load()[: cfg.batch_prompts]
+    cfg, task, task_args, examples = train_setup(args.model, args.task, args.options, args.max_new_tokens)
     n, mb = (256, 16) if args.quick else (2048, 512)
     dev = args.device
     machine = {"fp32_flops": peak_flops(torch.float32, n, device=dev), "bf16_flops": peak_flops(torch.bfloat16, n, device=dev),

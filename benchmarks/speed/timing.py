@@ -114,3 +114,19 @@ def time_prefixes(model, items) -> tuple[float, int]:
             seconds += time.perf_counter() - t
             tokens += len(group.prefix)
     return seconds, tokens
+
+
+def train_setup(model: str, task_name: str, options: list[str] | None, max_new_tokens: int | None = None):
+    """(TrainConfig, task, task_args, the first batch's examples): `mrtpo train`'s settings for
+    `model` (a built-in brings its train defaults) on `task_name` with `-o` options."""
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.models.builtin import with_train_defaults
+    from mrtpo.tasks import get_task
+    from mrtpo.tasks.options import read_options
+
+    values = with_train_defaults({"model": model})
+    task_args = {**values.get("task_args", {}), **read_options(options or [])}
+    cfg = TrainConfig(**{**values, "task": task_name, "task_args": task_args,
+                         **({"max_new_tokens": max_new_tokens} if max_new_tokens else {})})
+    task = get_task(task_name, **task_args)
+    return cfg, task, task_args, task.load()[: cfg.batch_prompts]
