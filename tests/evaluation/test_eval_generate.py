@@ -41,6 +41,19 @@ def test_batched_left_padded_greedy_equals_one_prompt_at_a_time(tiny):
     assert any(batched)  # a random tiny model still emits some tokens within 12 steps
 
 
+@pytest.mark.parametrize("batch_size", [1, 3, 5])
+def test_the_fast_prompt_pass_gives_plain_generates_responses(tiny, batch_size):
+    """Prompts encoded as the rollout does (a shared beginning once, a static cache) give what
+    plain `generate` gives, greedy, prompts with and without a shared system turn."""
+    model, tok = tiny
+    system = {"role": "system", "content": "You answer with one SQL query about the concert database."}
+    conversations = CONVERSATIONS + [[system, *c] for c in CONVERSATIONS]
+    cfg = GenerationConfig(max_new_tokens=12, batch_size=batch_size, device="cpu")
+    fast = generate(model, tok, conversations, cfg, progress=False)
+    plain = generate(model, tok, conversations, cfg, progress=False, fast=False)
+    assert fast == plain and any(fast)
+
+
 def test_outputs_follow_input_order_whatever_the_batching(tiny):
     model, tok = tiny
     a = generate(model, tok, CONVERSATIONS, GenerationConfig(max_new_tokens=6, batch_size=2), progress=False)
