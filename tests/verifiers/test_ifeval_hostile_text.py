@@ -40,7 +40,7 @@ HOSTILE = {
     "one-huge-word": "A" * N,
     "brackets": "([{<" * (N // 4),
 }
-PER_CALL_S = 2.0  # measured worst under load ~0.8 s; the old code took 5-40 s on these
+PER_CALL_S = 2.0  # CPU seconds: measured worst ~0.8 s; the old code took 5-40 s on these
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -50,10 +50,10 @@ def test_every_checker_reads_100kb_of_hostile_text_in_bounded_time(name):
     for iid in supported_ids():
         ins = get_instruction(iid)
         kwargs = normalize_kwargs(iid, EXAMPLE_KWARGS[iid])
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: a busy machine's waiting does not count
         with time_limit(PER_CALL_S * 3, f"{iid} on {name}"):
             ins.check(text, kwargs, "Describe the sea.")
-        took = time.perf_counter() - start
+        took = time.process_time() - start
         if took > PER_CALL_S:
             slow.append(f"{iid}: {took:.2f} s")
     assert not slow, f"checkers over {PER_CALL_S} s on {name!r}: {slow}"
