@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Container, Iterable
 
 from mrtpo.edits import first_sql_name, misspell_first_word, respell, sentences, swap_letters, unknown_function
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
@@ -160,48 +161,78 @@ def _break_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return calls
 
 
-def read_responses(path: str | Path, examples: list[Example]) -> dict[str, list[NamedResponse]]:
+def read_responses(path: str | Path, examples: Iterable[Example] | None = None
+                   ) -> dict[str, list[NamedResponse]]:
     """Responses from a JSONL file (read by `mrtpo.tasks.files.read_records`), by example id.
 
     Each row: `{"id": <example id>, "response": <text>}` or `{"id": ..., "responses":
     [<text>, ...]}`, optionally with `"name"` (shown instead of "response 1", "response 2").
+    With `examples`, an id that is none of theirs is refused, naming its row.
     """
-    path = Path(path)
-    shape = '--responses takes a JSONL file with rows {"id": <example id>, "response": <text>}'
-    if not path.exists():
-        raise ResponsesFileError(f"{path}: no such file; {shape}")
-    known = {e.id for e in examples}
-    out: dict[str, list[NamedResponse]] = {}
-    records = read_records(path, ResponsesFileError, where="row",
-                           hint='; each line is one object {"id": ..., "response": ...}')
-    for n, row in records:
-        if not isinstance(row, dict):
-            raise ResponsesFileError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object")
-        ex_id = row.get("id", row.get("example_id"))
-        if ex_id is None:
-            raise ResponsesFileError(f"{path}, row {n}: field 'id' is missing; give the id of "
-                                     "the example the response answers")
-        ex_id = str(ex_id)
-        if ex_id not in known:
-            sample = ", ".join(sorted(known)[:5])
-            raise ResponsesFileError(f"{path}, row {n}: field 'id' is {ex_id!r}, which is not an "
-                                     f"example of the data (ids look like: {sample})")
-        if "responses" in row:
-            texts = row["responses"]
-            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-                raise ResponsesFileError(f"{path}, row {n}: field 'responses' must be a list "
-                                         "of strings")
-        elif "response" in row:
-            texts = [row["response"]]
-            if not isinstance(texts[0], str):
-                raise ResponsesFileError(f"{path}, row {n}: field 'response' must be a string, "
-                                         f"not {type(texts[0]).__name__}")
-        else:
-            raise ResponsesFileError(f"{path}, row {n}: field 'response' is missing")
-        got = out.setdefault(ex_id, [])
-        for t in texts:
-            name = str(row["name"]) if "name" in row and len(texts) == 1 else f"response {len(got) + 1}"
-            got.append((name, t))
-    if not out:
-        raise ResponsesFileError(f"{path}: the file holds no responses (it is empty); {shape}")
-    return out
+    known = None if examples is None else {e.id for e in examples}
+    return ResponsesFile.read(path, known).by_id
+
+
+@dataclass
+class ResponsesFile:
+    """A --responses file read and checked row by row: the responses by example id, and the
+    row that first named each id (for `check_ids`, which a streaming reader of the examples
+    calls once it has seen them all)."""
+
+    path: Path
+    by_id: dict[str, list[NamedResponse]]
+    row_of: dict[str, int]
+
+    @classmethod
+    def read(cls, path: str | Path, known: Collection[str] | None = None) -> "ResponsesFile":
+        """The file's responses; an id not in `known` (when given) is refused at its row."""
+        path = Path(path)
+        shape = '--responses takes a JSONL file with rows {"id": <example id>, "response": <text>}'
+        if not path.exists():
+            raise ResponsesFileError(f"{path}: no such file; {shape}")
+        out: dict[str, list[NamedResponse]] = {}
+        row_of: dict[str, int] = {}
+        records = read_records(path, ResponsesFileError, where="row",
+                               hint='; each line is one object {"id": ..., "response": ...}')
+        for n, row in records:
+            if not isinstance(row, dict):
+                raise ResponsesFileError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object")
+            ex_id = row.get("id", row.get("example_id"))
+            if ex_id is None:
+                raise ResponsesFileError(f"{path}, row {n}: field 'id' is missing; give the id of "
+                                         "the example the response answers")
+            ex_id = str(ex_id)
+            if known is not None and ex_id not in known:
+                raise ResponsesFileError(_unknown_id(path, n, ex_id, sorted(known)[:5]))
+            if "responses" in row:
+                texts = row["responses"]
+                if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                    raise ResponsesFileError(f"{path}, row {n}: field 'responses' must be a list "
+                                             "of strings")
+            elif "response" in row:
+                texts = [row["response"]]
+                if not isinstance(texts[0], str):
+                    raise ResponsesFileError(f"{path}, row {n}: field 'response' must be a string, "
+                                             f"not {type(texts[0]).__name__}")
+            else:
+                raise ResponsesFileError(f"{path}, row {n}: field 'response' is missing")
+            row_of.setdefault(ex_id, n)
+            got = out.setdefault(ex_id, [])
+            for t in texts:
+                name = str(row["name"]) if "name" in row and len(texts) == 1 else f"response {len(got) + 1}"
+                got.append((name, t))
+        if not out:
+            raise ResponsesFileError(f"{path}: the file holds no responses (it is empty); {shape}")
+        return cls(path, out, row_of)
+
+    def check_ids(self, known: Container[str], sample: Iterable[str]) -> None:
+        """ResponsesFileError naming the first row whose id is not in `known` (the examples'
+        ids; `sample`: a few of them, shown as what ids look like)."""
+        for ex_id, n in self.row_of.items():
+            if ex_id not in known:
+                raise ResponsesFileError(_unknown_id(self.path, n, ex_id, sample))
+
+
+def _unknown_id(path: Path, n: int, ex_id: str, sample: Iterable[str]) -> str:
+    return (f"{path}, row {n}: field 'id' is {ex_id!r}, which is not an example of the data (ids "
+            f"look like: {', '.join(sample)})")

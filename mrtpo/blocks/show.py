@@ -141,27 +141,36 @@ def _waived_lines(report: LintReport) -> list[str]:
             for f, n in report.waived_groups()]
 
 
-def _locations(locs: list[str], limit: int) -> str:
+def _locations(locs: list[str], limit: int, count: int | None = None) -> str:
+    """The first `limit` locations, then how many more (`count`: all of them, when only the
+    first few were kept)."""
+    count = len(locs) if count is None else count
     shown = ", ".join(locs[:limit])
-    return shown + (f", ... and {len(locs) - limit} more" if len(locs) > limit else "")
+    return shown + (f", ... and {count - min(limit, len(locs))} more" if count > min(limit, len(locs)) else "")
+
+
+def _total_line(report: LintReport) -> str:
+    n = report.total
+    return (("no findings" if not n else f"{n} finding(s)")
+            + (f", {report.waived_total} waived" if report.waived_total else ""))
 
 
 def report_plain(report: LintReport, task: str, max_per_rule: int = 10) -> str:
     """The lint summary by rule: each distinct problem once, with its example locations."""
     out = [f"blocks lint: task {task}: {report.examples} examples, {report.responses} responses, "
            f"{report.blocks} non-empty blocks"]
-    for rule, groups in report.grouped().items():
-        out.append(f"{rule} {RULES.get(rule, '')}: " + ("ok" if not groups else
-                   f"{len(groups)} problem(s) in {len({l for _, ls in groups for l in ls})} example(s)"))
-        for f, locs in groups[:max_per_rule]:
+    for rule, problems in report.grouped().items():
+        out.append(f"{rule} {RULES.get(rule, '')}: " + ("ok" if not problems else
+                   f"{len(problems)} problem(s) in {report.examples_per_rule[rule]} example(s)"))
+        for p in problems[:max_per_rule]:
+            f = p.finding
             out.append("  " + _finding_line(Finding(f.rule, f.check, f.message, f.excerpt, "", f.reward, "")))
-            out.append(f"    in {len(locs)} example(s): {_locations(locs, 5)}")
-        if len(groups) > max_per_rule:
-            out.append(f"  ... and {len(groups) - max_per_rule} more problem(s)")
+            out.append(f"    in {p.examples} example(s): {_locations(p.locations, 5, p.examples)}")
+        if len(problems) > max_per_rule:
+            out.append(f"  ... and {len(problems) - max_per_rule} more problem(s)")
     out += _waived_lines(report)
-    n = len(report.findings)
-    out.append(("no findings" if not n else f"{n} finding(s)")
-               + (f", {len(report.waived)} waived" if report.waived else ""))
+    out += [f"cut: {line}" for line in report.cut()]
+    out.append(_total_line(report))
     return "\n".join(out) + "\n"
 
 
@@ -173,21 +182,21 @@ def report_rich(report: LintReport, task: str, console, max_per_rule: int = 10) 
     t = Table("rule", escape("check [reward]"), "what to change", "examples",
               title=Text(f"blocks lint: task {task}: {report.examples} examples, {report.responses} "
                          f"responses, {report.blocks} non-empty blocks"), show_lines=True, expand=True)
-    for rule, groups in report.grouped().items():
+    for rule, problems in report.grouped().items():
         title = f"{rule} {RULES.get(rule, '')}"
-        if not groups:
+        if not problems:
             t.add_row(Text(title), Text("ok", style="green"), "", "")
-        for i, (f, locs) in enumerate(groups[:max_per_rule]):
+        for i, p in enumerate(problems[:max_per_rule]):
+            f = p.finding
             t.add_row(Text(title if i == 0 else ""),
                       Text(f.check + (f" [{f.reward}]" if f.reward else ""), style="yellow"),
                       Text(f.message + (f"\n-- {f.excerpt!r}" if f.excerpt else "")),
-                      Text(f"{len(locs)}: {_locations(locs, 3)}"))
-        if len(groups) > max_per_rule:
-            t.add_row("", "", Text(f"... and {len(groups) - max_per_rule} more problem(s)"), "")
+                      Text(f"{p.examples}: {_locations(p.locations, 3, p.examples)}"))
+        if len(problems) > max_per_rule:
+            t.add_row("", "", Text(f"... and {len(problems) - max_per_rule} more problem(s)"), "")
     console.print(t)
     for line in _waived_lines(report):
         console.print(Text(line, style="dim"))
-    n = len(report.findings)
-    console.print(Text(("no findings" if not n else f"{n} finding(s)")
-                       + (f", {len(report.waived)} waived" if report.waived else ""),
-                       style="green" if not n else "red"))
+    for line in report.cut():
+        console.print(Text(f"cut: {line}", style="yellow"))
+    console.print(Text(_total_line(report), style="green" if not report.total else "red"))

@@ -6,7 +6,9 @@ preview TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json 
     two responses per example: the reference and a corrupted copy of it.
 lint TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json]
     Lints a whole dataset (progress bar on stderr), prints a summary by rule with example
-    locations, and exits 1 when anything is found (0 when clean), so CI can run it.
+    locations, and exits 1 when anything is found (0 when clean), so CI can run it. The data is
+    read as the lint goes (`Task.iter_examples`) and the report is bounded (mrtpo.blocks.lint),
+    so memory does not grow with the number of rows; what the report leaves out, it says.
 
 -o/--task-option KEY=VALUE goes to the task's constructor, as in `mrtpo eval` and `mrtpo train`
 (e.g. `-o skip_unsupported=true` for instruct data with instruction ids it has no checker for).
@@ -29,40 +31,113 @@ StyleOpt = Annotated[Optional[bool], typer.Option(
     "--rich/--plain", help="Rich tables or plain text; default: rich in a terminal, plain when piped.")]
 
 
-def _load(task_name: str, data: str | None, responses: str | None, limit: int | None,
-          options: list[str] | None = None):
-    """Task (built with the -o options), examples and responses, or a clear error and exit 2."""
-    from mrtpo.blocks.samples import ResponsesFileError, read_responses
+def _task(task_name: str, options: list[str] | None):
+    """The task, built with the -o options, or a clear error and exit 2."""
     from mrtpo.tasks import get_task
-
-    kwargs = parse_task_options(options)  # a malformed KEY=VALUE is a usage error (exit 2)
     from mrtpo.tasks.contract import USER_CODE_ERRORS
 
+    kwargs = parse_task_options(options)  # a malformed KEY=VALUE is a usage error (exit 2)
     try:
-        task = get_task(task_name, **kwargs)
+        return get_task(task_name, **kwargs)
     except USER_CODE_ERRORS as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
+
+
+def _unreadable(where: str, task_name: str, exc: BaseException) -> typer.Exit:
+    """Say that the data could not be read (the message names file, row and field) and exit 2."""
+    typer.echo(f"error: could not load {where} for task {task_name!r}: {exc}", err=True)
+    return typer.Exit(2)
+
+
+def _responses_file(responses: str | None, known=None):
+    """The --responses file (None without one), or a clear error and exit 2."""
+    from mrtpo.blocks.samples import ResponsesFile, ResponsesFileError
+
+    if responses is None:
+        return None
+    try:
+        return ResponsesFile.read(responses, known)
+    except ResponsesFileError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+def _no_examples(data: str | None) -> typer.Exit:
+    typer.echo(f"error: no examples to show (data: {data or 'bundled sample'})", err=True)
+    return typer.Exit(2)
+
+
+def _load(task_name: str, data: str | None, responses: str | None, limit: int | None,
+          options: list[str] | None = None):
+    """Task (built with the -o options), examples and responses, or a clear error and exit 2."""
+    from mrtpo.tasks.contract import USER_CODE_ERRORS
+
+    task = _task(task_name, options)
     try:
         examples = task.load(data)
     except USER_CODE_ERRORS as exc:  # data errors name file, row and field themselves
-        where = data or "the bundled sample"
-        typer.echo(f"error: could not load {where} for task {task_name!r}: {exc}", err=True)
-        raise typer.Exit(2)
-    resp = None
-    if responses is not None:
-        try:
-            resp = read_responses(responses, examples)
-        except ResponsesFileError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
-        examples = [e for e in examples if e.id in resp]
+        raise _unreadable(data or "the bundled sample", task_name, exc)
+    resp = _responses_file(responses, {e.id for e in examples})
+    if resp is not None:
+        examples = [e for e in examples if e.id in resp.by_id]
     if limit is not None:
         examples = examples[:limit]
     if not examples:
-        typer.echo(f"error: no examples to show (data: {data or 'bundled sample'})", err=True)
-        raise typer.Exit(2)
-    return task, examples, resp
+        raise _no_examples(data)
+    return task, examples, resp.by_id if resp is not None else None
+
+
+class _Unreadable(Exception):
+    """The data's reader failed part-way through a stream (`_Examples`); the cause is chained."""
+
+
+class _Examples:
+    """The examples `mrtpo blocks lint` reads, one at a time (`stream_examples`): the ones
+    with responses when a --responses file is given, the first `limit` of them with -n. An error
+    of the reader becomes `_Unreadable`, told apart from the lint's own."""
+
+    def __init__(self, task, data: str | None, resp, limit: int | None) -> None:
+        from mrtpo.tasks.base import stream_examples
+
+        self.stream = stream_examples(task, data)
+        self.resp = resp
+        self.limit = limit
+        self.unseen = set(resp.by_id) if resp is not None else set()  # response ids not met yet
+        self.sample: list[str] = []  # the first few ids of the data, for an error's example
+
+    def _next(self):
+        from mrtpo.tasks.contract import USER_CODE_ERRORS
+
+        try:
+            example = next(self.stream, None)
+        except USER_CODE_ERRORS as exc:  # data errors name file, row and field themselves
+            raise _Unreadable(str(exc)) from exc
+        if example is not None:
+            if len(self.sample) < 5:
+                self.sample.append(example.id)
+            self.unseen.discard(example.id)
+        return example
+
+    def __iter__(self):
+        given = 0
+        while self.limit is None or given < self.limit:
+            example = self._next()
+            if example is None:
+                return
+            if self.resp is None or example.id in self.resp.by_id:
+                given += 1
+                yield example
+
+    def check_response_ids(self) -> None:
+        """ResponsesFileError for a response whose id is no example's: the rest of the data is
+        read (as it goes) only while some response's example has not been met."""
+        if self.resp is None:
+            return
+        while self.unseen and self._next() is not None:
+            pass
+        if self.unseen:
+            self.resp.check_ids(set(self.resp.by_id) - self.unseen, self.sample)
 
 
 def _console(rich_style: bool | None, stderr: bool = False):
@@ -135,15 +210,28 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from mrtpo.blocks.lint import lint_task
+        from mrtpo.blocks.samples import ResponsesFileError
         from mrtpo.blocks.show import report_plain, report_rich
 
-        t, examples, resp = _load(task, data, responses, n, task_options)
+        t = _task(task, task_options)
+        resp = _responses_file(responses)  # its ids are checked once the data has been read
+        examples = _Examples(t, data, resp, n)  # read as the lint goes: one row in memory
         err_console, _ = _console(None, stderr=True)
-        with Progress(TextColumn("linting blocks"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console, transient=True,
-                      disable=not err_console.is_terminal) as bar:
-            job = bar.add_task("lint", total=len(examples))
-            report = lint_task(t, examples, resp, progress=lambda k: bar.advance(job, k))
+        try:
+            with Progress(TextColumn("linting blocks"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err_console, transient=True,
+                          disable=not err_console.is_terminal) as bar:
+                job = bar.add_task("lint", total=None)
+                report = lint_task(t, examples, resp.by_id if resp is not None else None,
+                                   progress=lambda k: bar.advance(job, k))
+            examples.check_response_ids()
+        except _Unreadable as exc:
+            raise _unreadable(data or "the bundled sample", task, exc)
+        except ResponsesFileError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2)
+        if not report.examples:
+            raise _no_examples(data)
         console, use_rich = _console(style)
         if as_json:
             from mrtpo.commands.jsonout import lint_document
@@ -156,7 +244,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(report_plain(report, t.name, max_per_rule), nl=False)
         if not err_console.is_terminal:
             typer.echo(f"linted {report.examples} examples", err=True)
-        raise typer.Exit(1 if report.findings else 0)
+        raise typer.Exit(1 if report.total else 0)
 
     app.add_typer(blocks_app, name="blocks")
 

@@ -22,14 +22,17 @@ def tasks_document(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def lint_document(report, task: str) -> dict[str, Any]:
     """`mrtpo blocks lint --json`: {"schema": "mrtpo.blocks.lint/1", "task", "examples", "responses",
     "blocks", "clean": bool, "rules": {rule: {"title", "findings": int}}, "findings": [{"rule",
-    "check", "message", "excerpt", "example", "reward", "response"}]}."""
+    "check", "message", "excerpt", "example", "reward", "response"}], "unlisted": int, "cut":
+    [str]}: `rules` counts every finding, `findings` lists the first MAX_LISTED_FINDINGS
+    (`unlisted`: how many more), and `cut` says what else the report left out."""
     from mrtpo.blocks.rules import RULES
 
-    by_rule = report.by_rule()
+    rules = dict.fromkeys(RULES, 0) | dict(report.per_rule)
     return {"schema": "mrtpo.blocks.lint/1", "task": task, "examples": report.examples,
-            "responses": report.responses, "blocks": report.blocks, "clean": not report.findings,
-            "rules": {rule: {"title": RULES.get(rule, ""), "findings": len(found)} for rule, found in by_rule.items()},
-            "findings": [f.to_dict() for f in report.findings]}
+            "responses": report.responses, "blocks": report.blocks, "clean": not report.total,
+            "rules": {rule: {"title": RULES.get(rule, ""), "findings": n} for rule, n in rules.items()},
+            "findings": [f.to_dict() for f in report.findings], "unlisted": report.unlisted,
+            "cut": report.cut()}
 
 
 def preview_document(records: list[dict[str, Any]], task: str) -> dict[str, Any]:

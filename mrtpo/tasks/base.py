@@ -7,7 +7,7 @@ block builder that writes the information the verifier checks as text (Z_k in do
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 from mrtpo.formats import Format
 
@@ -158,8 +158,21 @@ class Task:
     reward_names: Sequence[str] = ()
 
     def load(self, path: str | None = None, split: str | None = None) -> list[Example]:
-        """Read a dataset into examples; `path=None` reads the task's bundled sample."""
-        raise NotImplementedError
+        """Read a dataset into examples; `path=None` reads the task's bundled sample.
+
+        A task overrides this or `iter_examples` (then this is the list of what that gives)."""
+        if type(self).iter_examples is not Task.iter_examples:
+            return list(self.iter_examples(path, split))
+        raise NotImplementedError(f"task {self.name!r} defines neither load nor iter_examples")
+
+    def iter_examples(self, path: str | None = None, split: str | None = None) -> Iterator[Example]:
+        """The examples `load` reads, one at a time: what a command that looks at each example
+        once uses (`mrtpo blocks lint`), so that it holds one row at a time whatever the file's size.
+
+        The built-in tasks read their files here, as they go, and `load` is the list of it: one
+        reader, whichever way it is called. The default gives `load`'s list, which a task that
+        defines only `load` reads whole; errors in a row are raised when the row is reached."""
+        yield from self.load(path, split)
 
     def rewards(self, example: Example) -> list[Reward]:
         """The rewards that apply to `example`, in a fixed order."""
@@ -229,3 +242,18 @@ class Task:
     def score(self, example: Example, response: str) -> list[Verdict]:
         """All rewards' verdicts for one response, in `rewards(example)` order."""
         return [r.verify(example, response) for r in self.rewards(example)]
+
+
+def stream_examples(task: Task, path: str | None = None, split: str | None = None) -> Iterator[Example]:
+    """`task`'s examples one at a time, as `load` would give them: `task.iter_examples`, except
+    for a task whose `load` is defined below the class its `iter_examples` comes from (one built
+    on a built-in task that filters or rewrites the examples in `load`), which is read through
+    that `load`, whole: its own reading is what the command must see."""
+    def owner(name: str) -> type:
+        return next(c for c in type(task).__mro__ if name in vars(c))
+
+    loads, iterates = owner("load"), owner("iter_examples")
+    if loads is not iterates and issubclass(loads, iterates):
+        yield from task.load(path, split)
+    else:
+        yield from task.iter_examples(path, split)

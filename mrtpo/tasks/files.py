@@ -12,19 +12,27 @@ error whichever task or command reads it:
 - JSON Lines are split on "\\n" only (a trailing "\\r" is dropped), as the JSON Lines format
   defines them: `str.splitlines` would also split at U+2028, U+2029, U+0085, "\\x0b", "\\x0c",
   "\\x1c"-"\\x1e" and a lone "\\r", which JSON allows raw inside a string;
+- `read_lines` streams a JSON Lines file (one line in memory at a time, the same refusals raised
+  when the reader reaches them), so a reader built on it holds one row at a time and a command
+  that looks at each example once (`mrtpo blocks lint`) needs the same memory for any row count;
+  `read_text` reads a whole document (a JSON array, which cannot be split before it is parsed);
+- `UniqueIds` finds a repeated row id for a reader to refuse, naming both rows, holding a digest
+  per id rather than the id and its row (about 100 bytes a row);
 - `read_records` reads a responses file (JSONL or one JSON array) for `mrtpo eval`
   (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.samples) alike.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 #: the most one data, responses or log file may hold, and one line of it (one JSON row)
 MAX_FILE_BYTES = 1 << 30
 MAX_LINE_BYTES = 64 << 20
 _CHUNK = 1 << 20
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, accepted at the start of a file and dropped
 
 from mrtpo import textio
 
@@ -44,12 +52,60 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        start = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        start = exc.start + (3 if data.startswith(_BOM) else 0)
         line = data.count(b"\n", 0, start) + 1
         column = start - (data.rfind(b"\n", 0, start) + 1) + 1
-        raise error(f"{p}, line {line}: not UTF-8 text (byte 0x{data[start]:02x} at column "
-                    f"{column}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {p} > "
-                    f"{p.stem}.utf8{p.suffix}`") from None
+        raise error(_not_utf8(p, line, column, data[start])) from None
+
+
+def read_lines(path: str | Path, error: type[Exception] = ValueError,
+               what: str = "file") -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) for each non-blank line of `path`, split on "\\n" only (a
+    trailing "\\r" dropped), read as it goes: one line is in memory at a time, never the file.
+
+    The refusals are `read_text`'s, in the same words: a directory, a missing file, a file over
+    `MAX_FILE_BYTES` (checked before the first line when the file has a size), a line over
+    `MAX_LINE_BYTES`, bytes that are not UTF-8 (naming the line and column). Those found inside
+    the file are raised when the reader reaches them, after the lines before them were given."""
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
+    try:
+        f = p.open("rb")
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    with f:
+        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+            raise error(_too_big(p, what))
+        line_no, read = 0, 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)  # "\\n" only: bytes, not text, are split
+            except OSError as exc:
+                raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+            if not raw:
+                return
+            line_no, read = line_no + 1, read + len(raw)
+            body = raw[:-1] if raw.endswith(b"\n") else raw
+            if len(body) > MAX_LINE_BYTES:
+                raise error(_too_long(p, line_no))
+            if read > MAX_FILE_BYTES:
+                raise error(_too_big(p, what))
+            bom = 3 if line_no == 1 and body.startswith(_BOM) else 0
+            try:
+                line = body[bom:].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(_not_utf8(p, line_no, bom + exc.start + 1, body[bom + exc.start])) from None
+            line = line.removesuffix("\r")
+            if line.strip():
+                yield line_no, line
+
+
+def _not_utf8(p: Path, line: int, column: int, byte: int) -> str:
+    return (f"{p}, line {line}: not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file "
+            f"as UTF-8, e.g. `iconv -f latin1 -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
 
 
 def _read_bounded(p: Path, error: type[Exception], what: str) -> bytearray:
@@ -144,3 +200,31 @@ def row_id(row: dict, keys: tuple[str, ...], default: str, where: str, error: ty
             return str(value)
     return default
 
+
+class UniqueIds:
+    """The row ids a reader has given out, to find a repeat and name the row that had it first.
+
+    Each id is held as an 8-byte digest in a set (about 100 bytes a row, whatever the length of
+    the ids and of the rows' locations), not as its text and row: that is the one thing a
+    streaming reader keeps per row. A digest seen before is confirmed by reading the rows again
+    up to the current one (`rows_again()`: (id, location) of each row, in the reader's order), so
+    that only an actual repeat costs a second read, and two ids sharing a digest are no repeat.
+    """
+
+    def __init__(self, rows_again: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        self._digests: set[int] = set()
+        self._rows_again = rows_again
+
+    def earlier(self, rid: str, where: str) -> str | None:
+        """The location of an earlier row with the id `rid`, or None; `where` is this row's."""
+        digest = int.from_bytes(hashlib.blake2b(rid.encode("utf-8", "surrogatepass"),
+                                                digest_size=8).digest(), "little")
+        if digest not in self._digests:
+            self._digests.add(digest)
+            return None
+        for other, at in self._rows_again():
+            if at == where:  # back at this row: the digest was another id's
+                return None
+            if other == rid:
+                return at
+        return None

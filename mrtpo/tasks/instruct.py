@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 from mrtpo import textio
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.files import lines, read_text, row_id
+from mrtpo.tasks.files import UniqueIds, lines, read_lines, read_text, row_id
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -104,18 +104,48 @@ class InstructTask(Task):
         self.skip_unsupported = skip_unsupported
 
     # --- loading ------------------------------------------------------------------------------
-    def load(self, path: str | None = None, split: str | None = None) -> list[Example]:
-        """Read a dataset (layout detected from its rows); `path=None` reads the bundled sample."""
+    def iter_examples(self, path: str | None = None, split: str | None = None) -> Iterator[Example]:
+        """A dataset's examples, one at a time (`load` is their list); the layout is detected
+        from the rows, and `path=None` reads the bundled sample. Rows with instruction ids that
+        have no checker are refused (or, with `skip_unsupported`, dropped) once all are read."""
+        rows, source = self._rows(path, split)
+        ids = UniqueIds(lambda: ((ex.id, ex.source) for ex in
+                                 self._parsed(self._rows(path, split)[0], Counter(), {})))
+        unsupported: Counter[str] = Counter()
+        first_row: dict[str, str] = {}
+        given = 0
+        for ex in self._parsed(rows, unsupported, first_row):
+            first = ids.earlier(ex.id, ex.source)
+            if first is not None:
+                raise DataError(f"{ex.source}: id {ex.id!r} is already the id of {first}; give each "
+                                "row its own id (responses and results are matched to rows by id)")
+            yield ex
+            given += 1
+        if unsupported:
+            listing = ", ".join(f"{i} ({n} rows, first at {first_row[i]})" for i, n in unsupported.most_common())
+            msg = (f"{source}: instruction ids with no checker here: {listing}. Supported ids "
+                   f"({len(supported_ids())}): {', '.join(supported_ids())}.")
+            if not self.skip_unsupported:
+                raise UnsupportedInstructions(msg + " Pass skip_unsupported=True to the task to drop those rows "
+                                              "(on the command line: -o skip_unsupported=true).",
+                                              sorted(unsupported))
+            log.warning("%s Dropped %d rows.", msg, sum(unsupported.values()))
+        if not given:
+            raise DataError(f"{source}: no usable rows")
+
+    @staticmethod
+    def _rows(path: str | None, split: str | None) -> tuple[Iterator[tuple[str, Any]], str]:
+        """(location, row) of each row of `path` (the bundled sample for None), and the source's name."""
         if path is None:
             res = resources.files("mrtpo").joinpath(SAMPLE)
             source = f"mrtpo/{SAMPLE}"
-            rows = _jsonl_rows(res.read_text(encoding="utf-8"), source)
-        else:
-            rows, source = _read_rows(path, split)
-        examples: list[Example] = []
-        ids: dict[str, str] = {}  # example id -> the row that first used it
-        unsupported: Counter[str] = Counter()
-        first_row: dict[str, str] = {}
+            return _jsonl_rows(lines(res.read_text(encoding="utf-8")), source), source
+        return _read_rows(path, split)
+
+    def _parsed(self, rows: Iterable[tuple[str, Any]], unsupported: Counter[str],
+                first_row: dict[str, str]) -> Iterator[Example]:
+        """The examples of `rows`, in order: a row whose instruction ids have no checker is left
+        out, each such id counted in `unsupported` (its first row in `first_row`)."""
         layout = None
         for where, row in rows:
             if not isinstance(row, dict):
@@ -128,23 +158,7 @@ class InstructTask(Task):
                     unsupported[i] += 1
                     first_row.setdefault(i, where)
                 continue
-            if ex.id in ids:
-                raise DataError(f"{where}: id {ex.id!r} is already the id of {ids[ex.id]}; give each "
-                                "row its own id (responses and results are matched to rows by id)")
-            ids[ex.id] = where
-            examples.append(ex)
-        if unsupported:
-            listing = ", ".join(f"{i} ({n} rows, first at {first_row[i]})" for i, n in unsupported.most_common())
-            msg = (f"{source}: instruction ids with no checker here: {listing}. Supported ids "
-                   f"({len(supported_ids())}): {', '.join(supported_ids())}.")
-            if not self.skip_unsupported:
-                raise UnsupportedInstructions(msg + " Pass skip_unsupported=True to the task to drop those rows "
-                                              "(on the command line: -o skip_unsupported=true).",
-                                              sorted(unsupported))
-            log.warning("%s Dropped %d rows.", msg, sum(unsupported.values()))
-        if not examples:
-            raise DataError(f"{source}: no usable rows")
-        return examples
+            yield ex
 
     def _example(self, row: dict, layout: str, where: str) -> Example:
         if layout == "mrtpo":
@@ -363,8 +377,9 @@ def _parse_ground_truth(gt: Any, where: str) -> list[tuple[str, Any]]:
     return pairs
 
 
-def _jsonl_rows(text: str, source: str) -> Iterator[tuple[str, Any]]:
-    for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
+def _jsonl_rows(numbered: Iterable[tuple[int, str]], source: str) -> Iterator[tuple[str, Any]]:
+    """(location, JSON value) of each of the numbered lines (`read_lines` of a file, `lines` of a text)."""
+    for n, line in numbered:
         try:
             yield f"{source}:{n}", textio.loads(line)
         except json.JSONDecodeError as exc:
@@ -379,7 +394,7 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
             try:
                 data = textio.loads(text)
             except json.JSONDecodeError:  # a .json file holding JSON lines
-                return _jsonl_rows(text, str(p)), str(p)
+                return _jsonl_rows(lines(text), str(p)), str(p)
             if isinstance(data, dict):
                 data = data.get(split or "train", data.get("data", [data]))
             return ((f"{p}[{i}]", r) for i, r in enumerate(data)), str(p)
@@ -388,7 +403,7 @@ def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]],
 
             ds = datasets.load_dataset("parquet", data_files=str(p), split="train")
             return ((f"{p}[{i}]", r) for i, r in enumerate(ds)), str(p)
-        return _jsonl_rows(read_text(p, DataError, "JSONL file"), str(p)), str(p)
+        return _jsonl_rows(read_lines(p, DataError, "JSONL file"), str(p)), str(p)
     if p.exists():
         kind = "a directory" if p.is_dir() else "not a regular file (a device or pipe)"
         raise DataError(f"{path}: is {kind}; pass a .jsonl, .json or .parquet file")

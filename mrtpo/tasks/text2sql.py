@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Iterator, Literal, Mapping, Sequence
 
 from mrtpo.formats import CodeBlockFormat, Parsed
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.text2sql_data import BUNDLED_QUESTIONS, DataError, SQLRow, read_rows
+from mrtpo.tasks.files import UniqueIds
+from mrtpo.tasks.text2sql_data import BUNDLED_QUESTIONS, DataError, SQLRow, iter_rows
 from mrtpo.verifiers.sql import MODES, match_executed
 from mrtpo.verifiers.sql_sandbox import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, ExecResult, execute
 from mrtpo.verifiers.lru import BoundedCache
@@ -204,18 +205,17 @@ class Text2SQLTask(Task):
         ]
 
     # --- data ------------------------------------------------------------------------------
-    def load(self, path: str | Path | None = None, split: str | None = None) -> list[Example]:
+    def iter_examples(self, path: str | Path | None = None, split: str | None = None) -> Iterator[Example]:
         """Examples from the bundled question set `questions` (path None), a Spider or BIRD
-        directory or JSON file, or a JSONL file. Gold queries in another dialect are
-        transpiled to SQLite."""
-        rows = read_rows(path, split, self.db_root, self.questions)
-        seen: dict[str, str] = {}
-        for row in rows:
-            if row.id in seen:
+        directory or JSON file, or a JSONL file, one at a time (`load` is their list). Gold
+        queries in another dialect are transpiled to SQLite."""
+        ids = UniqueIds(lambda: ((r.id, r.source) for r in iter_rows(path, split, self.db_root, self.questions)))
+        for row in iter_rows(path, split, self.db_root, self.questions):
+            first = ids.earlier(row.id, row.source)
+            if first is not None:
                 raise DataError(f"{row.source}, field 'id': {row.id!r} is already the id of "
-                                f"{seen[row.id]}; give each row its own id")
-            seen[row.id] = row.source
-        return [self._example(row) for row in rows]
+                                f"{first}; give each row its own id")
+            yield self._example(row)
 
     def _example(self, row: SQLRow) -> Example:
         gold = _to_sqlite(row)

@@ -1,7 +1,8 @@
 """Reading text-to-SQL datasets: Spider, BIRD and a simple JSONL layout, plus the database cache.
 
 Each reader turns a layout into `SQLRow`s (question, gold query, database file, optional
-evidence, the dataset's comparison mode). Bad rows raise `DataError` naming the file, the row
+evidence, the dataset's comparison mode), one at a time (`iter_rows`; `read_rows` is its list):
+a JSONL file is streamed line by line, a Spider or BIRD JSON file is one document, parsed whole. Bad rows raise `DataError` naming the file, the row
 and the field, and saying what to do. Databases given as `.sql` scripts (the bundled sample,
 or a JSONL row whose `db_id` names `<db_id>.sql`) are built into a cache directory, never
 into the package: `mrtpo.cache.cache_dir()` (`$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`,
@@ -28,11 +29,11 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mrtpo import textio
 from mrtpo.cache import cache_dir as _cache_root
-from mrtpo.tasks.files import lines, read_text, row_id
+from mrtpo.tasks.files import read_lines, read_text, row_id
 from mrtpo.verifiers.sql import MODES
 from mrtpo.verifiers.sql_sandbox import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, _describe
 
@@ -257,7 +258,7 @@ _SPIDER_SPLITS = {"dev": (["dev.json"], "database"), "validation": (["dev.json"]
                   "test": (["test.json"], "test_database")}
 
 
-def read_spider(root: Path, split: str | None = None, files: list[Path] | None = None) -> list[SQLRow]:
+def read_spider(root: Path, split: str | None = None, files: list[Path] | None = None) -> Iterator[SQLRow]:
     """Rows of a Spider-layout directory (split dev by default), or of the given JSON files."""
     split = split or "dev"
     if split not in _SPIDER_SPLITS:
@@ -270,26 +271,24 @@ def read_spider(root: Path, split: str | None = None, files: list[Path] | None =
     db_root = root / db_dir
     if not db_root.is_dir() and (root / "database").is_dir():
         db_root = root / "database"
-    rows = []
     for file in files:
         for i, raw in enumerate(_read_json_list(file), 1):
             where = _where(file, i)
             names_ = "'db_id', 'question' and 'query'"
             db_id = _db_name(_text_field(raw, "db_id", where, names=names_), where)
-            rows.append(SQLRow(
+            yield SQLRow(
                 id=f"spider-{file.stem}-{i}",
                 question=_text_field(raw, "question", where, names=names_),
                 gold=_text_field(raw, "query", where, names=names_),
                 db_id=db_id,
                 db_path=_existing_db(_db_in(db_root, db_id), db_id, where,
                                      f"Spider keeps databases as {db_root}/<db_id>/<db_id>.sqlite."),
-                source=where, mode="bag"))
-    return rows
+                source=where, mode="bag")
 
 
 # --- BIRD -----------------------------------------------------------------------------------
 
-def read_bird(root: Path, split: str | None = None, file: Path | None = None) -> list[SQLRow]:
+def read_bird(root: Path, split: str | None = None, file: Path | None = None) -> Iterator[SQLRow]:
     """Rows of a BIRD-layout directory (split dev by default), or of one BIRD JSON file."""
     split = split or "dev"
     if file is None:
@@ -302,13 +301,12 @@ def read_bird(root: Path, split: str | None = None, file: Path | None = None) ->
     base = file.parent
     db_roots = [base / f"{split}_databases", *sorted(base.glob("*_databases"))]
     db_root = next((d for d in db_roots if d.is_dir()), db_roots[0])
-    rows = []
     for i, raw in enumerate(_read_json_list(file), 1):
         where = _where(file, i)
         names = "'db_id', 'question' and 'SQL' ('evidence' optional)"
         db_id = _db_name(_text_field(raw, "db_id", where, names=names), where)
         qid = raw.get("question_id", i - 1)
-        rows.append(SQLRow(
+        yield SQLRow(
             id=f"bird-{split}-{qid}",
             question=_text_field(raw, "question", where, names=names),
             gold=_text_field(raw, "SQL", where, names=names),
@@ -316,8 +314,7 @@ def read_bird(root: Path, split: str | None = None, file: Path | None = None) ->
             db_id=db_id,
             db_path=_existing_db(_db_in(db_root, db_id), db_id, where,
                                  f"BIRD keeps databases as {db_root}/<db_id>/<db_id>.sqlite."),
-            source=where, mode="set"))
-    return rows
+            source=where, mode="set")
 
 
 # --- JSONL ----------------------------------------------------------------------------------
@@ -345,13 +342,13 @@ def _resolve_db(value: str, field: str, bases: list[Path], where: str, cache: Pa
 
 
 def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None,
-               cache: Path | None = None) -> list[SQLRow]:
-    """Rows of a JSONL file; `split` keeps the rows whose `split` field equals it."""
+               cache: Path | None = None) -> Iterator[SQLRow]:
+    """Rows of a JSONL file, read line by line; `split` keeps the rows whose `split` field equals it."""
     bases = [b for b in (db_root, file.parent) if b is not None]
-    rows: list[SQLRow] = []
+    given = 0
     names = "'question', 'query' and one of 'db_path' / 'db_id'"
     seen_any = False
-    for n, line in lines(read_text(file, DataError, "JSONL file")):
+    for n, line in read_lines(file, DataError, "JSONL file"):
         seen_any = True
         where = _where(file, n, line=True)
         try:
@@ -375,54 +372,69 @@ def read_jsonl(file: Path, split: str | None = None, db_root: Path | None = None
             raise DataError(f"{where}, field 'mode': {mode!r} is not a comparison mode; "
                             f"use one of {', '.join(MODES)}")
         rid = row_id(raw, ("id",), f"{file.stem}-{n}", where, DataError)
-        rows.append(SQLRow(
+        yield SQLRow(
             id=rid, question=question, gold=gold, db_path=db_path, db_id=db_id,
             source=where, evidence=_text_field(raw, "evidence", where, required=False),
             dialect=_text_field(raw, "dialect", where, required=False).lower() or "sqlite",
-            mode=mode))
+            mode=mode)
+        given += 1
     if not seen_any:
         raise DataError(f"{file}: the file holds no rows (it is empty); each line must be one JSON "
                         f"object with {names}")
-    if split is not None and not rows:
+    if split is not None and not given:
         raise DataError(f"{file}: no rows with split {split!r}")
-    return rows
 
 
 # --- dispatch -------------------------------------------------------------------------------
 
 def read_rows(path: str | os.PathLike | None, split: str | None = None,
               db_root: str | os.PathLike | None = None, questions: str = "sample") -> list[SQLRow]:
+    """Every row of `iter_rows`, read before the first is returned."""
+    return list(iter_rows(path, split, db_root, questions))
+
+
+def iter_rows(path: str | os.PathLike | None, split: str | None = None,
+              db_root: str | os.PathLike | None = None, questions: str = "sample") -> Iterator[SQLRow]:
     """Rows from a bundled question set (path None: `questions` names it, see
-    BUNDLED_QUESTIONS), a Spider/BIRD directory, or a JSON/JSONL file."""
+    BUNDLED_QUESTIONS), a Spider/BIRD directory, or a JSON/JSONL file, one at a time; a bad row
+    raises DataError when it is reached."""
     root = Path(db_root) if db_root is not None else None
     if path is None:
         if questions not in BUNDLED_QUESTIONS:
             raise DataError(f"questions={questions!r}: no such bundled question set; use one of "
                             f"{', '.join(BUNDLED_QUESTIONS)}")
-        return read_jsonl(bundled_dir() / BUNDLED_QUESTIONS[questions], split, root)
+        yield from read_jsonl(bundled_dir() / BUNDLED_QUESTIONS[questions], split, root)
+        return
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such file or directory; give a Spider or BIRD directory, a "
                         "Spider/BIRD JSON file, or a JSONL file")
     if p.is_dir():
         if (p / "database").is_dir() or (p / "train_spider.json").is_file():
-            return read_spider(p, split)
+            yield from read_spider(p, split)
+            return
         if any(p.glob("*_databases")) or any(p.glob("*/*_databases")):
-            return read_bird(p, split)
+            yield from read_bird(p, split)
+            return
         jsonls = sorted(p.glob("*.jsonl"))
         if len(jsonls) == 1:
-            return read_jsonl(jsonls[0], split, root)
+            yield from read_jsonl(jsonls[0], split, root)
+            return
         raise DataError(f"{p}: not a Spider directory (database/), a BIRD directory "
                         "(<split>_databases/) or a directory with one .jsonl file")
     if p.suffix == ".jsonl":
-        return read_jsonl(p, split, root)
+        yield from read_jsonl(p, split, root)
+        return
     if p.suffix == ".json":
         rows = _read_json_list(p)
         first = rows[0] if rows and isinstance(rows[0], dict) else {}
+        del rows  # read again by the layout's reader: not held twice
         if "SQL" in first:
-            return read_bird(p.parent, split or p.stem.split("_")[0], file=p)
+            yield from read_bird(p.parent, split or p.stem.split("_")[0], file=p)
+            return
         if "query" in first:
-            return read_spider(p.parent, split, files=[p])
+            yield from read_spider(p.parent, split, files=[p])
+            return
         raise DataError(f"{p}, row 1: neither Spider ('query') nor BIRD ('SQL') fields "
                         f"(the row has: {', '.join(sorted(first)) or 'none'})")
     raise DataError(f"{p}: unknown file type {p.suffix!r}; expected .json (Spider/BIRD) or .jsonl")

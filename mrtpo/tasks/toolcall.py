@@ -42,10 +42,11 @@ import hashlib
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Iterator
 
 from mrtpo.formats import ToolCallFormat
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.toolcall_data import ToolCallRow, read_toolcall
+from mrtpo.tasks.toolcall_data import ToolCallRow, iter_toolcall
 from mrtpo.verifiers.lru import BoundedCache
 from mrtpo.verifiers.toolcall import (
     ParsedCalls,
@@ -142,16 +143,16 @@ class ToolCallTask(Task):
                 {"role": "assistant", "content": self.format.render(DEMO_CALL)}]
 
     # --- data ---------------------------------------------------------------------------------
-    def load(self, path: str | None = None, split: str | None = None) -> list[Example]:
-        """Examples from `path`: None for the bundled sample, a BFCL v4 data directory or question
-        file (answers from `possible_answer/`), "bfcl_eval" for the installed package's data, or
-        a project JSONL file. `split`: BFCL categories (comma-separated) or a JSONL row's split."""
+    def iter_examples(self, path: str | None = None, split: str | None = None) -> Iterator[Example]:
+        """Examples from `path`, one at a time (`load` is their list): None for the bundled
+        sample, a BFCL v4 data directory or question file (answers from `possible_answer/`),
+        "bfcl_eval" for the installed package's data, or a project JSONL file. `split`: BFCL
+        categories (comma-separated) or a JSONL row's split."""
         if path is None:
             with resources.as_file(resources.files("mrtpo") / "data" / "toolcall" / SAMPLE) as p:
-                rows = read_toolcall(Path(p), split)
-        else:
-            rows = read_toolcall(path, split)
-        return [self.example(r) for r in rows]
+                yield from (self.example(r) for r in iter_toolcall(Path(p), split))
+            return
+        yield from (self.example(r) for r in iter_toolcall(path, split))
 
     def example(self, row: ToolCallRow) -> Example:
         """An Example from a row: P0 text plus what the verifiers need in `data`."""

@@ -13,7 +13,9 @@ types, BFCL's `ground_truth` (possible answers) and the category that picks the 
 Rows are read with `json` line by line rather than through `datasets`: Arrow would unify the
 differing nested schemas into one struct, filling absent keys with null, and the meaning of
 these rows lies in which keys are present (a parameter's possible values, `""` optional).
-Bad rows raise `ToolCallDataError` naming the file, the line and the field.
+Rows are given one at a time (`iter_toolcall`; `read_toolcall` is its list), a JSONL file read
+line by line: BFCL's possible answers, in their own file, are held by id while its questions
+stream. Bad rows raise `ToolCallDataError` naming the file, the line and the field, when reached.
 """
 from __future__ import annotations
 
@@ -22,10 +24,10 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mrtpo import textio
-from mrtpo.tasks.files import lines, read_text, row_id
+from mrtpo.tasks.files import UniqueIds, read_lines, row_id
 from mrtpo.verifiers.toolcall import FunctionSpecError, check_mode, normalize_function
 
 #: BFCL v4 categories this task reads (single-turn, with possible answers, Python types)
@@ -50,12 +52,18 @@ class ToolCallRow:
 
 
 def read_toolcall(path: str | Path, split: str | None = None) -> list[ToolCallRow]:
-    """Rows from a BFCL directory or question file, or from a project JSONL file."""
+    """Every row of `iter_toolcall`, read before the first is returned."""
+    return list(iter_toolcall(path, split))
+
+
+def iter_toolcall(path: str | Path, split: str | None = None) -> Iterator[ToolCallRow]:
+    """Rows from a BFCL directory or question file, or from a project JSONL file, one at a time."""
     if str(path) == "bfcl_eval":
         path = bfcl_eval_data_dir()
     p = Path(path)
     if p.is_dir():
-        return read_bfcl_dir(p, split)
+        yield from read_bfcl_dir(p, split)
+        return
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file or directory (give a BFCL v4 data directory, a "
                                 "BFCL_v4_<category>.json question file, or a project .jsonl file)")
@@ -64,8 +72,9 @@ def read_toolcall(path: str | Path, split: str | None = None) -> list[ToolCallRo
         if split is not None and split != _bfcl_category(p, first):
             raise ToolCallDataError(f"{p}: split {split!r} does not match this file's category "
                                     f"{_bfcl_category(p, first)!r}; leave split out for a single file")
-        return read_bfcl_file(p)
-    return read_jsonl(p, split)
+        yield from read_bfcl_file(p)
+        return
+    yield from read_jsonl(p, split)
 
 
 def bfcl_eval_data_dir() -> Path:
@@ -77,7 +86,7 @@ def bfcl_eval_data_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
-def read_bfcl_dir(root: Path, split: str | None = None) -> list[ToolCallRow]:
+def read_bfcl_dir(root: Path, split: str | None = None) -> Iterator[ToolCallRow]:
     """Every supported category in a BFCL v4 data directory, or the comma-separated `split`."""
     present = {m.group(1): f for f in sorted(root.iterdir()) if (m := _BFCL_FILE.match(f.name))}
     supported = [c for c in BFCL_CATEGORIES if c in present]
@@ -94,10 +103,11 @@ def read_bfcl_dir(root: Path, split: str | None = None) -> list[ToolCallRow]:
             if c not in BFCL_CATEGORIES:
                 raise ToolCallDataError(f"{root}: category {c!r} is not supported (single-turn Python "
                                         f"categories with possible answers only: {', '.join(BFCL_CATEGORIES)})")
-    return [row for c in wanted for row in read_bfcl_file(present[c])]
+    for c in wanted:
+        yield from read_bfcl_file(present[c])
 
 
-def read_bfcl_file(qfile: Path) -> list[ToolCallRow]:
+def read_bfcl_file(qfile: Path) -> Iterator[ToolCallRow]:
     """One BFCL question file with its possible_answer file, matched by id."""
     m = _BFCL_FILE.match(qfile.name)
     if m and m.group(1) not in BFCL_CATEGORIES:
@@ -112,7 +122,6 @@ def read_bfcl_file(qfile: Path) -> list[ToolCallRow]:
         if not isinstance(row, dict) or "id" not in row or "ground_truth" not in row:
             raise ToolCallDataError(f"{afile}:{line_no}: a possible-answer row needs \"id\" and \"ground_truth\"")
         answers[row_id(row, ("id",), "", f"{afile}:{line_no}", ToolCallDataError)] = row["ground_truth"]
-    rows = []
     for line_no, q in _json_lines(qfile):
         where = f"{qfile}:{line_no}"
         if not isinstance(q, dict) or "id" not in q:
@@ -122,37 +131,43 @@ def read_bfcl_file(qfile: Path) -> list[ToolCallRow]:
             raise ToolCallDataError(f"{where}: id {qid!r} has no row in {afile}; add its ground_truth there "
                                     "or remove the question")
         category = _bfcl_category(qfile, q)
-        rows.append(_make_row(qid, q.get("question"), q.get("function"), answers[qid], category, where,
-                              check_params=False))
-    return rows
+        yield _make_row(qid, q.get("question"), q.get("function"), answers[qid], category, where,
+                        check_params=False)
 
 
-def read_jsonl(path: Path, split: str | None = None) -> list[ToolCallRow]:
-    """The project's own JSONL: question, functions, ground_truth, optional category/split."""
-    rows, seen, splits = [], set(), set()
+#: split names a JSONL file's error lists when no row has the asked one (a bound, not a rule)
+_MAX_SPLITS_NAMED = 50
+
+
+def read_jsonl(path: Path, split: str | None = None, unique: bool = True) -> Iterator[ToolCallRow]:
+    """The project's own JSONL: question, functions, ground_truth, optional category/split.
+    `unique=False` leaves out the check that ids are unique (which reads the rows again, so, to
+    name a repeated id's first row)."""
+    given, splits = 0, set()
+    ids = UniqueIds(lambda: ((r.id, r.source) for r in read_jsonl(path, split, unique=False)))
     for line_no, r in _json_lines(path):
         where = f"{path}:{line_no}"
         if not isinstance(r, dict):
             raise ToolCallDataError(f"{where}: each line must be a JSON object")
-        splits.add(r.get("split"))
+        if len(splits) < _MAX_SPLITS_NAMED:
+            splits.add(r.get("split"))
         if split is not None and r.get("split") != split:
             continue
         rid = row_id(r, ("id",), f"{path.stem}-{line_no}", where, ToolCallDataError)
-        if rid in seen:
-            raise ToolCallDataError(f"{where}: id {rid!r} is used twice; ids must be unique")
-        seen.add(rid)
+        if unique and (first := ids.earlier(rid, where)) is not None:
+            raise ToolCallDataError(f"{where}: id {rid!r} is used twice (first at {first}); ids must be unique")
         funcs = r.get("functions", r.get("function"))
         if "ground_truth" not in r:
             raise ToolCallDataError(f"{where}: field \"ground_truth\" is missing: list the expected calls as "
                                     '[{"<function>": {"<param>": [<possible values>]}}]')
-        rows.append(_make_row(rid, r.get("question"), funcs, r["ground_truth"], r.get("category"), where,
-                              check_params=True))
-    if split is not None and not rows:
+        yield _make_row(rid, r.get("question"), funcs, r["ground_truth"], r.get("category"), where,
+                        check_params=True)
+        given += 1
+    if split is not None and not given:
         known = sorted(str(s) for s in splits if s is not None)
         raise ToolCallDataError(f"{path}: no row has split {split!r}; splits present: {', '.join(known) or 'none'}")
-    if not rows:
+    if not given:
         raise ToolCallDataError(f"{path}: the file holds no rows")
-    return rows
 
 
 def _make_row(rid: str, question: Any, functions: Any, gt: Any, category: Any, where: str,
@@ -246,8 +261,8 @@ def _first_row(path: Path) -> Any:
     return None
 
 
-def _json_lines(path: Path):
-    for line_no, line in lines(read_text(path, ToolCallDataError, "JSONL file")):
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    for line_no, line in read_lines(path, ToolCallDataError, "JSONL file"):
         try:
             yield line_no, textio.loads(line)
         except json.JSONDecodeError as exc:

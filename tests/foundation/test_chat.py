@@ -26,6 +26,7 @@ HOSTILE_TEMPLATES = {
     "power": ("{{ 'x' * 10 ** 9 }}", "power"),
     "nested-loops": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                      "CPU"),
+    "repeat-through-variables": ("{% set n = 30000 %}{{ 'x' * n * n }}", "repeats a text"),
 }
 
 
@@ -76,3 +77,97 @@ def test_real_templates_render_as_before(tiny_qwen2_dir):
     assert template_problem(tok.chat_template) is None
     assert render_chat(tok, messages, tokenize=False, add_generation_prompt=True) == \
         tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+# --- what the syntax tree cannot show: sizes carried by variables ---------------------------
+# One C-level repeat, concatenation or product that the CPU timer cannot interrupt; each is
+# refused before it runs, from its operands' sizes (mrtpo.chat.binop_problem).
+THROUGH_VARIABLES = {
+    "text-repeat": ("{% set n = 30000 %}{{ 'x' * n * n }}", "repeats a text of 30,000 character(s) 30,000 times"),
+    "count-first": ("{% set n = 30000 %}{{ n * ('x' * n) }}", "repeats a text"),
+    "list-repeat": ("{% set n = 5000 %}{{ ([0, 1] * n * n)|length }}", "repeats a list of 10,000 item(s) 5,000 times"),
+    "doubling": ("{% set ns = namespace(s='x' * 1000) %}{% for i in range(30) %}{% set ns.s = ns.s + ns.s %}"
+                 "{% endfor %}{{ ns.s|length }}", "joins two values"),
+    "squaring": ("{% set ns = namespace(x=3) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}"
+                 "{% endfor %}{{ ns.x > 0 }}", "multiplies whole numbers"),
+}
+
+
+@pytest.fixture()
+def templated(tiny_tokenizer):
+    """The tiny tokenizer with a chat template set for one test (the session's is put back)."""
+    kept = tiny_tokenizer.chat_template
+
+    def use(template: str):
+        tiny_tokenizer.chat_template = template
+        return tiny_tokenizer
+    yield use
+    tiny_tokenizer.chat_template = kept
+
+
+@pytest.mark.parametrize("case", list(THROUGH_VARIABLES))
+def test_a_size_carried_by_variables_is_refused_before_it_is_built(templated, case):
+    import time
+
+    from mrtpo.chat import ChatTemplateError, render_chat, template_problem
+
+    template, words = THROUGH_VARIABLES[case]
+    assert template_problem(template) is None  # nothing the syntax tree shows
+    tok = templated(template)
+    start = time.perf_counter()
+    with pytest.raises(ChatTemplateError) as caught:
+        render_chat(tok, [{"role": "user", "content": "hi"}], tokenize=False)
+    assert time.perf_counter() - start < 5
+    message = str(caught.value)
+    assert "its chat template is refused: it " in message and words in message, message
+    assert "\n" not in message and len(message) < 300, message
+
+
+def test_a_power_past_the_syntax_tree_check_is_bounded_in_the_sandbox_too(templated):
+    """The syntax-tree check refuses any `**`; behind it, transformers' own render (which any
+    library in the process calls) refuses a power too large to build."""
+    from mrtpo import chat
+
+    tok = templated("{% set b, e = 10, 30000 %}{{ (b ** e) > 0 }}")
+    assert chat._use_bounded_sandbox()
+    with pytest.raises(chat._Refused, match="raises 10 to the power 30,000"):
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+
+
+def _pristine_render(tok, messages, **kwargs):
+    """What transformers renders in its own sandbox, without mrtpo's checks."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from transformers.utils import chat_template_utils as templates
+
+    bounded = templates.ImmutableSandboxedEnvironment
+    templates.ImmutableSandboxedEnvironment = ImmutableSandboxedEnvironment
+    templates._compile_jinja_template.cache_clear()
+    try:
+        return tok.apply_chat_template(messages, **kwargs)
+    finally:
+        templates.ImmutableSandboxedEnvironment = bounded
+        templates._compile_jinja_template.cache_clear()
+
+
+# a template with the operators the bound checks, used as real templates use them
+ARITHMETIC = ("{% for m in messages %}{{ '=' * 3 + ' ' + m['role'] * 2 + ' ' }}{{ [m['content']] * 2 }}"
+              "{{ loop.index * 2 }}{{ (m['content'] + '!') * loop.index }}\n"
+              "{% endfor %}")
+
+
+@pytest.mark.parametrize("template", ["chatml", "arithmetic"])
+def test_real_templates_render_as_transformers_own_sandbox_does(templated, tiny_tokenizer, template):
+    from mrtpo import chat
+    from mrtpo.chat import render_chat
+
+    tok = tiny_tokenizer if template == "chatml" else templated(ARITHMETIC)
+    conversations = [
+        [{"role": "user", "content": "Hi * 3"}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 2?"},
+         {"role": "assistant", "content": "4"}, {"role": "user", "content": "And x * 3?"}],
+    ]
+    assert chat._use_bounded_sandbox()
+    for messages in conversations:
+        for kwargs in ({"tokenize": False, "add_generation_prompt": True}, {"tokenize": False},
+                       {"tokenize": True, "add_generation_prompt": True}):
+            assert render_chat(tok, messages, **kwargs) == _pristine_render(tok, messages, **kwargs)

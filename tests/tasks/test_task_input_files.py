@@ -139,3 +139,54 @@ def test_empty_data_is_named(tmp_path, task):
     for cmd in (("eval", task, "--data", data, "--responses", resp), ("blocks", "lint", task, "--data", data)):
         result, out = _invoke(*cmd)
         assert result.exit_code == 2 and f"{data}:" in out and "no" in out and "rows" in out, (cmd, out)
+
+
+# --- the streaming reader reads as read_text does, and ids are checked by digest ---------------
+LINES_CASES = {
+    "crlf-and-blank": b'{"a": 1}\r\n\n  \n{"b": "x\xe2\x80\xa8y"}',
+    "bom": b'\xef\xbb\xbf{"a": 1}\n{"b": 2}\n',
+    "bad-byte-line-3": b'\xef\xbb\xbf{"a": 1}\n{"b": 2}\n{"c": "\xe9"}\n',
+    "bad-byte-after-bom": b'\xef\xbb\xbf{"\xe9": 1}\n',
+    "empty": b"",
+    "long-line": b'{"a": 1}\n' + b"x" * 5000 + b"\n",
+    "big-file": b'{"a": 1}\n' * 300,
+}
+
+
+@pytest.mark.parametrize("case", list(LINES_CASES))
+def test_read_lines_gives_read_texts_lines_and_errors(tmp_path, monkeypatch, case):
+    from mrtpo.tasks import files
+
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 2048)
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(LINES_CASES[case])
+
+    def outcome(read):
+        try:
+            return list(read())
+        except ValueError as exc:
+            return str(exc)
+    streamed = outcome(lambda: files.read_lines(path))
+    assert streamed == outcome(lambda: files.lines(files.read_text(path)))
+    assert outcome(lambda: files.read_lines(tmp_path)) == outcome(lambda: files.read_text(tmp_path))
+    assert outcome(lambda: files.read_lines(tmp_path / "no")) == outcome(lambda: files.read_text(tmp_path / "no"))
+
+
+def test_unique_ids_confirm_a_repeat_by_reading_again(monkeypatch):
+    """Every id given the same digest: a digest seen before is confirmed by the rows read again,
+    so a different id passes and a repeat names its first row."""
+    import hashlib
+
+    from mrtpo.tasks.files import UniqueIds
+
+    class OneDigest:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def digest(self):
+            return b"\0" * 8
+    monkeypatch.setattr(hashlib, "blake2b", OneDigest)
+    rows = [("a", "f:1"), ("b", "f:2"), ("c", "f:3"), ("b", "f:4")]
+    ids = UniqueIds(lambda: iter(rows))
+    assert [ids.earlier(rid, where) for rid, where in rows] == [None, None, None, "f:2"]
