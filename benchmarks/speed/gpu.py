@@ -26,11 +26,12 @@ SmolLM2 step on the device (`benchmarks/speed/roofline.py --device cuda --dtype 
 phase table the results page has for 2 CPU cores, against the GPU's own peaks), then the paired one-step
 test (`benchmarks/experiments/one_step.py` on text2sql, toolcall and instruct at once, every
 method, `--one-step-batches`, a pool of 32, float32, stopped at `--one-step-budget` seconds),
-then the learning runs of `benchmarks/learning/learning.py` (GDPO, MRTPO and MRTPO with its
-weights shuffled, `--learning-seeds`, `--learning-steps`
-at B = 8 x G = 8), each (method, seed) its own process, all at once on the one GPU (a 135M
-model leaves it mostly idle), stopped at `--learning-budget` seconds; finished runs are
-summarised by learning.py itself (`learning/summary.json` under the output folder).
+then the paired learning runs of `benchmarks/learning/heldout.py` (GDPO, MRTPO and MRTPO with
+its weights shuffled, `--learning-seeds`, `--learning-steps` at B = 8 x G = 8, on text2sql's
+single-table questions with 100 held out, measured every 25 steps), each (method, seed) its own
+process, all at once on the one GPU (a 135M model leaves it mostly idle), stopped at
+`--learning-budget` seconds; the finished runs' paired differences go to
+`learning-heldout-text2sql-smollm2-135m.json` under the output folder, the runs beside it.
 
     python benchmarks/speed/gpu.py --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
     python benchmarks/speed/gpu.py --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
@@ -170,37 +171,7 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     out["roofline"] = roofline_part(model, args, out_dir)
     if args.one_step_batches:
         out["one_step"] = one_step_part(model, args, out_dir / "one-step")
-    script = Path(__file__).resolve().parents[1] / "learning" / "learning.py"
-    learn = out_dir / "learning"
-    learn.mkdir(parents=True, exist_ok=True)
-    common = ["--model", model, "--tasks", "toolcall", "--steps", str(args.learning_steps),
-              "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
-              "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn)]
-    runs = [(m, s) for m in LEARNING_METHODS for s in args.learning_seeds.split(",")]
-    procs = {}
-    for m, s in runs:  # each (method, seed) its own process, all at once
-        log = open(learn.parent / f"learning-{m}-seed{s}.log", "w")
-        procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--methods", m, "--seeds", s],
-                                        stdout=log, stderr=subprocess.STDOUT), log)
-    t0 = time.perf_counter()
-    for (m, s), (proc, log) in procs.items():
-        try:
-            proc.wait(timeout=max(1.0, args.learning_budget - (time.perf_counter() - t0)))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
-    out["learning_wall_seconds"] = round(time.perf_counter() - t0, 1)
-    out["learning_exits"] = {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}
-    # the summary over the seeds whose runs all finished (learning.py would resume any other)
-    seeds = [s for s in args.learning_seeds.split(",") if all(procs[m, s][0].returncode == 0 for m in LEARNING_METHODS)]
-    if seeds:
-        proc = subprocess.run([sys.executable, str(script), *common, "--methods", ",".join(LEARNING_METHODS),
-                               "--seeds", ",".join(seeds)],
-                              capture_output=True, text=True)
-        print(proc.stdout[-3000:], flush=True)
-        out["learning_summary"] = str(learn / "summary.json")
+    out.update(learning_part(model, args, out_dir))
     return out
 
 
@@ -214,6 +185,51 @@ def roofline_part(model: str, args, out_dir: Path) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
     return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
+
+
+def learning_part(model: str, args, out_dir: Path) -> dict:
+    """benchmarks/learning/heldout.py's paired runs (issue 37 part 2): GDPO, MRTPO and MRTPO
+    with its weights shuffled, `--learning-seeds`, `--learning-steps` at this script's batch, on
+    text2sql's single-table questions with the worked example, the official metric on 100
+    held-out questions every 25 steps; each (method, seed) its own process, all at once on the
+    one GPU, stopped at `--learning-budget` seconds; then one call over every finished run
+    writes the paired differences (`learning-heldout-text2sql-smollm2-135m.json` under
+    `out_dir`, the finished runs kept beside it)."""
+    script = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
+    learn = out_dir / "learning"
+    learn.mkdir(parents=True, exist_ok=True)
+    result = out_dir / "learning-heldout-text2sql-smollm2-135m.json"
+    held, every = (8, 1) if args.smoke else (100, 25)
+    common = ["--model", model, "--task", "text2sql", "-o", "demo=true", "-o", "questions=single-table",
+              "--steps", str(args.learning_steps), "--heldout", str(held), "--heldout-every", str(every),
+              "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
+              "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn),
+              "--json", str(result)]
+    runs = [(m, s) for m in LEARNING_METHODS for s in args.learning_seeds.split(",")]
+    procs = {}
+    for m, s in runs:  # each (method, seed) its own process, all at once
+        log = open(out_dir / f"learning-{m}-seed{s}.log", "w")
+        procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--methods", m, "--seeds", s],
+                                        stdout=log, stderr=subprocess.STDOUT), log)
+    t0 = time.perf_counter()
+    for (m, s), (proc, log) in procs.items():
+        try:
+            proc.wait(timeout=max(1.0, args.learning_budget - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
+    out = {"learning_wall_seconds": round(time.perf_counter() - t0, 1),
+           "learning_exits": {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}}
+    # the paired summary over the seeds whose runs all finished (heldout.py would resume any other)
+    seeds = [s for s in args.learning_seeds.split(",") if all(procs[m, s][0].returncode == 0 for m in LEARNING_METHODS)]
+    if seeds:
+        proc = subprocess.run([sys.executable, str(script), *common, "--methods", ",".join(LEARNING_METHODS),
+                               "--seeds", ",".join(seeds)], capture_output=True, text=True)
+        print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
+        out["learning_summary"] = str(result) if proc.returncode == 0 else f"failed: {proc.returncode}"
+    return out
 
 
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
@@ -276,7 +292,7 @@ def parser() -> argparse.ArgumentParser:
                     help="batches of the paired one-step test on SmolLM2 per task (0: skip it)")
     ap.add_argument("--one-step-budget", type=float, default=240.0,
                     help="seconds the one-step tests may take, all tasks at once")
-    ap.add_argument("--learning-steps", type=int, default=60, help="steps of each SmolLM2 learning run")
+    ap.add_argument("--learning-steps", type=int, default=100, help="steps of each SmolLM2 learning run")
     ap.add_argument("--learning-seeds", default="0,1,2")
     ap.add_argument("--learning-budget", type=float, default=480.0,
                     help="seconds the SmolLM2 learning runs may take, all at once")

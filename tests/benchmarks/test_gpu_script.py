@@ -38,3 +38,17 @@ def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):
     doc = json.loads((tmp_path / "roofline-smollm2-135m-cpu.json").read_text())
     assert path.endswith("roofline-smollm2-135m-cpu.json") and doc["machine"]["device"] == "cpu"
     assert [r["phase"] for r in doc["rows"]][:2] == ["prefill", "decode"]
+
+
+def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path):
+    """gpu.py's learning part: heldout.py per (method, seed) in parallel, then one summary over
+    the finished runs with its paired rows (text2sql's single-table questions)."""
+    gpu = benchmark_module.load("gpu")
+    args = SimpleNamespace(smoke=True, device="cpu", learning_steps=2, learning_seeds="0", learning_budget=600.0,
+                           batch_prompts=2, num_generations=2, max_new_tokens=8)
+    out = gpu.learning_part(str(tiny_qwen2_dir), args, tmp_path)
+    logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("learning-*.log")}
+    assert set(out["learning_exits"].values()) == {0}, logs
+    doc = json.loads((tmp_path / "learning-heldout-text2sql-smollm2-135m.json").read_text())
+    assert doc["settings"]["seeds"] == [0] and doc["settings"]["task_args"]["questions"] == "single-table"
+    assert {(r["a"], r["b"]) for r in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
