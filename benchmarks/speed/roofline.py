@@ -35,13 +35,7 @@ import time
 from pathlib import Path
 
 import torch
-from timing import train_setup
-
-
-def sync() -> None:
-    """Wait for the accelerator's queued work (a GPU's kernels run after Python moves on)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+from timing import sync, timed, train_setup
 
 
 def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -87,14 +81,6 @@ def forward_flops(s: dict, tokens: int, context: float, logits: int) -> float:
     """2 per body weight per token, attention over `context` positions on average, the head
     on `logits` positions."""
     return 2 * s["body"] * tokens + 4 * s["layers"] * s["width"] * context * tokens + 2 * s["width"] * s["vocab"] * logits
-
-
-def timed(fn):
-    sync()
-    t = time.perf_counter()
-    out = fn()
-    sync()
-    return out, time.perf_counter() - t
 
 
 def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:

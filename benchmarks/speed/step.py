@@ -26,20 +26,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
-from timing import train_setup
+from timing import timed, train_setup
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False),
             "fast": dict(static_cache=True, common_prefix=True)}  # `common_prefix` also switches the replay's
-
-
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:

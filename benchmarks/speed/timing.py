@@ -130,3 +130,18 @@ def train_setup(model: str, task_name: str, options: list[str] | None, max_new_t
                          **({"max_new_tokens": max_new_tokens} if max_new_tokens else {})})
     task = get_task(task_name, **task_args)
     return cfg, task, task_args, task.load()[: cfg.batch_prompts]
+
+
+def sync() -> None:
+    """Wait for the accelerator's queued work (a GPU's kernels run after Python moves on)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def timed(fn):
+    """(fn(), seconds it took), the accelerator's queued work included."""
+    sync()
+    t = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - t

@@ -115,7 +115,7 @@ def generate(model, tokenizer, conversations: Sequence[list[dict]], config: Gene
 def _prompt_inputs(model, prompts: list[list[int]], pad: int, max_new_tokens: int, fast: bool):
     """(ids [B, L], mask [B, L], generate's cache kwarg or {}) for left-padded prompts; with
     `fast`, their KV cache but the last token's, the shared beginning encoded once."""
-    import torch
+    from mrtpo.harness.prefix import prefix_layout
 
     if fast and max(map(len, prompts)) > 1:
         from mrtpo.harness.rollout import prompt_cache
@@ -128,12 +128,7 @@ def _prompt_inputs(model, prompts: list[list[int]], pad: int, max_new_tokens: in
         if decoder is not None:
             ids, mask, cache = prompt_cache(model, prompts, 1, pad, max_new_tokens=max_new_tokens)
             return ids, mask, {cache_kwarg(decoder): cache}
-    width = max(len(x) for x in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # [B, L]
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)  # [B, L]
-    for r, x in enumerate(prompts):
-        ids[r, width - len(x):] = torch.tensor(x)
-        mask[r, width - len(x):] = 1
+    ids, mask = prefix_layout(prompts, pad, 0, max(map(len, prompts)))  # [B, L] plain left padding
     return ids, mask, {}
 
 
