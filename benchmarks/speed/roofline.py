@@ -95,7 +95,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     from mrtpo.harness.scoring import Scorer
 
     s = shape(policy.model)
-    G, B = cfg.num_generations, len(examples)
+    G = cfg.num_generations
     ids = [prompt_token_ids(policy.tokenizer, render_prompt(policy.tokenizer, task, ex)) for ex in examples]
     p = max(map(len, ids))
     policy.model.eval()
