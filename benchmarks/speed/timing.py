@@ -39,8 +39,10 @@ def replay_hidden(model, items):
     return plans, hidden
 
 
-def _sync(device) -> None:
-    if device.type == "cuda":
+def sync(device=None) -> None:
+    """Wait for the accelerator's queued work (a GPU's kernels run after Python moves on):
+    `device`'s, or, with none given, the GPU's if one is in use."""
+    if (device.type == "cuda") if device is not None else (torch.cuda.is_available() and torch.cuda.is_initialized()):
         torch.cuda.synchronize()
 
 
@@ -57,7 +59,7 @@ def time_head_and_js(model, items, chunk_tokens: int = 256, temperature: float =
     with torch.no_grad():
         for n, (plan, h) in enumerate(zip(plans, hidden)):
             head_and_js(q, n, plan, h, head_of(model), temperature, chunk_tokens)
-    _sync(param.device)
+    sync(param.device)
     return time.perf_counter() - t
 
 
@@ -73,11 +75,11 @@ def time_head_and_js_parts(model, items, chunk_tokens: int = 256, temperature: f
     head, device = head_of(model), next(model.parameters()).device
     out = dict.fromkeys(("head", "log_softmax", "js", "js_pairwise"), 0.0)
 
-    def timed(part, fn):
-        _sync(device)
+    def add_time(part, fn):
+        sync(device)
         t = time.perf_counter()
         result = fn()
-        _sync(device)
+        sync(device)
         out[part] += time.perf_counter() - t
         return result
 
@@ -87,13 +89,13 @@ def time_head_and_js_parts(model, items, chunk_tokens: int = 256, temperature: f
             step = max(1, chunk_tokens // h.shape[0])
             for t0 in range(0, h.shape[1], step):
                 x = h[:, t0:t0 + step]  # [C, c, H]
-                logits = timed("head", lambda: head(x.reshape(-1, x.shape[-1])).view(x.shape[0], x.shape[1], -1))
-                lp = timed("log_softmax", lambda: torch.log_softmax(
+                logits = add_time("head", lambda: head(x.reshape(-1, x.shape[-1])).view(x.shape[0], x.shape[1], -1))
+                lp = add_time("log_softmax", lambda: torch.log_softmax(
                     logits.float() if temperature == 1.0 else logits.float() / temperature, -1))  # [C, c, V]
                 del logits
                 chunk = js_chunk_bytes(lp.device)
-                timed("js", lambda: js_against_first(lp, others, chunk_bytes=chunk))
-                timed("js_pairwise", lambda: [js_distance_log_probs(lp[0], lp[j], chunk_bytes=chunk) for j in others])
+                add_time("js", lambda: js_against_first(lp, others, chunk_bytes=chunk))
+                add_time("js_pairwise", lambda: [js_distance_log_probs(lp[0], lp[j], chunk_bytes=chunk) for j in others])
     return out
 
 
@@ -107,10 +109,10 @@ def time_prefixes(model, items) -> tuple[float, int]:
             if not group.prefix:
                 continue
             ids = torch.as_tensor(group.prefix, dtype=torch.long, device=device)[None]  # [1, L]
-            _sync(device)
+            sync(device)
             t = time.perf_counter()
             decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
-            _sync(device)
+            sync(device)
             seconds += time.perf_counter() - t
             tokens += len(group.prefix)
     return seconds, tokens
@@ -130,12 +132,6 @@ def train_setup(model: str, task_name: str, options: list[str] | None, max_new_t
                          **({"max_new_tokens": max_new_tokens} if max_new_tokens else {})})
     task = get_task(task_name, **task_args)
     return cfg, task, task_args, task.load()[: cfg.batch_prompts]
-
-
-def sync() -> None:
-    """Wait for the accelerator's queued work (a GPU's kernels run after Python moves on)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 def timed(fn):
