@@ -50,14 +50,14 @@ def _unreadable(where: str, task_name: str, exc: BaseException) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _responses_file(responses: str | None, known=None):
+def _responses_file(responses: str | None):
     """The --responses file (None without one), or a clear error and exit 2."""
     from mrtpo.blocks.samples import ResponsesFile, ResponsesFileError
 
     if responses is None:
         return None
     try:
-        return ResponsesFile.read(responses, known)
+        return ResponsesFile.read(responses)
     except ResponsesFileError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
@@ -68,21 +68,25 @@ def _no_examples(data: str | None) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _load(task_name: str, data: str | None, responses: str | None, limit: int | None,
+def _load(task_name: str, data: str | None, responses: str | None, limit: int,
           options: list[str] | None = None):
-    """Task (built with the -o options), examples and responses, or a clear error and exit 2."""
-    from mrtpo.tasks.contract import USER_CODE_ERRORS
+    """Task (built with the -o options), its first `limit` examples (those with responses when
+    a --responses file is given) and the responses, or a clear error and exit 2. The data is
+    read only as far as those examples (and, with responses, until each response's example has
+    been met), one row at a time, as `mrtpo blocks lint` reads it."""
+    from mrtpo.blocks.samples import ResponsesFileError
 
     task = _task(task_name, options)
+    resp = _responses_file(responses)  # its ids are checked against the data below
+    stream = _Examples(task, data, resp, limit)
     try:
-        examples = task.load(data)
-    except USER_CODE_ERRORS as exc:  # data errors name file, row and field themselves
+        examples = list(stream)
+        stream.check_response_ids()
+    except _Unreadable as exc:
         raise _unreadable(data or "the bundled sample", task_name, exc)
-    resp = _responses_file(responses, {e.id for e in examples})
-    if resp is not None:
-        examples = [e for e in examples if e.id in resp.by_id]
-    if limit is not None:
-        examples = examples[:limit]
+    except ResponsesFileError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
     if not examples:
         raise _no_examples(data)
     return task, examples, resp.by_id if resp is not None else None
@@ -93,7 +97,7 @@ class _Unreadable(Exception):
 
 
 class _Examples:
-    """The examples `mrtpo blocks lint` reads, one at a time (`stream_examples`): the ones
+    """The examples `mrtpo blocks lint` and `preview` read, one at a time (`stream_examples`): the ones
     with responses when a --responses file is given, the first `limit` of them with -n. An error
     of the reader becomes `_Unreadable`, told apart from the lint's own."""
 

@@ -15,16 +15,20 @@ error whichever task or command reads it:
 - `read_lines` streams a JSON Lines file (one line in memory at a time, the same refusals raised
   when the reader reaches them), so a reader built on it holds one row at a time and a command
   that looks at each example once (`mrtpo blocks lint`) needs the same memory for any row count;
-  `read_text` reads a whole document (a JSON array, which cannot be split before it is parsed);
-- `UniqueIds` finds a repeated row id for a reader to refuse, naming both rows, holding a digest
-  per id rather than the id and its row (about 100 bytes a row);
+  `read_json_array` streams the rows of a file that is one JSON array (Spider, BIRD, a .json
+  of instructions) the same way, one row parsed and held at a time; `read_text` reads a whole
+  document (a JSON object, which has no rows to stream);
+- `UniqueIds` finds a repeated row id for a reader to refuse, naming both rows, holding an
+  8-byte digest per id in a flat table rather than the id and its row (about 16 bytes a row);
 - `read_records` reads a responses file (JSONL or one JSON array) for `mrtpo eval`
   (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.samples) alike.
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+from array import array
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -101,6 +105,140 @@ def read_lines(path: str | Path, error: type[Exception] = ValueError,
             line = line.removesuffix("\r")
             if line.strip():
                 yield line_no, line
+
+
+def read_json_array(path: str | Path, error: type[Exception] = ValueError,
+                    what: str = "file") -> Iterator[tuple[int, Any]]:
+    """(1-based position, value) for each element of `path`, a file holding one JSON array,
+    parsed as it is read: one element's text and value are in memory at a time, never the file.
+
+    The refusals are `read_lines`'s, in the same words (a directory, a missing file, a file over
+    `MAX_FILE_BYTES`, bytes that are not UTF-8), an element over `MAX_LINE_BYTES` (the most one
+    row may be), and JSON that is not one array: each names the file and the element."""
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
+    try:
+        f = p.open("rb")
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    with f:
+        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+            raise error(_too_big(p, what))
+        yield from _ArrayReader(p, f, error, what).elements()
+
+
+class _ArrayReader:
+    """The state of `read_json_array`: the undecoded text held (`buf`, from `pos` on), the bytes
+    read so far, and whether the file has ended. `json.JSONDecoder.raw_decode` parses one
+    element from the held text; when the text ends inside it, more is read and it is parsed
+    again (the read doubles each time, so an element is parsed a logarithmic number of times)."""
+
+    _decoder = json.JSONDecoder()
+    _SPACE = " \t\n\r"
+
+    def __init__(self, p: Path, f, error: type[Exception], what: str) -> None:
+        self.p, self.f, self.error, self.what = p, f, error, what
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.buf, self.pos, self.read_bytes, self.eof, self.lines_before = "", 0, 0, False, 0
+
+    def _more(self, n: int = _CHUNK) -> bool:
+        """Read `n` more bytes onto the held text; False at the end of the file."""
+        if self.eof:
+            return False
+        try:
+            chunk = self.f.read(n)
+        except OSError as exc:
+            raise self.error(f"{self.p}: cannot be read ({exc.strerror or exc})") from None
+        self.read_bytes += len(chunk)
+        if self.read_bytes > MAX_FILE_BYTES:
+            raise self.error(_too_big(self.p, self.what))
+        try:
+            text = self.utf8.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:
+            before = exc.object[:exc.start]  # the bytes of this read before the bad one
+            line = self.lines_before + self.buf.count("\n") + before.count(b"\n") + 1
+            if b"\n" in before:
+                column = len(before) - before.rfind(b"\n")
+            else:
+                column = len(self.buf[self.buf.rfind("\n") + 1:].encode("utf-8")) + len(before) + 1
+            raise self.error(_not_utf8(self.p, line, column, exc.object[exc.start])) from None
+        if self.read_bytes == len(chunk):
+            text = text.removeprefix("\ufeff")  # a byte-order mark, dropped
+        self.eof = not chunk
+        if self.pos > _CHUNK:  # drop what was parsed: the held text stays about one element
+            self.lines_before += self.buf.count("\n", 0, self.pos)
+            self.buf, self.pos = self.buf[self.pos:], 0
+        self.buf += text
+        return not self.eof
+
+    def _next_char(self) -> str:
+        """The next character that is not JSON whitespace (moving past the whitespace), or ""."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in self._SPACE:
+                self.pos += 1
+            if self.pos < len(self.buf) or not self._more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def _bad(self, where: str, said: str) -> Exception:
+        line = self.lines_before + self.buf.count("\n", 0, self.pos) + 1
+        return self.error(f"{self.p}, {where} (line {line}): {said}; expected one JSON array of rows "
+                          "(`[{...}, {...}]`)")
+
+    def _too_long(self, n: int) -> Exception:
+        return self.error(f"{self.p}, row {n}: longer than {_size(MAX_LINE_BYTES)}, the most mrtpo "
+                          "reads as one row; check that this is the right file")
+
+    def elements(self) -> Iterator[tuple[int, Any]]:
+        first = self._next_char()
+        if first != "[":
+            said = "the file is empty" if not first else f"the file starts with {first!r}, not '['"
+            raise self._bad("row 1", said)
+        self.pos += 1
+        n = 0
+        if self._next_char() == "]":
+            self.pos += 1
+        else:
+            while True:
+                n += 1
+                yield n, self._element(n)
+                c = self._next_char()
+                self.pos += 1
+                if c == "]":
+                    break
+                if c != ",":
+                    raise self._bad(f"after row {n}", f"expected ',' or ']', found {repr(c) if c else 'the end of the file'}")
+        if (c := self._next_char()):
+            raise self._bad(f"after row {n}", f"{c!r} after the array's closing ']'")
+
+    def _element(self, n: int) -> Any:
+        """Element `n`, parsed from the held text, reading more while the text ends inside it
+        (or right after it: a number cut by a read would parse as a shorter one)."""
+        want = _CHUNK
+        while True:
+            if self._next_char() in ("]", ""):
+                raise self._bad(f"row {n}", "a value is missing (a ',' before ']' or the end of the file)")
+            try:
+                value, end = self._decoder.raw_decode(self.buf, self.pos)
+                if end - self.pos > MAX_LINE_BYTES:
+                    raise self._too_long(n)
+                if end < len(self.buf) or self.eof:
+                    self.pos = end
+                    return value
+            except json.JSONDecodeError as exc:
+                cut = exc.pos >= len(self.buf) - 16 or exc.msg.startswith("Unterminated string")
+                if self.eof or not cut:  # not text that a read ended inside: a mistake
+                    self.pos = exc.pos
+                    raise self._bad(f"row {n}", f"not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise self._bad(f"row {n}", "not valid JSON (nested too deeply to read: brackets "
+                                "inside brackets, thousands deep)") from None
+            if len(self.buf) - self.pos > MAX_LINE_BYTES:
+                raise self._too_long(n)
+            self._more(want)
+            want *= 2
 
 
 def _not_utf8(p: Path, line: int, column: int, byte: int) -> str:
@@ -204,23 +342,23 @@ def row_id(row: dict, keys: tuple[str, ...], default: str, where: str, error: ty
 class UniqueIds:
     """The row ids a reader has given out, to find a repeat and name the row that had it first.
 
-    Each id is held as an 8-byte digest in a set (about 100 bytes a row, whatever the length of
-    the ids and of the rows' locations), not as its text and row: that is the one thing a
-    streaming reader keeps per row. A digest seen before is confirmed by reading the rows again
-    up to the current one (`rows_again()`: (id, location) of each row, in the reader's order), so
-    that only an actual repeat costs a second read, and two ids sharing a digest are no repeat.
+    Each id is held as an 8-byte digest in `_DigestTable` (about 16 bytes a row, whatever the
+    length of the ids and of the rows' locations), not as its text and row: that is the one
+    thing a streaming reader keeps per row. A digest seen before is confirmed by reading the
+    rows again up to the current one (`rows_again()`: (id, location) of each row, in the
+    reader's order), so that only an actual repeat costs a second read, and two ids sharing a
+    digest are no repeat.
     """
 
     def __init__(self, rows_again: Callable[[], Iterable[tuple[str, str]]]) -> None:
-        self._digests: set[int] = set()
+        self._digests = _DigestTable()
         self._rows_again = rows_again
 
     def earlier(self, rid: str, where: str) -> str | None:
         """The location of an earlier row with the id `rid`, or None; `where` is this row's."""
         digest = int.from_bytes(hashlib.blake2b(rid.encode("utf-8", "surrogatepass"),
                                                 digest_size=8).digest(), "little")
-        if digest not in self._digests:
-            self._digests.add(digest)
+        if self._digests.add(digest):
             return None
         for other, at in self._rows_again():
             if at == where:  # back at this row: the digest was another id's
@@ -228,3 +366,33 @@ class UniqueIds:
             if other == rid:
                 return at
         return None
+
+
+class _DigestTable:
+    """A set of 64-bit digests in one flat array (open addressing, linear probing, at most half
+    full): 8 to 32 bytes a digest where a Python set of ints takes about 100."""
+
+    def __init__(self) -> None:
+        self._slots = array("Q", bytes(8 * 1024))  # 0 marks an empty slot
+        self._count = 0
+
+    def add(self, digest: int) -> bool:
+        """Add `digest`; False when it was already there."""
+        digest = digest or 1  # 0 is the empty mark
+        slots, mask = self._slots, len(self._slots) - 1
+        i = digest & mask
+        while slots[i]:
+            if slots[i] == digest:
+                return False
+            i = (i + 1) & mask
+        slots[i] = digest
+        self._count += 1
+        if 2 * self._count > len(slots):
+            self._grow()
+        return True
+
+    def _grow(self) -> None:
+        old, self._slots, self._count = self._slots, array("Q", bytes(16 * len(self._slots))), 0
+        for digest in old:
+            if digest:
+                self.add(digest)

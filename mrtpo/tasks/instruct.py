@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 from mrtpo import textio
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
-from mrtpo.tasks.files import UniqueIds, lines, read_lines, read_text, row_id
+from mrtpo.tasks.files import UniqueIds, lines, read_json_array, read_lines, read_text, row_id
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -386,11 +386,41 @@ def _jsonl_rows(numbered: Iterable[tuple[int, str]], source: str) -> Iterator[tu
             raise DataError(f"{source}:{n}: not valid JSON ({exc}); each line must be one JSON object") from None
 
 
+def _starts_with(p: Path, start: bytes) -> bool:
+    """Whether the first bytes of `p` that are not whitespace (after a byte-order mark) are `start`."""
+    try:
+        with p.open("rb") as f:
+            head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf").lstrip()
+    except OSError:
+        return False  # the reader that follows names the problem
+    return head.startswith(start)
+
+
+def _json_lines(p: Path) -> bool:
+    """Whether `p` holds JSON lines: its first non-blank line is a JSON value on its own and
+    another line follows (a pretty-printed object's first line is not a value on its own)."""
+    head = read_lines(p, DataError, "JSON or JSONL file")
+    try:
+        first = [line for _, (_, line) in zip(range(2), head)]
+        if len(first) < 2:
+            return False
+        textio.loads(first[0])
+        return True
+    except (json.JSONDecodeError, DataError):
+        return False
+    finally:
+        head.close()
+
+
 def _read_rows(path: str, split: str | None) -> tuple[Iterator[tuple[str, Any]], str]:
     p = Path(path)
     if p.is_file():
         if p.suffix == ".json":
-            text = read_text(p, DataError, "JSON or JSONL file")
+            if _starts_with(p, b"["):  # one JSON array: read row by row
+                return ((f"{p}[{i - 1}]", r) for i, r in read_json_array(p, DataError, "JSON file")), str(p)
+            if _json_lines(p):  # JSON lines in a .json file
+                return _jsonl_rows(read_lines(p, DataError, "JSONL file"), str(p)), str(p)
+            text = read_text(p, DataError, "JSON or JSONL file")  # one object, with splits inside
             try:
                 data = textio.loads(text)
             except json.JSONDecodeError:  # a .json file holding JSON lines

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 from mrtpo import textio
 from mrtpo.cache import cache_dir as _cache_root
-from mrtpo.tasks.files import read_lines, read_text, row_id
+from mrtpo.tasks.files import read_json_array, read_lines, row_id
 from mrtpo.verifiers.sql import MODES
 from mrtpo.verifiers.sql_sandbox import _DENIED_FUNCTIONS, _READ_PRAGMAS, MAX_VALUE_BYTES, _describe
 
@@ -217,16 +217,14 @@ def _text_field(row: Any, field: str, where: str, *, required: bool = True,
     return value.strip()
 
 
-def _read_json_list(file: Path) -> list:
-    try:
-        data = textio.loads(read_text(file, DataError, "JSON file"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{file}: not valid JSON ({exc}); expected a JSON list of rows") from exc
-    if not isinstance(data, list):
-        raise DataError(f"{file}: expected a JSON list of rows, got a JSON {type(data).__name__}")
-    if not data:
+def _json_rows(file: Path) -> Iterator[Any]:
+    """The rows of a Spider/BIRD JSON file (one JSON array), parsed as they are read: one row
+    in memory at a time (`read_json_array`); an array with no rows is refused."""
+    n = 0
+    for n, raw in read_json_array(file, DataError, "JSON file"):
+        yield raw
+    if n == 0:
         raise DataError(f"{file}: the list holds no rows")
-    return data
 
 
 def _db_name(db_id: str, where: str) -> str:
@@ -272,7 +270,7 @@ def read_spider(root: Path, split: str | None = None, files: list[Path] | None =
     if not db_root.is_dir() and (root / "database").is_dir():
         db_root = root / "database"
     for file in files:
-        for i, raw in enumerate(_read_json_list(file), 1):
+        for i, raw in enumerate(_json_rows(file), 1):
             where = _where(file, i)
             names_ = "'db_id', 'question' and 'query'"
             db_id = _db_name(_text_field(raw, "db_id", where, names=names_), where)
@@ -301,7 +299,7 @@ def read_bird(root: Path, split: str | None = None, file: Path | None = None) ->
     base = file.parent
     db_roots = [base / f"{split}_databases", *sorted(base.glob("*_databases"))]
     db_root = next((d for d in db_roots if d.is_dir()), db_roots[0])
-    for i, raw in enumerate(_read_json_list(file), 1):
+    for i, raw in enumerate(_json_rows(file), 1):
         where = _where(file, i)
         names = "'db_id', 'question' and 'SQL' ('evidence' optional)"
         db_id = _db_name(_text_field(raw, "db_id", where, names=names), where)
@@ -426,9 +424,8 @@ def iter_rows(path: str | os.PathLike | None, split: str | None = None,
         yield from read_jsonl(p, split, root)
         return
     if p.suffix == ".json":
-        rows = _read_json_list(p)
-        first = rows[0] if rows and isinstance(rows[0], dict) else {}
-        del rows  # read again by the layout's reader: not held twice
+        first = next(_json_rows(p))  # the layout's reader reads the file again, row by row
+        first = first if isinstance(first, dict) else {}
         if "SQL" in first:
             yield from read_bird(p.parent, split or p.stem.split("_")[0], file=p)
             return

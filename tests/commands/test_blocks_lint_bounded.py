@@ -5,6 +5,8 @@ first (about 8 KB a row: 8 GB at 1M rows) and every finding was kept."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import weakref
 from pathlib import Path
 
@@ -93,6 +95,57 @@ except SystemExit as exc:
     rss, out = peak_rss_mb(code, timeout=240)
     assert "EXIT 0" in out and "2 examples, 4 responses" in out, out
     assert rss < 120, f"peak RSS {rss:.0f} MB"
+
+
+def test_lint_reads_a_spider_json_array_one_row_at_a_time(tmp_path):
+    """A Spider dev.json is one JSON array: linting its first 2 of 15,000 rows (each with
+    Spider's token lists, 37 MB in all) parses 2 rows, not the whole array (which peaked at
+    several hundred MB)."""
+    from limits import peak_rss_mb
+
+    from mrtpo.tasks.text2sql_data import build_database, bundled_dir
+
+    root = tmp_path / "spider"
+    (root / "database" / "library").mkdir(parents=True)
+    build_database(bundled_dir() / "library.sql", tmp_path / "cache").replace(
+        root / "database" / "library" / "library.sqlite")
+    row = {"db_id": "library", "question": "How many members are there?",
+           "query": "SELECT COUNT(*) FROM member", "query_toks": ["SELECT", "COUNT", "(", "*", ")"] * 60,
+           "question_toks": ["How", "many", "members", "are", "there", "?"] * 50}
+    with (root / "dev.json").open("w") as fh:
+        fh.write("[\n" + ",\n".join(json.dumps(row) for _ in range(15_000)) + "\n]")
+    assert (root / "dev.json").stat().st_size > 30e6
+    code = f"""
+import sys
+from mrtpo.cli import app
+sys.argv = ["mrtpo", "blocks", "lint", "text2sql", "--data", {str(root)!r}, "-n", "2", "--plain"]
+try:
+    app()
+except SystemExit as exc:
+    print("EXIT", exc.code)
+"""
+    rss, out = peak_rss_mb(code, timeout=240, env={**os.environ, "MRTPO_CACHE_DIR": str(tmp_path / "cache")})
+    assert "EXIT" in out and "2 examples" in out, out
+    assert rss < 160, f"peak RSS {rss:.0f} MB"
+
+
+def test_preview_reads_only_the_examples_it_shows(counted, tmp_path):
+    """`blocks preview -n 2` on 300 rows reads 2 of them (before: the whole file, then the first 2)."""
+    data = toolcall_rows(tmp_path / "big.jsonl", 300)
+    result, out = invoke("blocks", "preview", counted.name, "--data", data, "-n", 2, "--jsonl")
+    assert result.exit_code == 0, out
+    assert counted.given == 2 and re.findall(r'"example": "(big-\d+)"', out) == ["big-0"] * 2 + ["big-1"] * 2
+
+
+def test_preview_refuses_a_response_for_no_example_after_reading_the_data(counted, tmp_path):
+    data = toolcall_rows(tmp_path / "big.jsonl", 40)
+    responses = tmp_path / "r.jsonl"
+    responses.write_text('{"id": "big-1", "response": "x"}\n{"id": "nope", "response": "y"}\n')
+    result, out = invoke("blocks", "preview", counted.name, "--data", data, "--responses", responses,
+                         "-n", 1, with_stderr=True)
+    assert result.exit_code == 2, out
+    assert f"{responses}, row 2: field 'id' is 'nope', which is not an example of the data" in out, out
+    assert counted.given == 40 and "Traceback" not in out
 
 
 def test_a_bad_row_met_part_way_is_one_line_naming_file_and_row(counted, tmp_path):

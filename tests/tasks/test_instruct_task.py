@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import logging
 
 import pytest
@@ -182,6 +183,25 @@ def test_reads_project_rows_and_json_arrays(tmp_path, task):
     assert p2.prompt == compose_prompt("Describe rain.", ["Wrap your entire response with double quotation marks."])
     assert task.reference(p2) is None
 
+
+
+def test_a_json_file_is_read_row_by_row_in_each_of_its_three_forms(tmp_path, task):
+    """A .json array and JSON lines in a .json are streamed (the rows before a broken one come
+    first); one object with the splits inside is read whole. All three give the same examples."""
+    rows = [{"key": k, "prompt": "Go. Wrap your entire response with double quotation marks.",
+             "instruction_id_list": ["startend:quotation"], "kwargs": [{}]} for k in range(3)]
+    forms = {"array.json": json.dumps(rows, indent=2), "lines.json": "\n".join(map(json.dumps, rows)),
+             "splits.json": json.dumps({"train": rows}, indent=2)}
+    for name, text in forms.items():
+        (tmp_path / name).write_text(text)
+        assert [e.id for e in task.load(str(tmp_path / name))] == ["0", "1", "2"], name
+    (tmp_path / "array.json").write_text(json.dumps(rows)[:-1] + ', {"key": 3, ]')
+    (tmp_path / "lines.json").write_text(forms["lines.json"] + '\n{"key": 3, }')
+    for name, said in (("array.json", "row 4 (line 1): not valid JSON"), ("lines.json", "lines.json:4: not valid JSON")):
+        examples = task.iter_examples(str(tmp_path / name))
+        assert [next(examples).id for _ in range(3)] == ["0", "1", "2"]
+        with pytest.raises(DataError, match=re.escape(said)):
+            next(examples)
 
 @pytest.mark.parametrize("row,needle", [
     ({"prompt": "x", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}, {}]},
