@@ -81,6 +81,10 @@ def kind_of(name: str, data: dict) -> str:
         return "span-placement"
     if name.startswith("one-step-") and "paired" in data:
         return "one-step"
+    if schema.startswith("mrtpo.sweep/"):
+        return "sweep"
+    if name.startswith("learning-heldout-") and "curves" in data:
+        return "learning-heldout"
     if name.startswith("learning-") and "rows" in data:
         return "learning"
     return "other"
@@ -335,6 +339,61 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
                     table(["a - b", "reward", "mean [95% interval]", "verdict"], verdicts)))
 
 
+def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) -> str:
+    """benchmarks/learning/heldout.py: the held-out curve per method and metric (mean over
+    seeds), then the paired differences after the last step with a verdict."""
+    settings = data.get("settings") or {}
+    curves = data.get("curves") or {}
+    metrics = data.get("metrics") or []
+    steps = next((c[m]["steps"] for c in curves.values() for m in metrics if m in c), [])
+    body = [[metric, method] + [num(v, 3) for v in c[metric]["mean"]]
+            for metric in metrics for method, c in curves.items() if metric in c]
+    seeds = settings.get("seeds") or []
+    task = settings.get("task", "?")
+    title = (f"{task}, {model_label(model_field(data))}: held-out {data.get('metric')} on "
+             f"{settings.get('heldout_examples')} examples (greedy), {settings.get('steps')} steps of "
+             f"{settings.get('batch_prompts')} x {settings.get('num_generations')}, lr {settings.get('lr')}, "
+             f"mean over seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}")
+    verdicts = []
+    for p in data.get("paired") or []:
+        if not all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) for k in ("low", "high")):
+            continue
+        word = "a > b" if p["low"] > 0 else "a < b" if p["high"] < 0 else "no difference"
+        verdicts.append([f"{p['a']} - {p['b']}", p["reward"], _ci(p, 3),
+                         " ".join(signed(d) for d in p.get("per_seed") or []), word])
+    notes = ["seconds of training steps per run: "
+             + ", ".join(f"{m} {num(v, 0)}" for m, v in (data.get("seconds_per_run") or {}).items())]
+    png = name[:-len(".json")] + ".png"
+    if (Path(results_dir) / png).exists():
+        notes.append(f"plot: [{png}](../benchmarks/results/{png})")
+    command = data.get("command") or "python benchmarks/learning/heldout.py"
+    return (block(title, command, name, table(["metric", "method"] + [f"step {s}" for s in steps], body), notes)
+            + "\n\n" + block(f"{task}: paired differences after step {settings.get('steps')} ({data.get('interval')})",
+                              command, name, table(["a - b", "metric", "mean [95% interval]", "per seed", "verdict"],
+                                                   verdicts)))
+
+
+def render_sweep(name: str, data: dict) -> str:
+    """benchmarks/learning/sweep.py: per setting, the held-out metric before and after with the
+    interval of its change, the training reward's first and last fifth, and the choice."""
+    settings = data.get("settings") or {}
+    body = [[num(r["lr"], 6) if r["lr"] < 1e-3 else r["lr"], r["shape"], num(r["heldout_before"], 3),
+             num(r["heldout_after"], 3), _ci({"mean": r["change"], "low": r["low"], "high": r["high"]}, 3),
+             f"{num(r['train_first'], 3)} -> {num(r['train_last'], 3)}",
+             "yes" if r["rises_every_seed"] else "no", num(r["seconds_per_run"], 0)]
+            for r in data.get("rows") or []]
+    seeds = settings.get("seeds") or []
+    title = (f"{settings.get('task')}, {model_label(model_field(data))}, {settings.get('method')}: "
+             f"{settings.get('steps')} steps, held-out {data.get('metric')} on {settings.get('heldout_examples')} "
+             f"examples (greedy), seeds {', '.join(map(str, seeds))}")
+    chosen = data.get("chosen")
+    said = f"lr {chosen['lr']:g}, shape {chosen['shape']}" if chosen else "none (no setting rose in every seed)"
+    notes = [f"chosen: {said} ({data.get('rule')})", f"interval: {data.get('interval')}"]
+    return block(title, data.get("command", "python benchmarks/learning/sweep.py"), name,
+                 table(["lr", "prompts x completions", "held-out before", "after", "change [95% interval]",
+                        "train reward first -> last fifth", "rises every seed", "s a run"], body), notes)
+
+
 def render_roofline(name: str, data: dict) -> str:
     """benchmarks/speed/roofline.py: per phase of one step, the counts, the seconds and the bound
     the machine's measured peaks allow."""
@@ -389,7 +448,8 @@ def render_table(name: str, data: dict) -> str:
 RENDER = {"probe": render_probe, "variants": render_variants, "block-reading": render_block_reading,
           "context-sensitivity": render_context_sensitivity, "learning": render_learning,
           "span-placement": render_span_placement, "one-step": render_one_step,
-          "roofline": render_roofline, "speed-step": render_speed_step}
+          "roofline": render_roofline, "speed-step": render_speed_step, "sweep": render_sweep,
+          "learning-heldout": render_learning_heldout}
 
 
 def _sort_key(item: tuple[str, dict]) -> tuple:
@@ -408,7 +468,7 @@ def render_section(section: str, files: list[tuple[str, dict]], results_dir: Pat
         schema = str(data.get("schema", ""))
         if schema.startswith("mrtpo.table/"):
             parts.append(render_table(name, data))
-        elif section in ("learning", "one-step"):
+        elif section in ("learning", "one-step", "learning-heldout"):
             parts.append(RENDER[section](name, data, results_dir))
         else:
             parts.append(RENDER[section](name, data))

@@ -130,3 +130,41 @@ def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
     assert "| mrtpo - gdpo | total | +0.0300 [+0.0100, +0.0500] | a > b |" in text
     assert "| mrtpo - gdpo | format | +0.0100 [-0.0100, +0.0300] | no difference |" in text
     assert "2 of 30 batches had no credit to place" in text
+
+
+def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
+    """benchmarks/learning/sweep.py's summary: a row per setting with the held-out change and its
+    interval, and the setting chosen (or none, said so)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"lr": 1e-4, "shape": "2x4", "heldout_before": 0.04, "heldout_after": 0.1, "change": 0.06, "low": 0.02,
+           "high": 0.1, "train_first": 1.2, "train_last": 1.5, "rises_every_seed": True, "seconds_per_run": 400.0}
+    doc = {"schema": "mrtpo.sweep/1", "command": "python benchmarks/learning/sweep.py --task text2sql",
+           "settings": {"model": "smollm2-135m", "task": "text2sql", "method": "mrtpo", "steps": 20,
+                        "heldout_examples": 32, "seeds": [0, 1, 2]},
+           "metric": "execution_accuracy", "rows": [row, dict(row, lr=5e-4, rises_every_seed=False)],
+           "chosen": {"lr": 1e-4, "shape": "2x4"}, "rule": "the rule", "interval": "95%"}
+    (results / "sweep-first-command-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    text = page.render(results)
+    assert "| 0.000100 | 2x4 | 0.040 | 0.100 | +0.060 [+0.020, +0.100] | 1.200 -> 1.500 | yes | 400 |" in text
+    assert "| 0.000500 | 2x4 |" in text and "- chosen: lr 0.0001, shape 2x4 (the rule)" in text
+    (results / "sweep-first-command-text2sql-smollm2-135m.json").write_text(json.dumps(dict(doc, chosen=None)))
+    assert "- chosen: none (no setting rose in every seed)" in page.render(results)
+
+
+def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    doc = {"command": "python benchmarks/learning/heldout.py --task text2sql",
+           "settings": {"model": "smollm2-135m", "task": "text2sql", "steps": 100, "batch_prompts": 2,
+                        "num_generations": 4, "lr": 5e-5, "heldout_examples": 100, "seeds": [0]},
+           "metric": "execution_accuracy", "metrics": ["execution_accuracy"], "interval": "95% bootstrap",
+           "curves": {m: {"execution_accuracy": {"steps": [0, 100], "mean": [0.04, v], "per_seed": [[0.04, v]]}}
+                      for m, v in (("gdpo", 0.1), ("mrtpo", 0.14))},
+           "paired": [{"a": "mrtpo", "b": "gdpo", "reward": "execution_accuracy", "mean": 0.04, "low": -0.03,
+                       "high": 0.11, "per_seed": [0.04]}],
+           "seconds_per_run": {"gdpo": 5000.0, "mrtpo": 6000.0}}
+    (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    text = page.render(results)
+    assert "| execution_accuracy | mrtpo | 0.040 | 0.140 |" in text and "mean over seed 0" in text
+    assert "| mrtpo - gdpo | execution_accuracy | +0.040 [-0.030, +0.110] | +0.040 | no difference |" in text
