@@ -10,6 +10,7 @@ task name it scores and replays responses now, with `--model` (each example's re
 """
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
         html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write one self-contained HTML page here.")] = None,
         png_out: Annotated[Optional[Path], typer.Option("--png", help="Also write a heatmap of one completion here (needs matplotlib: the 'plot' extra).")] = None,
         index: Annotated[int, typer.Option("--index", min=1, help="Which completion (of those shown, from 1) --png draws.")] = 1,
-        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, mrtpo-tiny, or a run dir / checkpoint / adapter).")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Task: the policy to replay with (directory, hub id, built-in policy, or a run dir / checkpoint / adapter; default: the built-in default policy).")] = None,
         data: Annotated[Optional[str], typer.Option("--data", help="Task: dataset path; default: the task's bundled sample.")] = None,
         responses: Annotated[Optional[Path], typer.Option("--responses", help='Task: JSONL rows {"id": <example id>, "response": <text>} or {"id", "responses": [...]}; default: reference + corrupted copy.')] = None,
         task_options: Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help="Task: " + HELP)] = None,
@@ -145,9 +146,11 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.tasks.contract import RewardError
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
-    if model is None:
-        _fail(f"{task_name!r} is not a directory, so it names a task: computing credit fresh needs "
-              "--model PATH (a directory, a hub id, or mrtpo-tiny)")
+    if model is None:  # a task without --model: the policy `mrtpo train` trains by default
+        from mrtpo.models import builtin
+
+        model = builtin.DEFAULT_MODEL
+        print(f"credit: no --model: replaying with the built-in default policy {model}", file=sys.stderr, flush=True)
     try:
         task = get_task(task_name, **parse_task_options(task_options))
         examples = task.load(data)

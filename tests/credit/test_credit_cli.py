@@ -186,7 +186,5 @@ def test_fresh_errors(tiny_qwen2_dir):
     assert result.exit_code == 2 and "neither a run directory nor a task" in out
     result, out = _invoke(["runs/no-such-run"])
     assert result.exit_code == 2 and "runs/no-such-run: no such run directory" in out
-    result, out = _invoke(["text2sql"])
-    assert result.exit_code == 2 and "--model" in out
     result, out = _invoke(["text2sql", "--model", str(tiny_qwen2_dir), "--step", "1"])
     assert result.exit_code == 2 and "--step" in out

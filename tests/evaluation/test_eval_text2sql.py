@@ -159,8 +159,9 @@ def test_spider_set_mode_and_a_wrong_query(shared_dir, tmp_path):
 def test_cli_errors_are_clear(tiny_sql):
     data, responses, _ = tiny_sql
     runner = CliRunner()
-    r = runner.invoke(app, ["eval", "text2sql", "--data", str(data)], env=ENV, prog_name="mrtpo")
-    assert r.exit_code == 2 and "exactly one of --responses FILE and --model PATH" in r.stderr
+    r = runner.invoke(app, ["eval", "text2sql", "--data", str(data), "--responses", str(responses), "--model", "x"],
+                      env=ENV, prog_name="mrtpo")
+    assert r.exit_code == 2 and "give one of --responses FILE and --model PATH, not both" in r.stderr
     r = runner.invoke(app, ["eval", "toolcall", "--data", "bfcl_eval", "--split", "simple_python",
                             "--responses", str(responses), "--mode", "set"], env=ENV, prog_name="mrtpo")
     assert r.exit_code == 2 and "do not apply to task 'toolcall'" in r.stderr
