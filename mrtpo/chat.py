@@ -53,7 +53,6 @@ def render_chat(tokenizer, messages, **kwargs) -> Any:
         problem = template_problem(template)
         if problem:
             raise ChatTemplateError(f"{name}: its chat template is refused: {problem}")
-    import jinja2
 
     _use_bounded_sandbox()
     try:
@@ -64,13 +63,15 @@ def render_chat(tokenizer, messages, **kwargs) -> Any:
                                 "prompt (a real template takes milliseconds); fix the template") from None
     except _Refused as exc:
         raise ChatTemplateError(f"{name}: its chat template is refused: {exc}") from None
-    except jinja2.TemplateError as exc:  # raise_exception(...), a SecurityError, an undefined name...
-        text = " ".join(str(exc).split())[:300]
-        raise ChatTemplateError(f"{name}: its chat template failed on this conversation "
-                                f"({type(exc).__name__}: {text})") from None
     except (MemoryError, OverflowError, RecursionError) as exc:
         raise ChatTemplateError(f"{name}: its chat template could not be rendered ({type(exc).__name__}); "
                                 "fix the template") from None
+    except Exception as exc:  # raise_exception(...), a SecurityError (jinja2.TemplateError), an
+        # undefined name, and the Python errors a template's own operations raise ({{ 1/0 }}, a
+        # bad argument to a filter): the template's fault, said in one line
+        text = " ".join(str(exc).split())[:300]
+        raise ChatTemplateError(f"{name}: its chat template failed on this conversation "
+                                f"({type(exc).__name__}: {text})") from None
     if isinstance(out, str) and len(out) > MAX_RENDERED_CHARS:
         raise ChatTemplateError(f"{name}: its chat template rendered {len(out):,} characters for one prompt "
                                 f"(at most {MAX_RENDERED_CHARS:,}); fix the template")

@@ -8,7 +8,10 @@ message formats it with `!r` (50-60 s and 3 GB, issue 40, item 3), or a check it
 expanded (each node's count computed once, so the count itself is cheap), and refuses a
 document over `MAX_VALUES`, or one whose aliases make it recursive, before building it. It also
 refuses a mapping that repeats a key (item 18: the last one would silently win), naming the key
-and its line. Its errors are `YAMLRefused` (a ValueError), one line, naming `source`.
+and its line. A value nested deeper than `MAX_DEPTH` is refused from the parser's events
+before PyYAML's recursive composer meets it (thousands of brackets raised RecursionError), and
+`read_yaml_file` checks a file's size before reading it (a run's config.yaml may be any file).
+Its errors are `YAMLRefused` (a ValueError), one line, naming `source`.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from typing import Any
 MAX_VALUES = 100_000
 #: characters of YAML text read at all (a config file is a few KB)
 MAX_CHARS = 4 << 20
+#: how deep lists and mappings may nest (a config nests three or four levels)
+MAX_DEPTH = 100
 
 
 class YAMLRefused(ValueError):
@@ -31,6 +36,7 @@ def load_yaml(text: str, source: str = "YAML") -> Any:
 
     if len(text) > MAX_CHARS:
         raise YAMLRefused(f"{source}: {len(text)} characters of YAML; at most {MAX_CHARS} are read")
+    _check_depth(text, source)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -40,6 +46,40 @@ def load_yaml(text: str, source: str = "YAML") -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def read_yaml_file(path, source: str | None = None) -> Any:
+    """The YAML file `path` read by `load_yaml`, its size checked before a byte is read: a
+    file over MAX_CHARS bytes (a sparse 100 GB config.yaml, a device) is YAMLRefused."""
+    from pathlib import Path
+
+    from mrtpo.textio import not_a_file
+
+    p = Path(path)
+    source = source or str(p)
+    problem = not_a_file(p)
+    if problem:
+        raise YAMLRefused(f"{source}: {problem}")
+    size = p.stat().st_size
+    if size > MAX_CHARS:
+        raise YAMLRefused(f"{source}: {size:,} bytes; a YAML config is a few KB, at most {MAX_CHARS:,} bytes are read")
+    return load_yaml(p.read_text(encoding="utf-8", errors="replace"), source)
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse `text` when its lists and mappings nest deeper than MAX_DEPTH, from the parser's
+    events (the parser keeps a stack of states and does not recurse; the composer does)."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YAMLRefused(f"{source}: lists or mappings nested more than {MAX_DEPTH} deep "
+                                  f"(line {event.start_mark.line + 1}); write the value flatter")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _check(root, source: str) -> None:

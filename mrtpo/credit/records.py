@@ -216,10 +216,10 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
         return {}
     import yaml
 
-    from mrtpo.yamlio import YAMLRefused, load_yaml
+    from mrtpo.yamlio import YAMLRefused, read_yaml_file
 
     try:
-        data = load_yaml(path.read_text(encoding="utf-8", errors="replace"), str(path))
+        data = read_yaml_file(path)
     except (yaml.YAMLError, YAMLRefused, OSError):
         return {}  # the config only labels the view; a damaged (or hostile) one should not hide the log
     return data if isinstance(data, dict) else {}

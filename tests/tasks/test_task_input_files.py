@@ -287,3 +287,19 @@ def test_digest_table_is_a_set_in_about_16_bytes_a_digest():
         assert table.add(d) == ((d or 1) not in seen)
         seen.add(d or 1)
     assert table._slots.itemsize * len(table._slots) <= 32 * len(seen)
+
+
+@pytest.mark.parametrize("task", ["toolcall", "text2sql"])
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_data_that_is_a_fifo_or_a_device_is_said_as_what_it_is(tmp_path, task, kind):
+    """Not "no such file or directory" (toolcall), and no wait for a writer on a FIFO (text2sql)."""
+    import os
+
+    if kind == "fifo":
+        data = tmp_path / "rows.jsonl"
+        os.mkfifo(data)
+    else:
+        data = "/dev/zero"
+    result, out = _invoke("blocks", "lint", task, "--data", data)
+    words = "is a named pipe (FIFO)" if kind == "fifo" else "is a device"
+    assert result.exit_code == 2 and f"{data}: {words}" in out and "no such file" not in out, out
