@@ -21,10 +21,8 @@ change to the method:
   gives a reward with tiny distances a full response's worth of weight wherever they peak;
   a tiny scale that overlaps another reward's is weight placed on that reward's signal.
 
-It trains the run itself (`mrtpo train --lora` through the CLI, MRTPO, every completion logged,
-`--replay-zero-credit` so that every reward's distances are computed on every completion, also
-where its group scored alike and it has no credit to place: the placement does not change the
-update then, but it shows where the reward's block moves the policy) unless --run names one:
+It trains the run itself (`mrtpo train --lora` through the CLI, MRTPO, every completion logged)
+unless --run names one:
 
     python benchmarks/experiments/where_credit_lands.py --model smollm2-135m --task text2sql \\
         -o demo=true -o questions=single-table --steps 6 --threads 1 \\
@@ -172,7 +170,7 @@ def figures(records: list, task: str) -> dict:
     """Per reward: responses, mean raw distance, Gini, effective-token ratio and the weight's
     share per kind of token; per kind, its share of the tokens; per pair of rewards, the mean
     correlation of their distances over a response's tokens. A (response, reward) whose
-    distances are all 0 (no credit to place and the run did not replay it) is left out."""
+    distances are all 0 (no credit to place: the replay skipped it) is left out."""
     kinds = KINDS.get(task, ()) + ("space",)
     names = list(records[0].reward_names) if records else []
     per = {k: {"responses": 0, "scale": [], "gini": [], "effective": [], "share": {c: [] for c in kinds}}
@@ -249,7 +247,7 @@ def table_doc(fig: dict, task: str, model: str, command: str, steps: list[int]) 
 def train_run(args, run_dir: Path) -> None:
     """An MRTPO run with every completion logged, through the CLI (a fresh process)."""
     cmd = [sys.executable, "-m", "mrtpo", "train", "--lora", "--mrtpo", "--model", args.model, "--task", args.task,
-           "--steps", str(args.steps), "--seed", str(args.seed), "--log-completions-every", "1", "--replay-zero-credit",
+           "--steps", str(args.steps), "--seed", str(args.seed), "--log-completions-every", "1",
            "--output-dir", str(run_dir)]
     for opt in args.options:
         cmd += ["-o", opt]
