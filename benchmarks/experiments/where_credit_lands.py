@@ -21,8 +21,9 @@ change to the method:
   gives a reward with tiny distances a full response's worth of weight wherever they peak;
   a tiny scale that overlaps another reward's is weight placed on that reward's signal.
 
-It trains the run itself (`mrtpo train --lora` through the CLI, MRTPO, every completion logged)
-unless --run names one:
+It trains the run itself (`mrtpo train --lora` through the CLI, MRTPO, every completion logged:
+a step that logs replays every reward on every completion, credited or not, so a reward rarely
+credited, like text2sql's `result`, is measured too) unless --run names one:
 
     python benchmarks/experiments/where_credit_lands.py --model smollm2-135m --task text2sql \\
         -o demo=true -o questions=single-table --steps 6 --threads 1 \\
@@ -170,7 +171,8 @@ def figures(records: list, task: str) -> dict:
     """Per reward: responses, mean raw distance, Gini, effective-token ratio and the weight's
     share per kind of token; per kind, its share of the tokens; per pair of rewards, the mean
     correlation of their distances over a response's tokens. A (response, reward) whose
-    distances are all 0 (no credit to place: the replay skipped it) is left out."""
+    distances are all 0 (an empty block: text2sql's `executes` has one only for a query that
+    fails) is left out."""
     kinds = KINDS.get(task, ()) + ("space",)
     names = list(records[0].reward_names) if records else []
     per = {k: {"responses": 0, "scale": [], "gini": [], "effective": [], "share": {c: [] for c in kinds}}
