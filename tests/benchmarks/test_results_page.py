@@ -162,9 +162,13 @@ def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_
            "curves": {m: {"execution_accuracy": {"steps": [0, 100], "mean": [0.04, v], "per_seed": [[0.04, v]]}}
                       for m, v in (("gdpo", 0.1), ("mrtpo", 0.14))},
            "paired": [{"a": "mrtpo", "b": "gdpo", "reward": "execution_accuracy", "mean": 0.04, "low": -0.03,
-                       "high": 0.11, "per_seed": [0.04]}],
+                       "high": 0.11, "per_seed": [0.04], "seeds": 1}],
            "seconds_per_run": {"gdpo": 5000.0, "mrtpo": 6000.0}}
     (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
     text = page.render(results)
     assert "| execution_accuracy | mrtpo | 0.040 | 0.140 |" in text and "mean over seed 0" in text
-    assert "| mrtpo - gdpo | execution_accuracy | +0.040 [-0.030, +0.110] | +0.040 | no difference |" in text
+    assert ("| mrtpo - gdpo | execution_accuracy | +0.040 [-0.030, +0.110] | +0.040 | none yet: 1 of 3 seeds, "
+            "the interval holds only the examples' spread |") in text
+    doc["paired"][0].update(low=0.01, seeds=3, per_seed=[0.03, 0.04, 0.05])
+    (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    assert "| +0.040 [+0.010, +0.110] | +0.030 +0.040 +0.050 | a > b |" in page.render(results)
