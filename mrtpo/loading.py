@@ -14,7 +14,10 @@ whatever `auto_map` says. The TRL launcher keeps custom code as TRL's explicit
 
 Two more checks run before transformers does any work (item 6 and 9): a local directory's
 config.json must fit its weights (`config_weights_problem`: a config claiming 10^6 layers over
-weights for 2 would build gigabytes first), and a hub id that is not in the local cache is
+weights for 2 would build gigabytes first; beyond the layer count, embedding width and a rough
+parameter estimate, the model the config describes is built on the meta device and its
+parameters' shapes compared with the safetensors headers, so `"head_dim": 500000` is refused
+naming the first tensor that differs, `described_shapes_problem`), and a hub id that is not in the local cache is
 asked for once, without retries (`check_hub_id`: an unreachable hub failed after ~50 s of
 retries). Every refusal is a `Refused` (a ValueError) whose message is said as it is.
 """
@@ -175,6 +178,81 @@ def config_weights_problem(name: str | Path) -> str | None:
         if described > _OVERSIZE * 2 * size:
             return (f"{config_file} describes about {described:.3g} parameters, but the weight files hold "
                     f"{size:,} bytes; the config does not belong to these weights")
+    if shapes and files[0].suffix == ".safetensors" and not config.get("quantization_config") \
+            and (layers is None or layers <= max(_MAX_META_LAYERS, max(indices, default=0) + 1)):
+        return described_shapes_problem(path, config_file, shapes, size)
+    return None
+
+
+#: the most layers a config may describe for `meta_shapes` to build it when the weights' tensor
+#: names show no layer numbers (building a module per layer costs time, even without weights)
+_MAX_META_LAYERS = 1024
+
+
+def meta_shapes(path: Path) -> tuple[dict[str, tuple[int, ...]], int, set[str]] | None:
+    """The model the directory's config.json describes, built on PyTorch's meta device (shapes
+    only, no memory for weights, no code from the directory): (each parameter's shape by name,
+    the number of parameters, the names of parameters that share another's tensor, such as an
+    lm_head tied to the embedding). None when transformers cannot build it from the config (the
+    loader then says why)."""
+    import logging
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    quiet = logging.getLogger("transformers")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        config = AutoConfig.from_pretrained(str(path), **NO_REMOTE_CODE)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, **NO_REMOTE_CODE)
+    except Exception:  # noqa: BLE001 - an unusable config: the loader names it
+        return None
+    finally:
+        quiet.setLevel(level)
+    shapes, first_name, shared = {}, {}, set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        shapes[name] = tuple(parameter.shape)
+        if id(parameter) in first_name:
+            shared.add(name)
+        first_name.setdefault(id(parameter), name)
+    count = sum(p.numel() for p in model.parameters())
+    return shapes, count, shared
+
+
+def described_shapes_problem(path: Path, config_file: Path, stored: dict[str, list], size: int) -> str | None:
+    """Why the weights' safetensors headers (`stored`: tensor name -> shape) do not hold the
+    model config.json describes (`meta_shapes`), None if they do: the first parameter whose
+    shape differs (`"head_dim": 500000` makes every attention projection 500,000 rows a head;
+    transformers would build that model, gigabytes, before it found the mismatch), or a
+    parameter the weights lack where the weights name the others the model's way (a layer or
+    a projection too many). A parameter tied to another (lm_head on the embedding) and tensors
+    the model does not have (saved buffers) are not a mismatch."""
+    built = meta_shapes(path)
+    if built is None:
+        return None
+    expected, count, shared = built
+    tail = "; the config does not belong to these weights: use the config.json saved with them"
+
+    def plain(name: str) -> str:  # a base model's weights saved without the causal LM's prefix
+        return name.split(".", 1)[1] if name.startswith(("model.", "transformer.")) else name
+
+    in_file = {plain(name): shape for name, shape in stored.items()}
+    matched = 0
+    for name, shape in expected.items():
+        held = in_file.get(plain(name))
+        if held is None:
+            continue
+        matched += 1
+        if tuple(held) != shape:
+            return (f"{config_file} describes {name} as {list(shape)}, but the weights hold {list(held)}{tail}")
+    if matched * 2 >= len(in_file):  # the weights name tensors as this model does
+        for name, shape in expected.items():
+            if plain(name) not in in_file and name not in shared:
+                return (f"{config_file} describes {name} {list(shape)}, which the weights do not hold{tail}")
+    if count > _OVERSIZE * 2 * size:  # named otherwise (a conversion transformers makes on load)
+        return (f"{config_file} describes {count:,} parameters, but the weight files hold {size:,} bytes{tail}")
     return None
 
 

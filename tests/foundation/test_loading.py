@@ -137,3 +137,66 @@ def test_every_transformers_load_goes_through_the_one_loader():
                     and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "PeftModel"):
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not offenders, offenders
+
+
+# --- a config.json that does not describe its weights (issue 40 item 6) ----------------------
+# config_weights_problem builds the model config.json describes on the meta device (shapes, no
+# memory) and compares it with the safetensors headers before transformers builds anything.
+MISMATCHES = {
+    "hostile-head-dim": ({"head_dim": 500_000}, "model.layers.0.self_attn.q_proj.weight as [2000000, 32], "
+                                                "but the weights hold [32, 32]"),
+    "intermediate-size": ({"intermediate_size": 200}, "model.layers.0.mlp.gate_proj.weight as [200, 32], "
+                                                      "but the weights hold [128, 32]"),
+    "hostile-intermediate-size": ({"intermediate_size": 10 ** 7}, "parameters"),
+    "kv-heads": ({"num_key_value_heads": 4}, "k_proj.weight as [32, 32], but the weights hold [16, 32]"),
+    "extra-layer": ({"num_hidden_layers": 3}, "num_hidden_layers is 3, but the weights hold 2 layers"),
+    "untied-head-missing": ({"tie_word_embeddings": False}, "lm_head.weight [283, 32], which the weights do not hold"),
+}
+
+
+def _with_config(model_dir: Path, tmp_path: Path, change: dict) -> Path:
+    path = tmp_path / "changed"
+    shutil.copytree(model_dir, path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **change}))
+    return path
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_a_config_that_does_not_describe_its_weights_names_the_first_tensor(request, tmp_path, arch, case):
+    from mrtpo.loading import config_weights_problem
+
+    change, words = MISMATCHES[case]
+    if "[283, 32]" in words:  # the tiny tokenizer's vocabulary, padded as build_model pads it
+        vocab = json.loads((request.getfixturevalue(f"tiny_{arch}_dir") / "config.json").read_text())["vocab_size"]
+        words = words.replace("283", str(vocab))
+    model = _with_config(request.getfixturevalue(f"tiny_{arch}_dir"), tmp_path, change)
+    problem = config_weights_problem(model)
+    assert problem is not None and str(model / "config.json") in problem and words in problem, problem
+    assert "does not belong to these weights" in problem and "\n" not in problem, problem
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_config_that_describes_its_weights_passes(request, arch):
+    """The tiny models (their lm_head tied to the embedding, absent from the file) load as before."""
+    from mrtpo.loading import auto_model, config_weights_problem, meta_shapes
+
+    model_dir = request.getfixturevalue(f"tiny_{arch}_dir")
+    shapes, count, shared = meta_shapes(model_dir)
+    assert shared == {"lm_head.weight"} and count > 0
+    assert config_weights_problem(model_dir) is None
+    assert auto_model(model_dir).config.num_hidden_layers == 2
+
+
+def test_a_hostile_head_dim_is_refused_before_anything_is_built(tiny_llama_dir, tmp_path):
+    """`"head_dim": 500000` over a tiny Llama: refused from the headers, in a process that stays
+    small (transformers built 1.9 GB of it before failing on the mismatch)."""
+    from limits import peak_rss_mb
+
+    model = _with_config(tiny_llama_dir, tmp_path, {"head_dim": 500_000})
+    code = ("from mrtpo.loading import ConfigMismatch, auto_model\n"
+            f"try:\n    auto_model({str(model)!r})\nexcept ConfigMismatch as exc:\n    print('REFUSED', exc)\n")
+    peak, out = peak_rss_mb(code, timeout=120)
+    assert "REFUSED" in out and "q_proj.weight" in out, out
+    assert peak < 700, (peak, out)

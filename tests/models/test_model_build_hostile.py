@@ -246,7 +246,9 @@ def test_eval_model_load_failures_are_one_line(tiny_llama_dir, tmp_path, case, c
 @pytest.mark.parametrize("change, words", [({"num_hidden_layers": 1_000_000}, "num_hidden_layers is 1000000"),
                                            ({"hidden_size": 4096}, "hidden_size is 4096"),
                                            ({"intermediate_size": 10 ** 9}, "parameters"),
-                                           ({"vocab_size": 10 ** 9}, "parameters")])
+                                           ({"vocab_size": 10 ** 9}, "parameters"),
+                                           ({"head_dim": 500_000}, "q_proj.weight as [2000000, 32], but the weights "
+                                                                   "hold [32, 32]")])
 @pytest.mark.parametrize("command", ["eval", "train"])
 def test_a_config_that_does_not_fit_its_weights_is_refused_before_building(tiny_llama_dir, tmp_path, change,
                                                                            words, command):
