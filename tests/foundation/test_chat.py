@@ -86,7 +86,7 @@ def test_real_templates_render_as_before(tiny_qwen2_dir):
 
 # --- what the syntax tree cannot show: sizes carried by variables ---------------------------
 # One C-level repeat, concatenation or product that the CPU timer cannot interrupt; each is
-# refused before it runs, from its operands' sizes (mrtpo.chat.binop_problem).
+# refused before it runs, from its operands' sizes (mrtpo.template_sandbox.binop_problem).
 THROUGH_VARIABLES = {
     "text-repeat": ("{% set n = 30000 %}{{ 'x' * n * n }}", "repeats a text of 30,000 character(s) 30,000 times"),
     "count-first": ("{% set n = 30000 %}{{ n * ('x' * n) }}", "repeats a text"),
@@ -131,11 +131,11 @@ def test_a_size_carried_by_variables_is_refused_before_it_is_built(templated, ca
 def test_a_power_past_the_syntax_tree_check_is_bounded_in_the_sandbox_too(templated):
     """The syntax-tree check refuses any `**`; behind it, transformers' own render (which any
     library in the process calls) refuses a power too large to build."""
-    from mrtpo import chat
+    from mrtpo import template_sandbox
 
     tok = templated("{% set b, e = 10, 30000 %}{{ (b ** e) > 0 }}")
-    assert chat._use_bounded_sandbox()
-    with pytest.raises(chat._Refused, match="raises 10 to the power 30,000"):
+    assert template_sandbox.use_bounded_sandbox()
+    with pytest.raises(template_sandbox.TemplateRefused, match="raises 10 to the power 30,000"):
         tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
 
 
@@ -162,7 +162,7 @@ ARITHMETIC = ("{% for m in messages %}{{ '=' * 3 + ' ' + m['role'] * 2 + ' ' }}{
 
 @pytest.mark.parametrize("template", ["chatml", "arithmetic"])
 def test_real_templates_render_as_transformers_own_sandbox_does(templated, tiny_tokenizer, template):
-    from mrtpo import chat
+    from mrtpo import template_sandbox
     from mrtpo.chat import render_chat
 
     tok = tiny_tokenizer if template == "chatml" else templated(ARITHMETIC)
@@ -171,7 +171,7 @@ def test_real_templates_render_as_transformers_own_sandbox_does(templated, tiny_
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 2?"},
          {"role": "assistant", "content": "4"}, {"role": "user", "content": "And x * 3?"}],
     ]
-    assert chat._use_bounded_sandbox()
+    assert template_sandbox.use_bounded_sandbox()
     for messages in conversations:
         for kwargs in ({"tokenize": False, "add_generation_prompt": True}, {"tokenize": False},
                        {"tokenize": True, "add_generation_prompt": True}):
@@ -316,7 +316,7 @@ def test_realistic_templates_render_byte_identically_in_the_bounded_sandbox():
     generate()) in the bounded sandbox as in jinja2's plain ImmutableSandboxedEnvironment."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from mrtpo.chat import bounded_sandbox
+    from mrtpo.template_sandbox import bounded_sandbox
 
     templates = _realistic_templates()
     assert {"tiny-chatml", "smollm2", "qwen2_5"} <= set(templates)
