@@ -149,17 +149,16 @@ def _pearson(a: list[float], b: list[float]) -> float | None:
     return sum((x - ma) * (y - mb) for x, y in zip(a, b)) / math.sqrt(va * vb)
 
 
-def _gini(q: list[float]) -> float | None:
-    total, n = sum(q), len(q)
-    if total <= 0 or n == 0:
-        return None
-    s = sorted(q)
-    return 2.0 * sum((i + 1) * x for i, x in enumerate(s)) / (n * total) - (n + 1) / n
+def _concentration(q: list[float]) -> tuple[float | None, float | None]:
+    """(Gini, effective-token ratio) of one response's distances for one reward, as the trainer
+    logs them (mrtpo.statistics); None where they are all zero."""
+    import torch
 
+    from mrtpo.statistics import effective_token_ratio, gini
 
-def _effective(q: list[float]) -> float | None:
-    total, sq = sum(q), sum(x * x for x in q)
-    return total * total / (len(q) * sq) if sq > 0 else None
+    d, mask = torch.tensor([[q]], dtype=torch.float64), torch.ones(1, len(q))  # [1, 1, T], [1, T]
+    g, e = gini(d, mask)[0, 0].item(), effective_token_ratio(d, mask)[0, 0].item()
+    return (None if math.isnan(g) else g), (None if math.isnan(e) else e)
 
 
 def _mean(xs) -> float | None:
@@ -197,8 +196,9 @@ def figures(records: list, task: str) -> dict:
             f = per[name]
             f["responses"] += 1
             f["scale"].append(total / t)
-            f["gini"].append(_gini(q))
-            f["effective"].append(_effective(q))
+            g, e = _concentration(q)
+            f["gini"].append(g)
+            f["effective"].append(e)
             for c in kinds:
                 f["share"][c].append(sum(x for x, kind in zip(q, tk) if kind == c) / total)
         for (a, b), rs in pairs.items():

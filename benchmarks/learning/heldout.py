@@ -287,8 +287,8 @@ def plot(summary: dict, path: Path) -> bool:
 
 
 # ------------------------------------------------------------------------------ main
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_task_flags(ap: argparse.ArgumentParser) -> None:
+    """The policy, task, task options and data flags the held-out scripts share (this and sweep.py)."""
     ap.add_argument("--model", default="smollm2-135m", help="policy: a built-in name or a directory")
     ap.add_argument("--task", default="text2sql")
     ap.add_argument("-o", "--task-option", dest="options", action="append", default=[], metavar="KEY=VALUE",
@@ -296,6 +296,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", default=None, help="the task's training data (default: its bundled sample)")
     ap.add_argument("--eval-data", default=None,
                     help="held-out data: its first --heldout examples (default: the last of --data, held out)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_task_flags(ap)
     ap.add_argument("--methods", default=",".join(METHODS),
                     help=f"comma-separated, of {', '.join(learning.ALL_METHODS)}")
     ap.add_argument("--seeds", default="0,1,2")

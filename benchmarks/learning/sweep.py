@@ -140,13 +140,7 @@ def table(summary: dict) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m", help="policy: a built-in name or a directory")
-    ap.add_argument("--task", default="text2sql")
-    ap.add_argument("-o", "--task-option", dest="options", action="append", default=[], metavar="KEY=VALUE",
-                    help="task option, repeatable (e.g. -o demo=true)")
-    ap.add_argument("--data", default=None, help="the task's training data (default: its bundled sample)")
-    ap.add_argument("--eval-data", default=None,
-                    help="held-out data: its first --heldout examples (default: the last of --data, held out)")
+    heldout.add_task_flags(ap)
     ap.add_argument("--method", default="mrtpo", help=f"one of {', '.join(learning.ALL_METHODS)}")
     ap.add_argument("--lrs", default="5e-5,1e-4,2e-4,5e-4", help="comma-separated learning rates")
     ap.add_argument("--shapes", default="2x4", help="comma-separated PROMPTSxCOMPLETIONS per step")

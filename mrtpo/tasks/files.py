@@ -62,6 +62,23 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
         raise error(_not_utf8(p, line, column, data[start])) from None
 
 
+def _open_bounded(p: Path, error: type[Exception], what: str):
+    """`p` opened for reading bytes; `error` for a directory, a missing or unreadable file, and a
+    file whose size is over `MAX_FILE_BYTES` (a device or pipe has no size to check here)."""
+    if p.is_dir():
+        raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
+    try:
+        f = p.open("rb")
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+        f.close()
+        raise error(_too_big(p, what))
+    return f
+
+
 def read_lines(path: str | Path, error: type[Exception] = ValueError,
                what: str = "file") -> Iterator[tuple[int, str]]:
     """(1-based line number, line) for each non-blank line of `path`, split on "\\n" only (a
@@ -72,17 +89,7 @@ def read_lines(path: str | Path, error: type[Exception] = ValueError,
     `MAX_LINE_BYTES`, bytes that are not UTF-8 (naming the line and column). Those found inside
     the file are raised when the reader reaches them, after the lines before them were given."""
     p = Path(path)
-    if p.is_dir():
-        raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
-    try:
-        f = p.open("rb")
-    except FileNotFoundError:
-        raise error(f"{p}: no such file") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    with f:
-        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
-            raise error(_too_big(p, what))
+    with _open_bounded(p, error, what) as f:
         line_no, read = 0, 0
         while True:
             try:
@@ -116,17 +123,7 @@ def read_json_array(path: str | Path, error: type[Exception] = ValueError,
     `MAX_FILE_BYTES`, bytes that are not UTF-8), an element over `MAX_LINE_BYTES` (the most one
     row may be), and JSON that is not one array: each names the file and the element."""
     p = Path(path)
-    if p.is_dir():
-        raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
-    try:
-        f = p.open("rb")
-    except FileNotFoundError:
-        raise error(f"{p}: no such file") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    with f:
-        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
-            raise error(_too_big(p, what))
+    with _open_bounded(p, error, what) as f:
         yield from _ArrayReader(p, f, error, what).elements()
 
 
