@@ -387,20 +387,21 @@ def _weights(weights) -> dict[str, float]:
         if unknown:
             raise ValueError(f"weights: unknown reward(s) {sorted(unknown)}; the rewards are "
                              f"{', '.join(REWARD_NAMES)}")
-        out = {n: float(weights.get(n, 1.0)) for n in REWARD_NAMES}
+        given = {n: weights.get(n, 1.0) for n in REWARD_NAMES}
     else:
         ws = list(weights)
         if len(ws) != len(REWARD_NAMES):
             raise ValueError(f"weights: expected {len(REWARD_NAMES)} numbers for "
                              f"{', '.join(REWARD_NAMES)}, got {len(ws)}")
-        out = dict(zip(REWARD_NAMES, map(float, ws)))
+        given = dict(zip(REWARD_NAMES, ws))
     from mrtpo.tasks.base import reward_weight_problem
+    from mrtpo.textio import brief
 
-    for k, v in out.items():
+    for k, v in given.items():  # checked as given: float(true) would be a weight of 1
         problem = reward_weight_problem(v)
         if problem:
-            raise ValueError(f"weights: {k}={v:g}: {problem}")
-    return out
+            raise ValueError(f"weights: {k}={brief(v, 60)}: {problem}")
+    return {k: float(v) for k, v in given.items()}
 
 
 def _to_sqlite(row: SQLRow) -> str:
