@@ -143,7 +143,8 @@ def config_weights_problem(name: str | Path) -> str | None:
         return None
     size = sum(f.stat().st_size for f in files)
     for key, value in (("num_hidden_layers", layers), ("hidden_size", hidden), ("vocab_size", vocab),
-                       ("intermediate_size", inner)):
+                       ("intermediate_size", inner), ("num_attention_heads", number("num_attention_heads", "n_head")),
+                       ("num_key_value_heads", number("num_key_value_heads")), ("head_dim", number("head_dim"))):
         if value is not None and value <= 0:
             return f"{config_file}: {key} is {value}; it must be a positive number"
     indices: set[int] = set()

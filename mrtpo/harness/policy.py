@@ -222,12 +222,31 @@ def load_failure(name: str, what: str, exc: BaseException, role: str = "--model"
         broken = _broken_tokenizer_file(Path(name).expanduser()) if what == "tokenizer" else None
         if broken:
             return f"could not load the tokenizer from {name}: {broken}"
+        config = _unreadable_config(Path(name).expanduser())  # the tokenizer reads config.json first
+        if config:
+            return f"could not load {name}: {config}"
         return f"could not load the {what} from {name}: {one_line(exc)}"
     where = ("no such local directory" if _looks_local(name) else
              "no local directory of that name, and it could not be fetched as a hub id")
     return (f"{role} {name!r}: {where} ({one_line(exc, 160)}). Pass a directory saved with "
             "save_pretrained (config.json, weights, tokenizer files) or a reachable hub id.")
 
+
+def _unreadable_config(path: Path) -> str | None:
+    """What is wrong with `path`/config.json when transformers cannot build a config from it (a
+    zero or negative size, a field of the wrong type), naming the file; None when it reads."""
+    from mrtpo.loading import auto_config
+    from mrtpo.textio import one_line
+
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        auto_config(path)
+    except Exception as exc:  # noqa: BLE001 - whatever transformers raised, said with the file's name
+        return (f"{config} does not describe a model transformers can build ({one_line(exc, 200)}); "
+                "fix its fields or use the config.json saved with these weights")
+    return None
 
 def _broken_tokenizer_file(path: Path) -> str | None:
     """The tokenizer file of directory `path` that is not valid JSON, named with why (None if

@@ -397,7 +397,12 @@ def _weights(weights) -> dict[str, float]:
     from mrtpo.tasks.base import reward_weight_problem
     from mrtpo.textio import brief
 
-    for k, v in given.items():  # checked as given: float(true) would be a weight of 1
+    for k, v in given.items():  # checked as given (float(true) would be a weight of 1), but
+        if isinstance(v, str):  # YAML 1.1 reads -o weights={result: 1e3} as the text '1e3'
+            try:
+                given[k] = v = float(v)
+            except ValueError:
+                pass
         problem = reward_weight_problem(v)
         if problem:
             raise ValueError(f"weights: {k}={brief(v, 60)}: {problem}")

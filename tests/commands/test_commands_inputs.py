@@ -89,6 +89,22 @@ def test_a_broken_tokenizer_json_is_named(tiny_qwen2_dir, tmp_path):
     _clean_error(result, out, str(model / "tokenizer.json"), "not valid JSON")
 
 
+@pytest.mark.parametrize("field, value", [("num_attention_heads", 0), ("hidden_size", -8), ("num_hidden_layers", "two")])
+def test_a_config_that_cannot_be_built_is_named_not_blamed_on_the_tokenizer(tiny_qwen2_dir, tmp_path, field, value):
+    """transformers reads config.json while loading the tokenizer: the error names config.json
+    and what to do, not 'could not load the tokenizer: ZeroDivisionError'."""
+    import json
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_qwen2_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(dict(config, **{field: value})))
+    result, out = invoke("eval", "toolcall", "--model", model, "--limit", "1", with_stderr=True)
+    _clean_error(result, out, str(model / "config.json"), field)
+    assert "tokenizer" not in out and "ZeroDivisionError" not in out
+
+
 @pytest.mark.parametrize("what", ["responses", "data"])
 def test_deeply_nested_brackets_in_jsonl_name_the_file_and_line(tmp_path, what):
     path = tmp_path / "rows.jsonl"

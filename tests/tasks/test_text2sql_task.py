@@ -174,7 +174,7 @@ def test_mode_and_think_and_weights_options(sample):
     with pytest.raises(ValueError, match="unknown reward.*'exec'.*format, executes, result"):
         get_task("text2sql", weights={"exec": 1})
     for bad, said in (({"result": True}, "result=True: a weight must be a number, got bool"),  # not 1.0
-                      ([1, "2", 3], "executes='2': a weight must be a number, got str"),
+                      ([1, "two", 3], "executes='two': a weight must be a number, got str"),
                       ({"result": 1e308}, "result=1e+308: a weight must be between")):
         with pytest.raises(ValueError, match=re.escape(said)):
             get_task("text2sql", weights=bad)
