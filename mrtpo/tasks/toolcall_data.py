@@ -66,9 +66,10 @@ def iter_toolcall(path: str | Path, split: str | None = None) -> Iterator[ToolCa
         return
     problem = textio.not_a_file(p)  # a FIFO or a device is said as what it is, not "no such file"
     if problem:
-        raise (FileNotFoundError if problem.startswith("no such file") else ToolCallDataError)(
-            f"{p}: {problem} (give a BFCL v4 data directory, a BFCL_v4_<category>.json question file, "
-            "or a project .jsonl file)")
+        missing = problem.startswith("no such file")  # neither a file nor a directory (it may name either)
+        raise (FileNotFoundError if missing else ToolCallDataError)(
+            f"{p}: {problem.replace('no such file', 'no such file or directory', 1) if missing else problem} "
+            "(give a BFCL v4 data directory, a BFCL_v4_<category>.json question file, or a project .jsonl file)")
     first = _first_row(p)
     if isinstance(first, dict) and "question" in first and "function" in first and "ground_truth" not in first:
         if split is not None and split != _bfcl_category(p, first):
