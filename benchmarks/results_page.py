@@ -385,18 +385,21 @@ def render_sweep(name: str, data: dict) -> str:
     body = [[num(r["lr"], 6) if r["lr"] < 1e-3 else r["lr"], r["shape"], num(r["heldout_before"], 3),
              num(r["heldout_after"], 3), _ci({"mean": r["change"], "low": r["low"], "high": r["high"]}, 3),
              f"{num(r['train_first'], 3)} -> {num(r['train_last'], 3)}",
-             "yes" if r["rises_every_seed"] else "no", num(r["seconds_per_run"], 0)]
+             "yes" if r["rises_every_seed"] else "no", num(r["seconds_per_run"], 0),
+             ", ".join(f"{m} {num(v['before'], 2)} -> {num(v['after'], 2)}" for m, v in (r.get("metrics") or {}).items()),
+             len(r.get("per_seed") or [])]
             for r in data.get("rows") or []]
     seeds = settings.get("seeds") or []
     title = (f"{settings.get('task')}, {model_label(model_field(data))}, {settings.get('method')}: "
              f"{settings.get('steps')} steps, held-out {data.get('metric')} on {settings.get('heldout_examples')} "
-             f"examples (greedy), seeds {', '.join(map(str, seeds))}")
+             f"examples (greedy), seeds {', '.join(map(str, seeds))} (a row with fewer has not finished them)")
     chosen = data.get("chosen")
     said = f"lr {chosen['lr']:g}, shape {chosen['shape']}" if chosen else "none (no setting rose in every seed)"
     notes = [f"chosen: {said} ({data.get('rule')})", f"interval: {data.get('interval')}"]
     return block(title, data.get("command", "python benchmarks/learning/sweep.py"), name,
                  table(["lr", "prompts x completions", "held-out before", "after", "change [95% interval]",
-                        "train reward first -> last fifth", "rises every seed", "s a run"], body), notes)
+                        "train reward first -> last fifth", "rises every seed", "s a run",
+                        "every held-out metric", "seeds"], body), notes)
 
 
 def render_roofline(name: str, data: dict) -> str:

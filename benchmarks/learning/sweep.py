@@ -15,7 +15,9 @@ For each setting it prints and writes, per seed and as the mean over seeds:
   interval over seeds and held-out examples (heldout.py's `paired_bootstrap` of each example's
   after - before, same seed);
 - the training reward's mean over the first and the last fifth of the steps;
-- whether both rose in every seed (`rises_every_seed`), and the seconds a run's steps took.
+- whether both rose in every seed (`rises_every_seed`), and the seconds a run's steps took;
+- every held-out metric's mean before and after (`metrics`: for text2sql, executes and format
+  beside execution accuracy), for reading, not for the choice.
 
 The setting chosen (`chosen`) is, among those that rise in every seed, the one with the largest
 mean held-out change; none when no setting rises in every seed (then say so, and do not make it
@@ -25,8 +27,8 @@ the default). The results file (--json, else <out>/summary.json), schema mrtpo.s
      "metric": the headline metric, "interval": how the intervals were made,
      "rows": [{"lr", "shape", "batch_prompts", "num_generations", "heldout_before",
                "heldout_after", "change", "low", "high", "train_first", "train_last",
-               "rises_every_seed", "seconds_per_run", "per_seed": [{"seed", "before", "after",
-               "train_first", "train_last"}, ...]}, ...],
+               "rises_every_seed", "seconds_per_run", "metrics": {metric: {"before", "after"}},
+               "per_seed": [{"seed", "before", "after", "train_first", "train_last"}, ...]}, ...],
      "chosen": {"lr", "shape"} or null, "rule": how it was chosen}
 
 The sweep that chose SmolLM2's first-command default (text2sql with the worked example, on the
@@ -102,6 +104,9 @@ def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
                 and s["train_first"] is not None and s["train_last"] is not None
                 and s["train_last"] > s["train_first"] for s in per_seed)
     mean = heldout._mean
+    names = heldout.metrics_of(runs)
+    metrics = {m: {"before": mean([(run.point(0) or {}).get(m) for run in runs]),
+                   "after": mean([(run.point(steps) or {}).get(m) for run in runs])} for m in names}
     return {"heldout_before": mean([s["before"] for s in per_seed]),
             "heldout_after": mean([s["after"] for s in per_seed]),
             "change": change, "low": low, "high": high,
@@ -109,7 +114,7 @@ def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
             "train_last": mean([s["train_last"] for s in per_seed]),
             "rises_every_seed": bool(per_seed) and rises,
             "seconds_per_run": mean([sum(r.get("time/step") or 0.0 for r in run.history) for run in runs]),
-            "per_seed": per_seed}
+            "metrics": metrics, "per_seed": per_seed}
 
 
 def choose(rows: list[dict]) -> dict | None:

@@ -54,6 +54,8 @@ def test_the_sweep_writes_one_row_per_setting_and_keeps_each_run(tmp_path, tiny_
         assert row["change"] == pytest.approx(seed["after"] - seed["before"])
         assert row["low"] <= row["change"] <= row["high"]
         assert row["rises_every_seed"] == (seed["after"] > seed["before"] and seed["train_last"] > seed["train_first"])
+        assert {"ast_accuracy", "format"} <= set(row["metrics"])
+        assert row["metrics"]["ast_accuracy"] == {"before": seed["before"], "after": seed["after"]}
     assert doc["chosen"] == sweep.choose(doc["rows"])
     # each run trained with its own learning rate and group shape, and is kept beside the results
     kept = results.with_suffix("") / "lr0.01-2x2" / "mrtpo" / "seed0"

@@ -138,7 +138,9 @@ def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     row = {"lr": 1e-4, "shape": "2x4", "heldout_before": 0.04, "heldout_after": 0.1, "change": 0.06, "low": 0.02,
-           "high": 0.1, "train_first": 1.2, "train_last": 1.5, "rises_every_seed": True, "seconds_per_run": 400.0}
+           "high": 0.1, "train_first": 1.2, "train_last": 1.5, "rises_every_seed": True, "seconds_per_run": 400.0,
+           "metrics": {"execution_accuracy": {"before": 0.04, "after": 0.1}, "format": {"before": 0.5, "after": 0.8}},
+           "per_seed": [{}, {}, {}]}
     doc = {"schema": "mrtpo.sweep/1", "command": "python benchmarks/learning/sweep.py --task text2sql",
            "settings": {"model": "smollm2-135m", "task": "text2sql", "method": "mrtpo", "steps": 20,
                         "heldout_examples": 32, "seeds": [0, 1, 2]},
@@ -146,7 +148,8 @@ def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
            "chosen": {"lr": 1e-4, "shape": "2x4"}, "rule": "the rule", "interval": "95%"}
     (results / "sweep-first-command-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
     text = page.render(results)
-    assert "| 0.000100 | 2x4 | 0.040 | 0.100 | +0.060 [+0.020, +0.100] | 1.200 -> 1.500 | yes | 400 |" in text
+    assert ("| 0.000100 | 2x4 | 0.040 | 0.100 | +0.060 [+0.020, +0.100] | 1.200 -> 1.500 | yes | 400 | "
+            "execution_accuracy 0.04 -> 0.10, format 0.50 -> 0.80 | 3 |") in text
     assert "| 0.000500 | 2x4 |" in text and "- chosen: lr 0.0001, shape 2x4 (the rule)" in text
     (results / "sweep-first-command-text2sql-smollm2-135m.json").write_text(json.dumps(dict(doc, chosen=None)))
     assert "- chosen: none (no setting rose in every seed)" in page.render(results)
