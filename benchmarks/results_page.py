@@ -394,7 +394,7 @@ def render_sweep(name: str, data: dict) -> str:
              f"{settings.get('steps')} steps, held-out {data.get('metric')} on {settings.get('heldout_examples')} "
              f"examples (greedy), seeds {', '.join(map(str, seeds))} (a row with fewer has not finished them)")
     chosen = data.get("chosen")
-    said = f"lr {chosen['lr']:g}, shape {chosen['shape']}" if chosen else "none (no setting rose in every seed)"
+    said = f"lr {chosen['lr']:g}, shape {chosen['shape']}" if chosen else "none (no setting measured with enough seeds rose in every seed)"
     notes = [f"chosen: {said} ({data.get('rule')})", f"interval: {data.get('interval')}"]
     return block(title, data.get("command", "python benchmarks/learning/sweep.py"), name,
                  table(["lr", "prompts x completions", "held-out before", "after", "change [95% interval]",

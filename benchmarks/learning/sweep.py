@@ -54,8 +54,11 @@ from pathlib import Path
 import heldout  # beside this script: the runs, the kept copies and the paired bootstrap
 import learning
 
-RULE = ("among the settings whose held-out headline metric rose and whose training reward over the last "
-        "fifth of the steps was above the first fifth in every seed, the largest mean held-out change")
+#: the seeds a setting needs before it can be chosen (fewer: it has not finished its seeds)
+MIN_SEEDS = 3
+RULE = (f"among the settings measured with at least {MIN_SEEDS} seeds whose held-out headline metric rose and "
+        "whose training reward over the last fifth of the steps was above the first fifth in every seed, the "
+        "largest mean held-out change")
 
 
 def shapes_of(text: str) -> list[tuple[int, int]]:
@@ -119,7 +122,8 @@ def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
 
 def choose(rows: list[dict]) -> dict | None:
     """The setting RULE picks, as {"lr", "shape"}, or None."""
-    ok = [r for r in rows if r["rises_every_seed"] and r["change"] is not None]
+    ok = [r for r in rows if r["rises_every_seed"] and r["change"] is not None
+          and len(r.get("per_seed") or []) >= MIN_SEEDS]
     if not ok:
         return None
     best = max(ok, key=lambda r: r["change"])
@@ -140,7 +144,7 @@ def table(summary: dict) -> None:
               f"{fmt(r['train_last']):>7} {'yes' if r['rises_every_seed'] else 'no':>6} "
               f"{fmt(r['seconds_per_run'], '{:.0f}'):>6}")
     chosen = summary["chosen"]
-    print(f"\nchosen: {'none: no setting rose in every seed' if chosen is None else chosen} ({summary['rule']})")
+    print(f"\nchosen: {'none: no setting measured with enough seeds rose in every seed' if chosen is None else chosen} ({summary['rule']})")
 
 
 def parser() -> argparse.ArgumentParser:

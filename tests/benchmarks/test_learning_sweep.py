@@ -22,10 +22,12 @@ def test_fifths_are_the_means_of_the_first_and_last_fifth_of_the_steps():
     assert sweep.fifths([]) == (None, None)
 
 
-def test_the_choice_is_the_largest_held_out_rise_among_settings_that_rise_in_every_seed():
-    rows = [{"lr": 5e-5, "shape": "2x4", "rises_every_seed": True, "change": 0.05},
-            {"lr": 2e-4, "shape": "2x4", "rises_every_seed": False, "change": 0.30},  # one seed fell
-            {"lr": 1e-4, "shape": "2x4", "rises_every_seed": True, "change": 0.10}]
+def test_the_choice_is_the_largest_held_out_rise_among_settings_that_rise_in_each_of_3_seeds():
+    three = [{"seed": s} for s in range(3)]
+    rows = [{"lr": 5e-5, "shape": "2x4", "rises_every_seed": True, "change": 0.05, "per_seed": three},
+            {"lr": 2e-4, "shape": "2x4", "rises_every_seed": False, "change": 0.30, "per_seed": three},  # one fell
+            {"lr": 5e-4, "shape": "2x4", "rises_every_seed": True, "change": 0.40, "per_seed": three[:1]},  # 1 seed
+            {"lr": 1e-4, "shape": "2x4", "rises_every_seed": True, "change": 0.10, "per_seed": three}]
     assert sweep.choose(rows) == {"lr": 1e-4, "shape": "2x4"}
     assert sweep.choose([dict(r, rises_every_seed=False) for r in rows]) is None
 

@@ -152,7 +152,7 @@ def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
             "execution_accuracy 0.04 -> 0.10, format 0.50 -> 0.80 | 3 |") in text
     assert "| 0.000500 | 2x4 |" in text and "- chosen: lr 0.0001, shape 2x4 (the rule)" in text
     (results / "sweep-first-command-text2sql-smollm2-135m.json").write_text(json.dumps(dict(doc, chosen=None)))
-    assert "- chosen: none (no setting rose in every seed)" in page.render(results)
+    assert "- chosen: none (no setting measured with enough seeds rose in every seed)" in page.render(results)
 
 
 def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_path):
