@@ -21,6 +21,7 @@ produced; each refusal is computed from sizes before the allocation (`text_size`
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import re
@@ -32,6 +33,12 @@ MAX_RENDERED_CHARS = 16 << 20
 #: bits of the largest whole number a product or power in a template may build (about 19,700
 #: digits: more than Python prints, and far more than a width or a count needs)
 MAX_NUMBER_BITS = 1 << 16
+#: characters all the texts and lists one render builds may add up to: each operation is held
+#: under MAX_RENDERED_CHARS, and this bounds many of them kept at once (a loop storing a new
+#: 16M-character text per round in a dict); real templates build a few times their output
+MAX_BUILT_CHARS = 4 * MAX_RENDERED_CHARS
+
+_built = contextvars.ContextVar("mrtpo_template_built", default=0)  # characters built by this render
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,29 @@ def binop_problem(operator: str, left: Any, right: Any) -> str | None:
         if isinstance(left, str | bytes):
             return _too_long("a %-format", percent_size(left, right))
     return None
+
+
+def spend(what: str, size: int) -> None:
+    """Charge `size` characters that `what` is about to build to this render's MAX_BUILT_CHARS
+    (reset by each BoundedTemplate render); TemplateRefused once they add up past it."""
+    total = _built.get() + max(0, size)
+    _built.set(total)
+    if total > MAX_BUILT_CHARS:
+        raise TemplateRefused(f"{what} would bring what the template built on one prompt to {total:,} "
+                              f"characters, over the {MAX_BUILT_CHARS:,} one render may build")
+
+
+def binop_size(operator: str, left: Any, right: Any) -> int:
+    """About how many characters or items `left operator right` builds (0 for numbers), for `spend`."""
+    if operator == "*":
+        seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+        if isinstance(seq, _SEQUENCES) and isinstance(count, int):
+            return len(seq) * max(0, count)
+    elif operator == "+" and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+        return len(left) + len(right)
+    elif operator == "%" and isinstance(left, str | bytes):
+        return percent_size(left, right)
+    return 0
 
 
 def _too_long(what: str, size: int) -> str | None:
@@ -329,9 +359,11 @@ def _bounded_filter(name: str, func: Any) -> Any:
         values = list(bound.arguments.values())
         if len(values) > skip - dropped:
             value = values[skip - dropped]
-            problem = _too_long(f"the {name} filter", filter_size(name, value, bound.arguments))
+            size = filter_size(name, value, bound.arguments)
+            problem = _too_long(f"the {name} filter", size)
             if problem:
                 raise TemplateRefused(problem)
+            spend(f"the {name} filter", size)
         return func(*args, **kwargs)
 
     bounded.bounded_filter = True
@@ -355,7 +387,9 @@ def bounded_sandbox() -> type:
     - the output: what the template yields is counted as it comes (render's join and every
       block's, macro's and generate()'s), and refused at the cap before it is all joined.
 
-    Otherwise the same operations, so real templates render the same text. (A class made on
+    Each of those also charges what it builds to the render's MAX_BUILT_CHARS (`spend`), so that
+    many operations each under the cap cannot keep gigabytes between them. Otherwise the same
+    operations, so real templates render the same text. (A class made on
     first use: jinja2 is imported only when a template is rendered.)"""
     from jinja2.compiler import CodeGenerator, optimizeconst
     from jinja2.environment import Template
@@ -401,13 +435,23 @@ def bounded_sandbox() -> type:
     class BoundedTemplate(Template):
         """A template whose generate() stops at MAX_RENDERED_CHARS of output."""
 
+        def render(self, *args, **kwargs):
+            token = _built.set(0)  # each render has its own MAX_BUILT_CHARS
+            try:
+                return super().render(*args, **kwargs)
+            finally:
+                _built.reset(token)
+
         def generate(self, *args, **kwargs):
-            total = 0
-            for piece in super().generate(*args, **kwargs):
-                total += len(piece)
-                if total > MAX_RENDERED_CHARS:
-                    raise TemplateRefused(_too_long("its output", total))
-                yield piece
+            token, total = _built.set(0), 0
+            try:
+                for piece in super().generate(*args, **kwargs):
+                    total += len(piece)
+                    if total > MAX_RENDERED_CHARS:
+                        raise TemplateRefused(_too_long("its output", total))
+                    yield piece
+            finally:
+                _built.reset(token)
 
     class BoundedFormatterMixin:
         """str.format's formatter, refusing a field whose spec or text would pass the cap."""
@@ -453,6 +497,7 @@ def bounded_sandbox() -> type:
             problem = binop_problem(operator, left, right)
             if problem is not None:
                 raise TemplateRefused(problem)
+            spend(f"the operator {operator}", binop_size(operator, left, right))
             return super().call_binop(context, operator, left, right)
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's own signature
@@ -460,9 +505,11 @@ def bounded_sandbox() -> type:
                     and args and not isinstance(args[0], list | tuple):
                 args = (bounded_list(args[0], "a join"), *args[1:])
             size = method_size(__obj, args, kwargs)
-            problem = _too_long(f"a call of {getattr(__obj, '__name__', 'a function')}", size or 0)
+            what = f"a call of {getattr(__obj, '__name__', 'a function')}"
+            problem = _too_long(what, size or 0)
             if problem:
                 raise TemplateRefused(problem)
+            spend(what, size or 0)
             return super().call(__context, __obj, *args, **kwargs)
 
         def wrap_str_format(self, value):
@@ -484,23 +531,29 @@ def bounded_sandbox() -> type:
                     if len(args) != 1:
                         raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
                     kwargs, args = args[0], ()
-                return type(owner)(formatter.vformat(owner, args, kwargs))
+                out = type(owner)(formatter.vformat(owner, args, kwargs))
+                spend("a str.format", len(out))
+                return out
 
             return bounded
 
         def bounded_concat(self, pieces, markup):
             """`a ~ b`: the texts' sizes checked before they are converted and joined."""
-            problem = _too_long("a ~ join", sum(text_size(piece) for piece in pieces))
+            size = sum(text_size(piece) for piece in pieces)
+            problem = _too_long("a ~ join", size)
             if problem:
                 raise TemplateRefused(problem)
+            spend("a ~ join", size)
             return markup_join(pieces) if markup else str_join(pieces)
 
         def checked_output(self, value):
             """`{{ value }}`: the value, its text's size checked before str() builds it."""
             if not isinstance(value, str):
-                problem = _too_long("an output", text_size(value))
+                size = text_size(value)
+                problem = _too_long("an output", size)
                 if problem:
                     raise TemplateRefused(problem)
+                spend("an output", size)
             return value
 
         def concat(self, pieces):

@@ -215,6 +215,13 @@ SIZE_CLASSES = {
     "macro-accumulation": ("{% set s = 'x' * 1000000 %}{% macro m() %}{% for i in range(100) %}{{ s }}"
                            "{% endfor %}{% endmacro %}{{ m()|length }}", "its output would build"),
     "list-printed": ("{% set s = 'x' * 1000000 %}{{ [s] * 100 }}", "an output would build"),
+    # each text under the cap, kept together: 80 new texts of 10M characters in a dict (800M)
+    "many-kept-in-a-dict": ("{% set n = 1000 %}{% set s = 'x' * (n * 10000) %}{% set ns = namespace(d={}) %}{% for i in range(80) %}"
+                            "{% set ns.d = dict(ns.d, **{i|string: s ~ i}) %}{% endfor %}{{ ns.d|length }}",
+                            "over the 67,108,864 one render may build"),
+    "many-kept-in-a-list": ("{% set n = 1000 %}{% set s = 'x' * (n * 10000) %}{% set ns = namespace(l=[]) %}{% for i in range(80) %}"
+                            "{% set ns.l = ns.l + [s|upper] %}{% endfor %}{{ ns.l|length }}",
+                            "over the 67,108,864 one render may build"),
 }
 
 
