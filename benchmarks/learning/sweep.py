@@ -40,7 +40,8 @@ bundled single-table questions):
 
 Resuming works as in heldout.py: runs train in <out>/<lr>-<shape>/runs/<task>/<method>/seed<k>/,
 and with --json each finished run is kept in <json without .json>/<lr>-<shape>/<method>/seed<k>/
-(commit it): rerunning the command reads finished runs back and trains only what is missing.
+(commit it): rerunning the command reads finished runs back and trains only what is missing,
+and `--kept-only` writes the summary of what has finished so far without training anything.
 """
 from __future__ import annotations
 
@@ -160,6 +161,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--save-every", type=int, default=5,
                     help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--kept-only", action="store_true",
+                    help="train nothing: summarise the runs kept beside --json so far (a row per setting with any)")
     ap.add_argument("--out", default="benchmarks/out/sweep", help="where the runs train")
     ap.add_argument("--json", default=None,
                     help="the results file (e.g. benchmarks/results/sweep-first-command-TASK-MODEL.json); finished "
@@ -208,13 +211,20 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
         for lr in lrs:
             name = setting_name(lr, shape)
             settings = {**common, "lr": lr, "batch_prompts": shape[0], "num_generations": shape[1]}
-            runs = [heldout.run_or_read(out / name, kept_root / name if kept_root else None, args.task,
-                                        args.method, s, settings, args.threads, measure or official)
-                    for s in seeds]
+            kept = kept_root / name if kept_root else None
+            if args.kept_only:  # a summary of what finished so far, training nothing
+                seeds_here = [s for s in seeds if kept is not None and
+                              learning.finished(kept / args.method / f"seed{s}", args.steps, measured=True) is not None]
+                if not seeds_here:
+                    continue
+            else:
+                seeds_here = seeds
+            runs = [heldout.run_or_read(out / name, kept, args.task, args.method, s, settings, args.threads,
+                                        measure or official) for s in seeds_here]
             metric = metric or (heldout.metrics_of(runs) or [None])[0]
             rows.append({"lr": lr, "shape": f"{shape[0]}x{shape[1]}", "batch_prompts": shape[0],
                          "num_generations": shape[1], **summarise(runs, metric, args.steps)})
-            print(f"  {name}: {args.method} x {len(seeds)} seeds done ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"  {name}: {args.method} x {len(seeds_here)} seeds done ({time.perf_counter() - t0:.0f} s)", flush=True)
     shared = {k: v for k, v in common.items() if k not in ("lr", "batch_prompts", "num_generations")}
     summary = {
         "schema": "mrtpo.sweep/1",

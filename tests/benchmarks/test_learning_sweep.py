@@ -68,3 +68,6 @@ def test_the_sweep_writes_one_row_per_setting_and_keeps_each_run(tmp_path, tiny_
     shutil.rmtree(tmp_path / "out")
     assert sweep.main(argv)["rows"] == summary["rows"]
     assert "  ran toolcall " not in capsys.readouterr().out
+    # --kept-only summarises what finished, training nothing: seed 1 was never run
+    partial = sweep.main([*argv[:argv.index("--seeds") + 1], "0,1", *argv[argv.index("--seeds") + 2:], "--kept-only"])
+    assert partial["rows"] == summary["rows"] and "  ran toolcall " not in capsys.readouterr().out
