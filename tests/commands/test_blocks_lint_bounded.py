@@ -77,22 +77,26 @@ def test_lint_holds_a_bounded_number_of_examples_whatever_the_row_count(counted,
     assert "cut: R2: identical blocks were looked for among the 4 distinct blocks" in out, out
 
 
-def test_lint_reads_a_large_file_one_row_at_a_time(tmp_path):
-    """Through `python -m mrtpo`, in a child process: linting the first 2 of 30,000 rows (38 MB)
-    reads 2 rows, not the file into a list first (which peaked at about 300 MB)."""
+def _lint_in_a_child(task: str, data, env=None) -> tuple[float, str]:
+    """(peak RSS in MB, stdout) of `mrtpo blocks lint TASK --data DATA -n 2` in a fresh interpreter."""
     from limits import peak_rss_mb
 
-    data = toolcall_rows(tmp_path / "big.jsonl", 30_000)
     code = f"""
 import sys
 from mrtpo.cli import app
-sys.argv = ["mrtpo", "blocks", "lint", "toolcall", "--data", {str(data)!r}, "-n", "2", "--plain"]
+sys.argv = ["mrtpo", "blocks", "lint", {task!r}, "--data", {str(data)!r}, "-n", "2", "--plain"]
 try:
     app()
 except SystemExit as exc:
     print("EXIT", exc.code)
 """
-    rss, out = peak_rss_mb(code, timeout=240)
+    return peak_rss_mb(code, timeout=240, env=env)
+
+def test_lint_reads_a_large_file_one_row_at_a_time(tmp_path):
+    """Through `python -m mrtpo`, in a child process: linting the first 2 of 30,000 rows (38 MB)
+    reads 2 rows, not the file into a list first (which peaked at about 300 MB)."""
+    data = toolcall_rows(tmp_path / "big.jsonl", 30_000)
+    rss, out = _lint_in_a_child("toolcall", data)
     assert "EXIT 0" in out and "2 examples, 4 responses" in out, out
     assert rss < 120, f"peak RSS {rss:.0f} MB"
 
@@ -101,8 +105,6 @@ def test_lint_reads_a_spider_json_array_one_row_at_a_time(tmp_path):
     """A Spider dev.json is one JSON array: linting its first 2 of 15,000 rows (each with
     Spider's token lists, 37 MB in all) parses 2 rows, not the whole array (which peaked at
     several hundred MB)."""
-    from limits import peak_rss_mb
-
     from mrtpo.tasks.text2sql_data import build_database, bundled_dir
 
     root = tmp_path / "spider"
@@ -115,16 +117,7 @@ def test_lint_reads_a_spider_json_array_one_row_at_a_time(tmp_path):
     with (root / "dev.json").open("w") as fh:
         fh.write("[\n" + ",\n".join(json.dumps(row) for _ in range(15_000)) + "\n]")
     assert (root / "dev.json").stat().st_size > 30e6
-    code = f"""
-import sys
-from mrtpo.cli import app
-sys.argv = ["mrtpo", "blocks", "lint", "text2sql", "--data", {str(root)!r}, "-n", "2", "--plain"]
-try:
-    app()
-except SystemExit as exc:
-    print("EXIT", exc.code)
-"""
-    rss, out = peak_rss_mb(code, timeout=240, env={**os.environ, "MRTPO_CACHE_DIR": str(tmp_path / "cache")})
+    rss, out = _lint_in_a_child("text2sql", root, env={**os.environ, "MRTPO_CACHE_DIR": str(tmp_path / "cache")})
     assert "EXIT" in out and "2 examples" in out, out
     assert rss < 160, f"peak RSS {rss:.0f} MB"
 
