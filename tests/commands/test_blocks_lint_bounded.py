@@ -130,17 +130,6 @@ def test_preview_reads_only_the_examples_it_shows(counted, tmp_path):
     assert counted.given == 2 and re.findall(r'"example": "(big-\d+)"', out) == ["big-0"] * 2 + ["big-1"] * 2
 
 
-def test_preview_refuses_a_response_for_no_example_after_reading_the_data(counted, tmp_path):
-    data = toolcall_rows(tmp_path / "big.jsonl", 40)
-    responses = tmp_path / "r.jsonl"
-    responses.write_text('{"id": "big-1", "response": "x"}\n{"id": "nope", "response": "y"}\n')
-    result, out = invoke("blocks", "preview", counted.name, "--data", data, "--responses", responses,
-                         "-n", 1, with_stderr=True)
-    assert result.exit_code == 2, out
-    assert f"{responses}, row 2: field 'id' is 'nope', which is not an example of the data" in out, out
-    assert counted.given == 40 and "Traceback" not in out
-
-
 def test_a_bad_row_met_part_way_is_one_line_naming_file_and_row(counted, tmp_path):
     data = toolcall_rows(tmp_path / "big.jsonl", 20)
     with data.open("a") as fh:
@@ -151,15 +140,16 @@ def test_a_bad_row_met_part_way_is_one_line_naming_file_and_row(counted, tmp_pat
     assert "Traceback" not in out and counted.given == 20
 
 
-def test_a_response_for_no_example_is_refused_after_the_data_is_read(counted, tmp_path):
+@pytest.mark.parametrize("command", ["lint", "preview"])
+def test_a_response_for_no_example_is_refused_after_the_data_is_read(counted, tmp_path, command):
     data = toolcall_rows(tmp_path / "big.jsonl", 40)
     responses = tmp_path / "r.jsonl"
     responses.write_text('{"id": "big-1", "response": "x"}\n{"id": "nope", "response": "y"}\n')
-    result, out = invoke("blocks", "lint", counted.name, "--data", data, "--responses", responses,
+    result, out = invoke("blocks", command, counted.name, "--data", data, "--responses", responses,
                          "-n", 1, with_stderr=True)
     assert result.exit_code == 2, out
     assert f"{responses}, row 2: field 'id' is 'nope', which is not an example of the data" in out, out
-    assert counted.given == 40  # past -n 1: every row is read to look for 'nope'
+    assert counted.given == 40 and "Traceback" not in out  # past -n 1: every row is read to look for 'nope'
 
 
 class FirstThree(ToolCallTask):
