@@ -15,6 +15,7 @@ lint TASK [--data PATH] [--responses FILE] [-o KEY=VALUE ...] [-n N] [--json]
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Optional
 
 import typer
@@ -74,22 +75,30 @@ def _load(task_name: str, data: str | None, responses: str | None, limit: int,
     a --responses file is given) and the responses, or a clear error and exit 2. The data is
     read only as far as those examples (and, with responses, until each response's example has
     been met), one row at a time, as `mrtpo blocks lint` reads it."""
-    from mrtpo.blocks.samples import ResponsesFileError
-
     task = _task(task_name, options)
     resp = _responses_file(responses)  # its ids are checked against the data below
     stream = _Examples(task, data, resp, limit)
-    try:
+    with _reading(data, task_name):
         examples = list(stream)
         stream.check_response_ids()
+    if not examples:
+        raise _no_examples(data)
+    return task, examples, resp.by_id if resp is not None else None
+
+
+@contextlib.contextmanager
+def _reading(data: str | None, task_name: str):
+    """Reading `_Examples` and checking the responses' ids: a data error or a response for no
+    example becomes its one-line error and exit 2 (for preview and lint alike)."""
+    from mrtpo.blocks.samples import ResponsesFileError
+
+    try:
+        yield
     except _Unreadable as exc:
         raise _unreadable(data or "the bundled sample", task_name, exc)
     except ResponsesFileError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    if not examples:
-        raise _no_examples(data)
-    return task, examples, resp.by_id if resp is not None else None
 
 
 class _Unreadable(Exception):
@@ -214,14 +223,13 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from mrtpo.blocks.lint import lint_task
-        from mrtpo.blocks.samples import ResponsesFileError
         from mrtpo.blocks.show import report_plain, report_rich
 
         t = _task(task, task_options)
         resp = _responses_file(responses)  # its ids are checked once the data has been read
         examples = _Examples(t, data, resp, n)  # read as the lint goes: one row in memory
         err_console, _ = _console(None, stderr=True)
-        try:
+        with _reading(data, task):
             with Progress(TextColumn("linting blocks"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=err_console, transient=True,
                           disable=not err_console.is_terminal) as bar:
@@ -229,11 +237,6 @@ def register(app: typer.Typer) -> None:
                 report = lint_task(t, examples, resp.by_id if resp is not None else None,
                                    progress=lambda k: bar.advance(job, k))
             examples.check_response_ids()
-        except _Unreadable as exc:
-            raise _unreadable(data or "the bundled sample", task, exc)
-        except ResponsesFileError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
         if not report.examples:
             raise _no_examples(data)
         console, use_rich = _console(style)

@@ -248,6 +248,7 @@ def _unreadable_config(path: Path) -> str | None:
                 "fix its fields or use the config.json saved with these weights")
     return None
 
+
 def _broken_tokenizer_file(path: Path) -> str | None:
     """The tokenizer file of directory `path` that is not valid JSON, named with why (None if
     each reads), so a failed load names the file rather than the tokenizers library's words."""
