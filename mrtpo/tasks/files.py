@@ -45,14 +45,11 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
     """The text of `path`, decoded as UTF-8; `error(message)` on a missing file, a directory
     or bytes that are not UTF-8 (the message names the file, line and column)."""
     p = Path(path)
-    if p.is_dir():
-        raise error(f"{p}: is a directory; pass a {what} (a file), not a directory")
-    try:
-        data = _read_bounded(p, error, what)
-    except FileNotFoundError:
-        raise error(f"{p}: no such file") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    with _open_bounded(p, error, what) as f:
+        try:
+            data = _read_bounded(p, f, error, what)
+        except OSError as exc:
+            raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -243,31 +240,29 @@ def _not_utf8(p: Path, line: int, column: int, byte: int) -> str:
             f"as UTF-8, e.g. `iconv -f latin1 -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
 
 
-def _read_bounded(p: Path, error: type[Exception], what: str) -> bytearray:
-    """The bytes of `p`, read in chunks; `error` as soon as the file passes `MAX_FILE_BYTES` or a
-    line passes `MAX_LINE_BYTES` (a device or pipe has no size to check first)."""
+def _read_bounded(p: Path, f, error: type[Exception], what: str) -> bytearray:
+    """The bytes of `f` (the file `p`, opened by `_open_bounded`), read in chunks; `error` as
+    soon as they pass `MAX_FILE_BYTES` or a line passes `MAX_LINE_BYTES` (a device or pipe has
+    no size to check first)."""
     data = bytearray()
     line_start, line_no = 0, 1  # where the current line starts, and its number
-    with p.open("rb") as f:
-        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
-            raise error(_too_big(p, what))
-        while chunk := f.read(_CHUNK):
-            at = len(data)
-            data += chunk
-            newline = chunk.find(b"\n")
-            while newline >= 0:  # each line ending here: was it too long?
-                if at + newline - line_start > MAX_LINE_BYTES:
-                    raise error(_too_long(p, line_no))
-                line_no, line_start = line_no + 1, at + newline + 1
-                if len(chunk) <= MAX_LINE_BYTES:  # no line wholly inside the chunk can be too long
-                    line_no += chunk.count(b"\n", newline + 1)
-                    line_start = at + chunk.rfind(b"\n") + 1
-                    break
-                newline = chunk.find(b"\n", newline + 1)
-            if len(data) - line_start > MAX_LINE_BYTES:
+    while chunk := f.read(_CHUNK):
+        at = len(data)
+        data += chunk
+        newline = chunk.find(b"\n")
+        while newline >= 0:  # each line ending here: was it too long?
+            if at + newline - line_start > MAX_LINE_BYTES:
                 raise error(_too_long(p, line_no))
-            if len(data) > MAX_FILE_BYTES:
-                raise error(_too_big(p, what))
+            line_no, line_start = line_no + 1, at + newline + 1
+            if len(chunk) <= MAX_LINE_BYTES:  # no line wholly inside the chunk can be too long
+                line_no += chunk.count(b"\n", newline + 1)
+                line_start = at + chunk.rfind(b"\n") + 1
+                break
+            newline = chunk.find(b"\n", newline + 1)
+        if len(data) - line_start > MAX_LINE_BYTES:
+            raise error(_too_long(p, line_no))
+        if len(data) > MAX_FILE_BYTES:
+            raise error(_too_big(p, what))
     return data
 
 
