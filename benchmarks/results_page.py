@@ -396,6 +396,9 @@ def render_sweep(name: str, data: dict) -> str:
     chosen = data.get("chosen")
     said = f"lr {chosen['lr']:g}, shape {chosen['shape']}" if chosen else "none (no setting measured with enough seeds rose in every seed)"
     notes = [f"chosen: {said} ({data.get('rule')})", f"interval: {data.get('interval')}"]
+    if data.get("official_metric") and data.get("official_metric") != data.get("metric"):
+        notes.insert(1, f"the headline ({data.get('metric')}) must rise; the task's official metric "
+                        f"({data.get('official_metric')}) ranks the settings where it does")
     return block(title, data.get("command", "python benchmarks/learning/sweep.py"), name,
                  table(["lr", "prompts x completions", "held-out before", "after", "change [95% interval]",
                         "train reward first -> last fifth", "rises every seed", "s a run",

@@ -282,14 +282,12 @@ def config_for(args):
     """The trainer's settings for this test: `mrtpo train`'s for the model (a built-in brings
     its train defaults, and its task options only for its own task), then the flags."""
     from mrtpo.harness.config import TrainConfig
-    from mrtpo.models.builtin import TRAIN_DEFAULTS, builtin_name, with_train_defaults
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, with_train_defaults
     from mrtpo.tasks.options import read_options
 
     given = {"model": args.model, "task": args.task, "lr": args.lr, "batch_prompts": args.batch_prompts,
              "num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}
-    values = with_train_defaults({k: v for k, v in given.items() if v is not None})
-    if TRAIN_DEFAULTS.get(builtin_name(args.model) or "", {}).get("task") != args.task:
-        values.pop("task_args", None)
+    values = with_train_defaults({k: v for k, v in given.items() if v is not None}, EXPERIMENT_DEFAULTS)
     task_args = {**values.get("task_args", {}), **read_options(args.options)}
     return TrainConfig(**{**values, "task": args.task, "task_args": task_args, "seed": args.seed,
                           "device": args.device, "dtype": args.dtype})

@@ -86,11 +86,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, TINY_MODEL
     from mrtpo.models.default import resolve_model
 
-    model = args.model or DEFAULT_MODEL
-    settings = dict(TRAIN_DEFAULTS.get(builtin_name(model) or DEFAULT_MODEL, {}))
+    model = args.model or TINY_MODEL  # the model its recorded results ran on
+    settings = dict(EXPERIMENT_DEFAULTS.get(builtin_name(model) or TINY_MODEL, {}))
     settings.pop("task", None)
     if args.steps:
         settings["steps"] = args.steps

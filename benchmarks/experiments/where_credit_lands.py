@@ -253,10 +253,21 @@ def train_run(args, run_dir: Path) -> None:
            "--output-dir", str(run_dir)]
     for opt in args.options:
         cmd += ["-o", opt]
-    for flag, value in (("--lr", args.lr), ("--batch-prompts", args.batch_prompts),
-                        ("--num-generations", args.num_generations), ("--max-new-tokens", args.max_new_tokens)):
+    from mrtpo.harness.config import field_default
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, builtin_name
+
+    # a built-in policy trains as the recorded experiments had it, not with the first command's
+    # defaults (mrtpo train's for it): those settings are passed, and the trainer's held-out count
+    pinned = EXPERIMENT_DEFAULTS.get(builtin_name(args.model) or "", {})
+    for flag, key, value in (("--lr", "lr", args.lr), ("--batch-prompts", "batch_prompts", args.batch_prompts),
+                             ("--num-generations", "num_generations", args.num_generations),
+                             ("--max-new-tokens", "max_new_tokens", args.max_new_tokens),
+                             ("--temperature", "temperature", None)):
+        value = value if value is not None else pinned.get(key)
         if value is not None:
             cmd += [flag, str(value)]
+    if pinned:
+        cmd += ["--heldout", str(field_default("heldout"))]
     env = None
     if args.threads:
         import os
@@ -274,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("-o", "--task-option", dest="options", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=None, help="(default: the model's train settings)")
+    ap.add_argument("--lr", type=float, default=None, help="(default: the model's settings in the recorded experiments)")
     ap.add_argument("--batch-prompts", type=int, default=None)
     ap.add_argument("--num-generations", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)

@@ -16,8 +16,9 @@ Runs go to <out>/runs/<task>/<method>/seed<k>/, each trained in a fresh process;
 is read back instead of run again and an interrupted one resumes, so the script can be
 stopped and restarted (a run directory that holds a run with other settings is refused, not
 mixed in). Settings
-other than the task, method and seed are those `mrtpo train` uses for the built-in policy
-(`mrtpo.models.builtin.TRAIN_DEFAULTS`), overridable with the flags below.
+other than the task, method and seed are the built-in policy's as the recorded experiments had
+them (`mrtpo.models.builtin.EXPERIMENT_DEFAULTS`), overridable with the flags below; the model
+is `mrtpo-tiny` unless --model names another, as when these results were first recorded.
 
 heldout.py (beside this script) draws held-out learning curves with the same runs: its runs
 also measure held-out examples (`--heldout`, `--heldout-every`), and it shares `run_one`.
@@ -307,14 +308,14 @@ def add_train_flags(ap: argparse.ArgumentParser, save_every: int = 0) -> None:
 
 
 def model_settings(model: str, args: argparse.Namespace, task: str | None = None) -> dict:
-    """The training settings of every run: `mrtpo train`'s for `model` (a built-in policy brings
-    its TRAIN_DEFAULTS, by name or built directory), less the task, then the flags of
+    """The training settings of every run: a built-in policy's (by name or built directory) as the
+    recorded experiments had them (`EXPERIMENT_DEFAULTS`), less the task, then the flags of
     add_train_flags that were given. With `task`, the policy's task options are kept only when
     they are for that task (SmolLM2's `demo` is its toolcall setting); without, as the recorded
     learning results had them."""
-    from mrtpo.models.builtin import TRAIN_DEFAULTS, builtin_name
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, builtin_name
 
-    settings = dict(TRAIN_DEFAULTS.get(builtin_name(model) or "", {}))
+    settings = dict(EXPERIMENT_DEFAULTS.get(builtin_name(model) or "", {}))
     own_task = settings.pop("task", None)
     if task is not None and own_task != task:
         settings.pop("task_args", None)
@@ -326,14 +327,14 @@ def model_settings(model: str, args: argparse.Namespace, task: str | None = None
 
 
 def parser() -> argparse.ArgumentParser:
-    from mrtpo.models.builtin import DEFAULT_MODEL
+    from mrtpo.models.builtin import TINY_MODEL
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="toolcall,text2sql,instruct")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help=f"comma-separated; also: {', '.join(EXTRA_METHODS)} (MRTPO blended half with uniform weights)")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--model", default=TINY_MODEL)
     ap.add_argument("--steps", type=int, default=None)
     add_train_flags(ap)
     ap.add_argument("--threshold-frac", type=float, default=0.5)

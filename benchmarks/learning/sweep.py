@@ -11,20 +11,26 @@ task's official metric greedily on --heldout held-out examples before step 1 and
 whichever way they come out.
 
 For each setting it prints and writes, per seed and as the mean over seeds:
-- the held-out headline metric before and after, and its change with a 95% paired bootstrap
+- the held-out headline metric (--metric, default the task's official one) before and after,
+  and its change with a 95% paired bootstrap
   interval over seeds and held-out examples (heldout.py's `paired_bootstrap` of each example's
   after - before, same seed);
 - the training reward's mean over the first and the last fifth of the steps;
 - whether both rose in every seed (`rises_every_seed`), and the seconds a run's steps took;
 - every held-out metric's mean before and after (`metrics`: for text2sql, executes and format
-  beside execution accuracy), for reading, not for the choice.
+  beside execution accuracy).
 
-The setting chosen (`chosen`) is, among those that rise in every seed, the one with the largest
-mean held-out change; none when no setting rises in every seed (then say so, and do not make it
-the default). The results file (--json, else <out>/summary.json), schema mrtpo.sweep/1:
+The setting chosen (`chosen`) is, among those measured with 3 seeds whose headline metric and
+training reward rise in every seed, the one with the highest mean held-out official metric after
+training (then the largest headline change); none when no setting rises in every seed (then say
+so, and do not make it the default). The headline gates and the official metric ranks because a
+rise can be gamed: on text2sql a policy that writes one query that runs for every question
+raises `executes` to 1 and execution accuracy not at all. The results file (--json, else
+<out>/summary.json), schema mrtpo.sweep/1:
 
     {"schema", "command", "settings": {what every run shares, "seeds", "lrs", "shapes"},
-     "metric": the headline metric, "interval": how the intervals were made,
+     "metric": the headline metric, "official_metric": the task's official metric,
+     "interval": how the intervals were made,
      "rows": [{"lr", "shape", "batch_prompts", "num_generations", "heldout_before",
                "heldout_after", "change", "low", "high", "train_first", "train_last",
                "rises_every_seed", "seconds_per_run", "metrics": {metric: {"before", "after"}},
@@ -35,8 +41,8 @@ The sweep that chose SmolLM2's first-command default (text2sql with the worked e
 bundled single-table questions):
 
     python benchmarks/learning/sweep.py --model smollm2-135m --task text2sql -o demo=true \\
-        -o questions=single-table --lrs 5e-5,1e-4,2e-4,5e-4 --shapes 2x4 --seeds 0,1,2 \\
-        --steps 20 --heldout 32 --threads 1 --json benchmarks/results/sweep-first-command-text2sql-smollm2-135m.json
+        -o questions=single-table --lrs 5e-5,2e-4,3e-4,5e-4,1e-3 --shapes 2x4 --seeds 0,1,2 \\
+        --steps 20 --heldout 32 --metric executes --threads 1 --json benchmarks/results/sweep-first-command-text2sql-smollm2-135m.json
 
 Resuming works as in heldout.py: runs train in <out>/<lr>-<shape>/runs/<task>/<method>/seed<k>/,
 and with --json each finished run is kept in <json without .json>/<lr>-<shape>/<method>/seed<k>/
@@ -59,7 +65,7 @@ import learning
 MIN_SEEDS = 3
 RULE = (f"among the settings measured with at least {MIN_SEEDS} seeds whose held-out headline metric rose and "
         "whose training reward over the last fifth of the steps was above the first fifth in every seed, the "
-        "largest mean held-out change")
+        "highest mean held-out official metric after training, then the largest mean headline change")
 
 
 def shapes_of(text: str) -> list[tuple[int, int]]:
@@ -82,12 +88,11 @@ def setting_name(lr: float, shape: tuple[int, int]) -> str:
 
 
 def fifths(history: list[dict], key: str = "reward") -> tuple[float | None, float | None]:
-    """(mean of `key` over the first fifth of the steps, over the last fifth); at least one step each."""
-    values = [r[key] for r in history if isinstance(r.get(key), (int, float))]
-    if not values:
-        return None, None
-    k = max(1, len(values) // 5)
-    return sum(values[:k]) / k, sum(values[-k:]) / k
+    """(mean of `key` over the first fifth of the steps, over the last fifth), as `mrtpo train`'s
+    summary prints them."""
+    from mrtpo.commands.train import fifth_means
+
+    return fifth_means([r[key] if isinstance(r.get(key), (int, float)) else None for r in history])
 
 
 def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
@@ -121,13 +126,23 @@ def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
             "metrics": metrics, "per_seed": per_seed}
 
 
-def choose(rows: list[dict]) -> dict | None:
-    """The setting RULE picks, as {"lr", "shape"}, or None."""
+def choose(rows: list[dict], official: str | None = None) -> dict | None:
+    """The setting RULE picks, as {"lr", "shape"}, or None. `official` names the task's official
+    metric in each row's `metrics` (the headline when None or absent): the headline must rise,
+    the official metric decides among the settings where it does. A rise can be gamed (a policy
+    that writes one query that runs for every question raises `executes` to 1), so the headline
+    gates and the task's own measure of correctness ranks."""
     ok = [r for r in rows if r["rises_every_seed"] and r["change"] is not None
           and len(r.get("per_seed") or []) >= MIN_SEEDS]
     if not ok:
         return None
-    best = max(ok, key=lambda r: r["change"])
+
+    def after(r: dict) -> float:
+        value = ((r.get("metrics") or {}).get(official) or {}).get("after") if official else None
+        value = value if value is not None else r.get("heldout_after")
+        return float("-inf") if value is None else value
+
+    best = max(ok, key=lambda r: (after(r), r["change"]))
     return {"lr": best["lr"], "shape": best["shape"]}
 
 
@@ -152,6 +167,9 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     heldout.add_task_flags(ap)
     ap.add_argument("--method", default="mrtpo", help=f"one of {', '.join(learning.ALL_METHODS)}")
+    ap.add_argument("--metric", default=None,
+                    help="the held-out headline metric that must rise in every seed (default: the task's official "
+                         "metric); the official metric still ranks the settings where it rises")
     ap.add_argument("--lrs", default="5e-5,1e-4,2e-4,5e-4", help="comma-separated learning rates")
     ap.add_argument("--shapes", default="2x4", help="comma-separated PROMPTSxCOMPLETIONS per step")
     ap.add_argument("--seeds", default="0,1,2")
@@ -191,7 +209,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.evaluation.heldout import measure as official
+    from mrtpo.evaluation.heldout import measure as official_measure
     from mrtpo.models.default import resolve_model
     from mrtpo.textio import strict_json, write_atomic
 
@@ -206,7 +224,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
     print(f"model {args.model}; task {args.task}; method {args.method}; lrs {lrs}; shapes {args.shapes}; "
           f"seeds {seeds}; held out: {source}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
           flush=True)
-    t0, rows, metric = time.perf_counter(), [], None
+    t0, rows, metric, official = time.perf_counter(), [], args.metric, None
     for shape in shapes:
         for lr in lrs:
             name = setting_name(lr, shape)
@@ -220,8 +238,11 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
             else:
                 seeds_here = seeds
             runs = [heldout.run_or_read(out / name, kept, args.task, args.method, s, settings, args.threads,
-                                        measure or official) for s in seeds_here]
-            metric = metric or (heldout.metrics_of(runs) or [None])[0]
+                                        measure or official_measure) for s in seeds_here]
+            official = official or (heldout.metrics_of(runs) or [None])[0]
+            metric = args.metric or official
+            if heldout.metrics_of(runs) and metric not in heldout.metrics_of(runs):
+                parser().error(f"--metric {metric}: the task measures {', '.join(heldout.metrics_of(runs))}")
             rows.append({"lr": lr, "shape": f"{shape[0]}x{shape[1]}", "batch_prompts": shape[0],
                          "num_generations": shape[1], **summarise(runs, metric, args.steps)})
             print(f"  {name}: {args.method} x {len(seeds_here)} seeds done ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -233,10 +254,11 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
                      "task": args.task, "method": args.method, "seeds": seeds, "lrs": lrs,
                      "shapes": [f"{p}x{c}" for p, c in shapes], "heldout_examples": n_held, "heldout_source": source},
         "metric": metric,
+        "official_metric": official,
         "interval": (f"{heldout.LEVEL:.0%} paired bootstrap of each held-out example's after - before over seeds "
                      f"and examples ({heldout.RESAMPLES} resamples, percentile interval)"),
         "rows": rows,
-        "chosen": choose(rows),
+        "chosen": choose(rows, official),
         "rule": RULE,
     }
     table(summary)

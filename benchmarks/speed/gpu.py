@@ -59,10 +59,10 @@ SMOKE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 
 def tokenizer():
     """The built-in policy's tokenizer if it is cached, else one trained the same way here."""
-    from mrtpo.models.builtin import DEFAULT_MODEL, RECIPES
+    from mrtpo.models.builtin import RECIPES, TINY_MODEL
     from mrtpo.models.default import is_built, model_dir
 
-    built = model_dir(RECIPES[DEFAULT_MODEL])
+    built = model_dir(RECIPES[TINY_MODEL])
     if is_built(built):
         from transformers import AutoTokenizer
 
@@ -79,7 +79,7 @@ def tokenizer():
                 texts.append(task.reference(ex))
             except Exception:  # a task without references
                 pass
-    return train_tokenizer(texts, vocab_size=RECIPES[DEFAULT_MODEL].vocab_size), "trained here (mrtpo-tiny not cached)"
+    return train_tokenizer(texts, vocab_size=RECIPES[TINY_MODEL].vocab_size), "trained here (mrtpo-tiny not cached)"
 
 
 def build_policy(path: Path, shape: dict) -> str:
@@ -158,11 +158,11 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
 
 def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     """SmolLM2: timed MRTPO and GDPO steps, then the learning runs (see the module docstring)."""
-    from mrtpo.models.builtin import TRAIN_DEFAULTS
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS
     from mrtpo.models.packaged import SMOLLM2
 
     model = smollm2_dir(args.smollm2, tmp)
-    defaults = TRAIN_DEFAULTS[SMOLLM2.name]
+    defaults = EXPERIMENT_DEFAULTS[SMOLLM2.name]
     settings = {k: defaults[k] for k in ("task_args", "temperature", "lr")}
     out: dict = {"model": model, "settings": settings}
     out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)

@@ -120,13 +120,14 @@ def time_prefixes(model, items) -> tuple[float, int]:
 
 def train_setup(model: str, task_name: str, options: list[str] | None, max_new_tokens: int | None = None):
     """(TrainConfig, task, task_args, the first batch's examples): `mrtpo train`'s settings for
-    `model` (a built-in brings its train defaults) on `task_name` with `-o` options."""
+    `model` (a built-in brings the settings of the recorded experiments, its task options only
+    for its own task) on `task_name` with `-o` options."""
     from mrtpo.harness.config import TrainConfig
-    from mrtpo.models.builtin import with_train_defaults
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, with_train_defaults
     from mrtpo.tasks import get_task
     from mrtpo.tasks.options import read_options
 
-    values = with_train_defaults({"model": model})
+    values = with_train_defaults({"model": model, "task": task_name}, EXPERIMENT_DEFAULTS)
     task_args = {**values.get("task_args", {}), **read_options(options or [])}
     cfg = TrainConfig(**{**values, "task": task_name, "task_args": task_args,
                          **({"max_new_tokens": max_new_tokens} if max_new_tokens else {})})

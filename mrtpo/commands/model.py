@@ -58,18 +58,18 @@ def register(app: typer.Typer) -> None:
     def ls_cmd(
         cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Cache root (as for build)."),
     ) -> None:
-        """Each built-in policy, whether its current build is cached, and its directory."""
+        """Each built-in policy (the default marked), whether its current build is cached, and its directory."""
         from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
-        from mrtpo.models.builtin import RECIPES
+        from mrtpo.models.builtin import DEFAULT_MODEL, RECIPES
         from mrtpo.models.default import is_built, model_dir
 
         table = Table("name", "parameters", "built", "directory", box=None, pad_edge=False)
         for name, recipe in RECIPES.items():
             path = model_dir(recipe, cache_dir)
-            table.add_row(name, _approx_params(recipe), "yes" if is_built(path) else "no", escape(str(path)))
+            table.add_row(name + (" (default)" if name == DEFAULT_MODEL else ""), _approx_params(recipe), "yes" if is_built(path) else "no", escape(str(path)))
         Console().print(table)
 
     app.add_typer(model_app, name="model")

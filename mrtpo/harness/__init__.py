@@ -19,7 +19,7 @@ __all__ = ["ConfigError", "RunResult", "TrainConfig", "resolve", "train"]
 
 
 def train(cfg: TrainConfig, on_step=None, on_start=None, measure=None, on_phase=None):
-    """`mrtpo.harness.loop.train`, with a built-in policy's name (`mrtpo-tiny`) built on first
+    """`mrtpo.harness.loop.train`, with a built-in policy's name (`smollm2-135m`) built on first
     use and loaded from its cached directory (said through `on_phase` before the build starts);
     any other `--model` is loaded as it is. `measure` is the held-out before/after's metric
     (--heldout): `mrtpo.evaluation.heldout.measure` gives `mrtpo eval`'s numbers, as `mrtpo train` does."""

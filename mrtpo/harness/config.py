@@ -45,7 +45,7 @@ class TrainConfig:
     """Settings of one training run. Field order is the order `--help` shows them in."""
 
     # --- policy ------------------------------------------------------------------------------
-    model: str | None = opt(None, "Policy: a local directory saved with save_pretrained, or a hub id; its tokenizer must have a chat template. Not given: the built-in mrtpo-tiny (built on first use, see `mrtpo model build`) with its own default settings.")
+    model: str | None = opt(None, "Policy: a local directory saved with save_pretrained, or a hub id; its tokenizer must have a chat template. Not given: the built-in smollm2-135m (SmolLM2-135M-Instruct, built on first use, see `mrtpo model build`) with its own default settings.")
     lora: bool = opt(True, "Train a LoRA adapter (peft); --no-lora trains all weights.")
     lora_r: int = opt(16, "LoRA rank.")
     lora_alpha: float = opt(32.0, "LoRA scaling alpha (the update is scaled by alpha / r).")
@@ -436,11 +436,12 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
 def defaults_line(given: dict, model: str | None) -> str:
     """One line for the start of `mrtpo train`: whose defaults fill the settings not `given`
     (a built-in policy's, `mrtpo.models.builtin.TRAIN_DEFAULTS`, or the trainer's)."""
-    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name
+    from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS, builtin_name, with_train_defaults
 
     name = builtin_name(model or DEFAULT_MODEL)
     if name is not None:
-        used = {k: v for k, v in TRAIN_DEFAULTS.get(name, {}).items() if k not in given}
+        filled = with_train_defaults({**given, "model": model or DEFAULT_MODEL})
+        used = {k: filled[k] for k in TRAIN_DEFAULTS.get(name, {}) if k not in given and k in filled}
         if not used:
             return f"settings: every setting that {name} brings was given; the rest are the trainer's defaults"
         listed = ", ".join(f"{k}={v}" for k, v in used.items())

@@ -1,4 +1,5 @@
-"""The built-in default policy, `mrtpo-tiny`: built here, on first use, from a seeded recipe.
+"""`mrtpo-tiny`, the built-in policy made here, on first use, from a seeded recipe; and the
+cache that every built-in policy is built into.
 
 No model can be downloaded on a laptop without network, so the project builds its own: a
 byte-level BPE tokenizer trained on the bundled tasks' text with a ChatML template, a small
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mrtpo.cache import cache_dir, ensure_dir
-from mrtpo.models.builtin import DEFAULT_MODEL, MANIFEST, RECIPES, Recipe
+from mrtpo.models.builtin import MANIFEST, RECIPES, TINY_MODEL, Recipe
 from mrtpo.models.packaged import PackagedRecipe
 
 RECIPE_VERSION = 3  # bump when the recipe's code changes what it builds
@@ -111,7 +112,7 @@ def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path |
     when the process ends however it ends): a second first run waits for the first one's build
     and uses it. A cached build whose files no longer match its manifest (a file deleted,
     truncated or changed) is rebuilt, not loaded."""
-    recipe = recipe or RECIPES[DEFAULT_MODEL]
+    recipe = recipe or RECIPES[TINY_MODEL]
     dest = Path(dest) if dest else model_dir(recipe, cache_dir)
     if not force and intact(dest) is None:
         return dest

@@ -32,6 +32,20 @@ def test_the_choice_is_the_largest_held_out_rise_among_settings_that_rise_in_eac
     assert sweep.choose([dict(r, rises_every_seed=False) for r in rows]) is None
 
 
+def test_the_official_metric_ranks_the_settings_whose_headline_rises():
+    """A gamed headline (a query that runs for every question: executes 1, execution accuracy 0)
+    loses to a smaller rise that is more often right."""
+    three = [{"seed": s} for s in range(3)]
+    gamed = {"lr": 1e-3, "shape": "2x4", "rises_every_seed": True, "change": 0.7, "per_seed": three,
+             "heldout_after": 1.0, "metrics": {"execution_accuracy": {"after": 0.0}, "executes": {"after": 1.0}}}
+    right = {"lr": 3e-4, "shape": "2x4", "rises_every_seed": True, "change": 0.4, "per_seed": three,
+             "heldout_after": 0.7, "metrics": {"execution_accuracy": {"after": 0.1}, "executes": {"after": 0.7}}}
+    assert sweep.choose([gamed, right], official="execution_accuracy") == {"lr": 3e-4, "shape": "2x4"}
+    assert sweep.choose([gamed, right]) == {"lr": 1e-3, "shape": "2x4"}  # the headline alone: the larger rise
+    tie = dict(right, lr=5e-4, change=0.5)  # same official metric: the larger headline rise
+    assert sweep.choose([right, tie], official="execution_accuracy") == {"lr": 5e-4, "shape": "2x4"}
+
+
 def test_shapes_are_read_and_bad_ones_refused():
     assert sweep.shapes_of("2x4, 4X8") == [(2, 4), (4, 8)]
     for bad in ("2", "2x1", "axb"):
@@ -58,7 +72,8 @@ def test_the_sweep_writes_one_row_per_setting_and_keeps_each_run(tmp_path, tiny_
         assert row["rises_every_seed"] == (seed["after"] > seed["before"] and seed["train_last"] > seed["train_first"])
         assert {"ast_accuracy", "format"} <= set(row["metrics"])
         assert row["metrics"]["ast_accuracy"] == {"before": seed["before"], "after": seed["after"]}
-    assert doc["chosen"] == sweep.choose(doc["rows"])
+    assert doc["official_metric"] == "ast_accuracy"
+    assert doc["chosen"] == sweep.choose(doc["rows"], "ast_accuracy")
     # each run trained with its own learning rate and group shape, and is kept beside the results
     kept = results.with_suffix("") / "lr0.01-2x2" / "mrtpo" / "seed0"
     config = (kept / "config.yaml").read_text()

@@ -86,11 +86,12 @@ def test_help_lists_the_training_flags():
         assert flag in out, flag
 
 
-def test_the_summary_compares_the_first_and_the_last_tenth():
-    from mrtpo.commands.train import tenth_means
+def test_the_summary_compares_the_first_and_the_last_fifth():
+    from mrtpo.commands.train import fifth_means
 
-    values = [0.0] * 5 + [0.5] * 10 + [1.0] * 5  # 20 steps: a tenth is 2
-    assert tenth_means(values) == (0.0, 1.0)
-    assert tenth_means([None, 0.2, None, 0.4]) == (0.2, 0.4)  # absent steps skipped
-    assert tenth_means([0.3]) == (0.3, 0.3)
-    assert tenth_means([None, None]) == (None, None)
+    values = [0.0] * 4 + [0.5] * 12 + [1.0] * 4  # 20 steps: a fifth is 4
+    assert fifth_means(values) == (0.0, 1.0)
+    assert fifth_means([0.0] * 3 + [0.5] * 14 + [1.0] * 3) == (0.125, 0.875)  # not the first 3 only
+    assert fifth_means([None, 0.2, None, 0.4]) == (0.2, 0.4)  # absent steps skipped
+    assert fifth_means([0.3]) == (0.3, 0.3)
+    assert fifth_means([None, None]) == (None, None)

@@ -34,6 +34,17 @@ def test_builtin_by_name_by_absence_and_by_directory_train_alike(cached_build, t
     assert other.lr == 1e-5 and other.steps == 100  # the trainer's defaults, for pretrained models
 
 
+def test_the_policy_s_task_options_come_only_with_its_task(tmp_path):
+    """SmolLM2 brings text2sql's options (demo, single-table questions); another task given
+    with it gets its own, not options it may not take."""
+    own = resolve(None, {"output_dir": str(tmp_path / "a")})
+    assert own.task == "text2sql" and own.task_args == {"demo": True, "questions": "single-table"}
+    other = resolve(None, {"task": "instruct", "output_dir": str(tmp_path / "b")})
+    assert other.task == "instruct" and other.task_args == {} and other.lr == own.lr  # the rest still comes
+    given = resolve(None, {"task_args": {"demo": False}, "output_dir": str(tmp_path / "c")})
+    assert given.task_args == {"demo": False}  # given options win whole, as any given setting
+
+
 def test_train_prints_which_defaults_apply(cached_build, tmp_path, monkeypatch):
     from mrtpo.harness.loop import RunResult
 
@@ -45,6 +56,6 @@ def test_train_prints_which_defaults_apply(cached_build, tmp_path, monkeypatch):
         return next(line for line in re.sub(r"\x1b\[[0-9;]*m", "", r.output).splitlines() if line.startswith("settings:"))
 
     line = first_line("--model", str(cached_build), "--lr", "0.01", "--output-dir", str(tmp_path / "a"))
-    assert f"built-in policy {DEFAULT_MODEL}'s defaults" in line and "steps=40" in line and "lr=" not in line
+    assert f"built-in policy {DEFAULT_MODEL}'s defaults" in line and "steps=20" in line and "lr=" not in line
     line = first_line("--model", "org/model", "--task", "toolcall", "--output-dir", str(tmp_path / "b"))
     assert "the trainer's defaults" in line and "lr=1e-05" in line

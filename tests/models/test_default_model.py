@@ -332,7 +332,7 @@ def test_the_default_recipe_is_in_the_documented_size_range():
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    r = builtin.RECIPES[builtin.DEFAULT_MODEL]
+    r = builtin.RECIPES[builtin.TINY_MODEL]
     config = Qwen2Config(vocab_size=r.vocab_size, hidden_size=r.hidden_size, intermediate_size=r.intermediate_size,
                          num_hidden_layers=r.num_layers, num_attention_heads=r.num_heads,
                          num_key_value_heads=r.num_kv_heads, tie_word_embeddings=True)

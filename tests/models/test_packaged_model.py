@@ -171,5 +171,5 @@ def test_cli_builds_from_a_file_and_lists_the_policy(gguf_file, tmp_path, monkey
                               "--from", str(tmp_path / "missing.whl")])
     assert res.exit_code == 2 and "no such file" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["model", "ls", "--cache-dir", str(tmp_path)])
-    assert res.exit_code == 0 and "smollm2-135m" in res.stdout and "134.5M" in res.stdout
-    assert recipe.name in res.stdout
+    assert res.exit_code == 0 and "smollm2-135m (default)" in res.stdout and "134.5M" in res.stdout
+    assert recipe.name in res.stdout and "mrtpo-tiny " in res.stdout and "mrtpo-tiny (default)" not in res.stdout
