@@ -92,7 +92,7 @@ def measure_once(repo: Path, commit: str, workdir: Path, log: Path) -> dict:
     load = os.getloadavg()[0]
     lines: list[tuple[float, str]] = []
     t0 = time.perf_counter()
-    with open(log, "w") as out:
+    with open(log, "w", buffering=1) as out:  # line-buffered: the log can be followed
         proc = subprocess.Popen(["bash", "-c", command], cwd=clone, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1)
         for text in proc.stdout:

@@ -2,7 +2,7 @@
 
     mrtpo credit runs/text2sql-gdpo-mrtpo-20261130 --step 20 --limit 4 --html credit.html
     mrtpo credit text2sql --model ./checkpoint --limit 3 --png first.png
-    mrtpo credit instruct --model mrtpo-tiny --responses mine.jsonl
+    mrtpo credit instruct --model smollm2-135m --responses mine.jsonl
 
 With a run directory it reads the completions the run logged (`completions.jsonl`); with a
 task name it scores and replays responses now, with `--model` (each example's responses from
