@@ -72,12 +72,12 @@ POLICIES: tuple[BuiltinPolicy, ...] = (
                                              "num_generations": 8, "max_new_tokens": 160, "lr": 2e-3}),
     # SmolLM2-135M-Instruct, the default: text2sql with the worked example (`demo`: without it
     # it writes CREATE and INSERT statements) on the bundled single-table questions, where it
-    # can get `result`; 2 prompts x 4 completions of at most 64 tokens is what 2 CPU cores step
-    # in 20-45 s; the learning rate and the step count are the recorded sweep's choice
-    # (benchmarks/learning/sweep.py; docs/results.md), and 32 held-out questions measure the
-    # run before and after
+    # can get `result`; completions of at most 64 tokens; the learning rate, the group shape
+    # and the step count are the recorded sweep's choice (benchmarks/learning/sweep.py;
+    # docs/results.md: 10 steps of 4 prompts x 4 completions, about 7 minutes on 2 cores), and
+    # 32 held-out questions measure the run before and after
     BuiltinPolicy(SMOLLM2, {"task": "text2sql", "task_args": {"demo": True, "questions": "single-table"},
-                            "steps": 20, "batch_prompts": 2, "num_generations": 4, "max_new_tokens": 64,
+                            "steps": 10, "batch_prompts": 4, "num_generations": 4, "max_new_tokens": 64,
                             "temperature": 0.7, "lr": 5e-4, "heldout": 32}),
 )
 #: the table by name: each policy's recipe (a test may add one) and its train defaults
