@@ -253,8 +253,8 @@ def _reward_line(record: dict[str, Any], limit: int = 4) -> str:
 def fifth_means(values: list) -> tuple[float | None, float | None]:
     """The mean over the first and over the last fifth (at least one) of the values that are
     not None (a reward absent from a step, as an instruction's constraint can be, is skipped).
-    A fifth, not a tenth: a 20-step run's step means move in eighths, and 4 steps a side is
-    the least that tells a rise from a lucky step."""
+    A fifth, not a tenth: a step's mean over a few completions moves in coarse steps, and a
+    tenth of a 10- or 20-step run is 1 or 2 steps, too few to tell a rise from a lucky step."""
     seen = [v for v in values if v is not None]
     if not seen:
         return None, None
