@@ -110,11 +110,20 @@ def test_an_interrupted_build_cleans_up_and_a_killed_ones_leftover_goes(tmp_path
     dead = cache / "text2sql" / ".shop-999999999-abc123.building"  # a builder killed outright
     dead.write_text("half")
     (tmp_path / "shop.sql").write_text("CREATE TABLE t (a);\n" + HANG)
-    with pytest.raises(KeyboardInterrupt):
-        with time_limit(30.0):
-            import threading
-            threading.Timer(0.5, lambda: signal.raise_signal(signal.SIGINT)).start()
-            build_database(tmp_path / "shop.sql", cache, timeout=20.0)
+    # Ctrl-C arrives after 0.2 s of this process's own CPU time (SIGVTALRM, so neither a slow
+    # host nor a starved timer thread can delay it past the build's deadline, set far off)
+    def ctrl_c(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGVTALRM, ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with time_limit(150.0):
+                signal.setitimer(signal.ITIMER_VIRTUAL, 0.2)
+                build_database(tmp_path / "shop.sql", cache, timeout=120.0)
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, old)
     assert list((cache / "text2sql").iterdir()) == []
     (tmp_path / "ok.sql").write_text("CREATE TABLE t (a); INSERT INTO t VALUES (1); PRAGMA foreign_keys = ON;")
     built = build_database(tmp_path / "ok.sql", cache)
