@@ -162,8 +162,9 @@ def main(argv: list[str] | None = None) -> dict:
                       f"the budget is {LIMIT_S // 60} minutes on 2 idle cores; `load at start` is the 1-minute load average"],
             "commit": commit,
         }
+        from mrtpo.textio import write_atomic
         results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps(doc, indent=1) + "\n")
+        write_atomic(results, json.dumps(doc, indent=1) + "\n")
     print(f"results: {results}")
     return doc
 

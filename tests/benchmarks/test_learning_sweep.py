@@ -44,6 +44,12 @@ def test_the_official_metric_ranks_the_settings_whose_headline_rises():
     assert sweep.choose([gamed, right]) == {"lr": 1e-3, "shape": "2x4"}  # the headline alone: the larger rise
     tie = dict(right, lr=5e-4, change=0.5)  # same official metric: the larger headline rise
     assert sweep.choose([right, tie], official="execution_accuracy") == {"lr": 5e-4, "shape": "2x4"}
+    # a tie in exact arithmetic that floating point breaks: the headline rise still decides
+    a = dict(right, metrics={"execution_accuracy": {"after": (0 + 0.01 + 0.06) / 3}}, change=0.5, lr=5e-4)
+    b = dict(right, metrics={"execution_accuracy": {"after": (0 + 0 + 0.07) / 3}}, change=0.2)
+    assert a["metrics"]["execution_accuracy"]["after"] != b["metrics"]["execution_accuracy"]["after"]
+    assert sweep.choose([a, b], official="execution_accuracy") == {"lr": 5e-4, "shape": "2x4"}
+    assert sweep.choose([b, a], official="execution_accuracy") == {"lr": 5e-4, "shape": "2x4"}
 
 
 def test_shapes_are_read_and_bad_ones_refused():
