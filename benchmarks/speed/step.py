@@ -5,11 +5,13 @@ them (MRTPO's distances), then the update's forward and backward (`loss.token_lo
 prompt encoded once for its group). Two settings, alternated for `--repeats` rounds on the same
 policy and batch:
 
-- plain: today's paths before issue 38 (a dynamic KV cache while decoding, which copies itself
-  whole at every new token; each prompt encoded on its own);
-- fast: a static KV cache written in place, and the beginning every prompt shares (system
+- plain: the paths before issue 38 (a dynamic KV cache while decoding, which copies itself
+  whole at every new token; each prompt encoded on its own; key/value heads copied once per
+  query head that reads them);
+- fast: a static KV cache written in place, the beginning every prompt shares (system
   text, worked example) encoded once for all of them, in the rollout, the replay
-  (`ReplayOptions.common`) and the update.
+  (`ReplayOptions.common`) and the update, and grouped key/value heads read in place
+  (`harness.attention`).
 
 Both settings start each round from the same seed, and the script checks that they give the
 same results: the same completions, distances, log-probs and LoRA gradients to float rounding (it prints the
@@ -31,13 +33,14 @@ from pathlib import Path
 import torch
 from timing import timed, train_setup
 
-SETTINGS = {"plain": dict(static_cache=False, common_prefix=False),
-            "fast": dict(static_cache=True, common_prefix=True)}  # `common_prefix` also switches the replay's
+SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False),
+            "fast": dict(static_cache=True, common_prefix=True, grouped=True)}  # `common_prefix` also switches the replay's
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
     """Each setting's rollout and update seconds, and what the replay and scoring take."""
     from mrtpo.contexts import build_item, model_positions
+    from mrtpo.harness.attention import grouped_attention
     from mrtpo.harness.distances import policy_replayer
     from mrtpo.harness.loss import token_logps
     from mrtpo.replay import ReplayOptions, distances
@@ -47,9 +50,11 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     out, rollouts = {}, {}
     for name, flags in SETTINGS.items():
         torch.manual_seed(seed)
-        rollouts[name], out[f"{name}_rollout"] = timed(lambda: sample(
-            policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens, **flags))
+        with grouped_attention(flags["grouped"]):
+            rollouts[name], out[f"{name}_rollout"] = timed(lambda: sample(
+                policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens, static_cache=flags["static_cache"],
+                common_prefix=flags["common_prefix"]))
     rollout = rollouts["plain"]
     out["same_completions"] = sum(a == b for a, b in zip(rollout.response_ids, rollouts["fast"].response_ids))
     out["completions"] = len(rollout)
@@ -60,7 +65,9 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     with policy_replayer(policy).open() as model:
         for name, flags in SETTINGS.items():
             options = ReplayOptions(common=flags["common_prefix"])
-            qs[name], out[f"{name}_replay"] = timed(lambda: distances(model, items, cfg.temperature, options=options))
+            with grouped_attention(flags["grouped"]):
+                qs[name], out[f"{name}_replay"] = timed(lambda: distances(model, items, cfg.temperature,
+                                                                          options=options))
     out["max_distance_difference"] = float((qs["fast"] - qs["plain"]).abs().max())
     batch = rollout.batch(policy.pad_id, policy.device)
     t = batch.response_mask.shape[1]
@@ -70,10 +77,11 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     results = {}
     for name, flags in SETTINGS.items():
         policy.model.zero_grad(set_to_none=True)
-        (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
-                                                   batch.position_ids, t, cfg.temperature, share_prompts=True,
-                                                   common_prefix=flags["common_prefix"]))
-        _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
+        with grouped_attention(flags["grouped"]):
+            (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                                       batch.position_ids, t, cfg.temperature, share_prompts=True,
+                                                       common_prefix=flags["common_prefix"]))
+            _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
         out[f"{name}_forward"], out[f"{name}_backward"] = fwd, bwd
         results[name] = (logp.detach(), torch.cat([p.grad.flatten() for p in params]))
     policy.model.zero_grad(set_to_none=True)

@@ -5,7 +5,8 @@ prompts are rendered through it), picks the device and dtype (fp32 on CPU, bf16 
 that supports it), and wraps the model with LoRA on all linear projections by default.
 `Policy.reference()` yields the model that the KL term compares against: with LoRA it is
 the same model with the adapter switched off (no second copy); without LoRA a frozen copy
-is kept, and only when `beta > 0` asks for it.
+is kept, and only when `beta > 0` asks for it. On CPU, loading a policy also has transformers'
+attention read grouped key/value heads in place instead of copying them (`harness.attention`).
 """
 from __future__ import annotations
 
@@ -286,11 +287,13 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     """
+    from mrtpo.harness.attention import prefer_grouped_attention
     from mrtpo.loading import Refused, auto_model
 
     check_model_arg(model)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    prefer_grouped_attention(dev)  # on CPU: key/value heads read in place, not copied (harness.attention)
     tok = load_tokenizer(model)
 
     def _load(path):
