@@ -433,12 +433,15 @@ def render_speed_step(name: str, data: dict) -> str:
     settings = data.get("settings") or {}
     title = (f"one step of {data.get('task')}, {model_label(model_field(data))}, {settings.get('batch_prompts')} x "
              f"{settings.get('num_generations')}, {settings.get('max_new_tokens')} new tokens: the fast paths "
-             f"against the plain ones, {data.get('threads')} threads, medians of {data.get('repeats')} rounds")
+             f"against the plain ones, {data.get('threads')} thread{'' if data.get('threads') == 1 else 's'}, "
+             f"medians of {data.get('repeats')} rounds")
     notes = [f"scoring {num(data.get('score_seconds'), 2)} s in both totals",
              f"same completions {data.get('same_completions')}/{data.get('completions')}; largest |distance "
              f"difference| {data.get('max_distance_difference', 0):.1e}; largest |log-prob difference| "
              f"{data.get('max_logp_difference', 0):.1e}; largest relative gradient difference "
              f"{data.get('gradient_relative_difference', 0):.1e}"]
+    if data.get("load_average") is not None:
+        notes.append(f"1-minute load average at the start: {data['load_average']:.1f}")
     notes += list(data.get("notes") or [])
     return block(title, data.get("command", "python benchmarks/speed/step.py"), name,
                  table(["phase", "plain s", "fast s", "fast / plain"], body), notes)

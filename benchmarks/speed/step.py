@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]  # another job on the cores slows both settings alike, but says how to read them
     from mrtpo.harness.policy import load_policy
     from mrtpo.models.builtin import builtin_name
     from mrtpo.models.default import resolve_model
@@ -142,14 +144,16 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {"schema": "mrtpo.speed-step/1", "model": name, "task": args.task,
            "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
                                                      "temperature")} | {"task_args": task_args},
-           "threads": torch.get_num_threads(), "repeats": args.repeats, "rows": rows,
+           "threads": torch.get_num_threads(), "load_average": load, "repeats": args.repeats, "rows": rows,
            "score_seconds": med["score"], "same_completions": same, "completions": total,
            "max_distance_difference": worst_q, "max_logp_difference": worst_logp,
            "gradient_relative_difference": worst_grad, "rounds": rounds,
            "command": "python benchmarks/speed/step.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     if args.json:
+        from mrtpo.textio import write_atomic
+
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_atomic(Path(args.json), json.dumps(doc, indent=1) + "\n")
     return doc
 
 
