@@ -1,8 +1,9 @@
 """mrtpo.harness.attention: grouped key/value heads read in place on CPU, with the same results."""
 from __future__ import annotations
 
+import os
+
 import harness_task
-import pytest
 import torch
 
 from mrtpo.harness.attention import SWITCH, grouped_attention
@@ -15,15 +16,13 @@ def test_a_cpu_policy_turns_the_switch_on_unless_the_user_set_it(tiny_qwen2_dir,
 
     monkeypatch.delenv(SWITCH, raising=False)
     load_policy(str(tiny_qwen2_dir), lora=False, device="cpu")
-    assert __import__("os").environ[SWITCH] == "1"
+    assert os.environ[SWITCH] == "1"
     monkeypatch.setenv(SWITCH, "0")  # the user's choice stands
     load_policy(str(tiny_qwen2_dir), lora=False, device="cpu")
-    assert __import__("os").environ[SWITCH] == "0"
+    assert os.environ[SWITCH] == "0"
 
 
 def test_the_block_sets_the_switch_and_restores_it(monkeypatch):
-    import os
-
     monkeypatch.delenv(SWITCH, raising=False)
     with grouped_attention(True):
         assert os.environ[SWITCH] == "1"
@@ -92,10 +91,11 @@ def test_grouped_heads_give_the_copied_heads_results(tiny_llama_dir, monkeypatch
     torch.testing.assert_close(grouped[3], plain[3], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("device", ["meta"])
-def test_other_devices_are_left_alone(device, monkeypatch):
+def test_other_devices_are_left_alone(monkeypatch):
+    """A GPU keeps transformers' default: there a mask with grouped heads selects a slower kernel."""
     from mrtpo.harness.attention import prefer_grouped_attention
 
     monkeypatch.delenv(SWITCH, raising=False)
-    prefer_grouped_attention(device)
-    assert SWITCH not in __import__("os").environ
+    prefer_grouped_attention("cuda:0")
+    prefer_grouped_attention(torch.device("meta"))
+    assert SWITCH not in os.environ
