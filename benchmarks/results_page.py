@@ -365,7 +365,8 @@ def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) 
         if (p.get("seeds") or 0) < MIN_SEEDS:  # the interval cannot hold the runs' own spread yet
             word = f"none yet: {p.get('seeds')} of {MIN_SEEDS} seeds, the interval holds only the examples' spread"
         verdicts.append([f"{p['a']} - {p['b']}", p["reward"], _ci(p, 3),
-                         " ".join(signed(d) for d in p.get("per_seed") or []), word])
+                         " ".join(signed(d) for d in p.get("per_seed") or []),
+                         " ".join(f"{x}/{y}" for x, y in p.get("better") or []) or "-", word])
     notes = ["seconds of training steps per run: "
              + ", ".join(f"{m} {num(v, 0)}" for m, v in (data.get("seconds_per_run") or {}).items())]
     png = name[:-len(".json")] + ".png"
@@ -374,8 +375,8 @@ def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) 
     command = data.get("command") or "python benchmarks/learning/heldout.py"
     return (block(title, command, name, table(["metric", "method"] + [f"step {s}" for s in steps], body), notes)
             + "\n\n" + block(f"{task}: paired differences after step {settings.get('steps')} ({data.get('interval')})",
-                              command, name, table(["a - b", "metric", "mean [95% interval]", "per seed", "verdict"],
-                                                   verdicts)))
+                              command, name, table(["a - b", "metric", "mean [95% interval]", "per seed",
+                                                    "examples a > b / b > a, per seed", "verdict"], verdicts)))
 
 
 def render_sweep(name: str, data: dict) -> str:

@@ -28,7 +28,7 @@ seeds the seed draw is coarse, so each seed's difference is reported beside it. 
      "metric": the headline metric, "interval": how the intervals were made,
      "curves": {method: {metric: {"steps": [0, 25, ...], "mean": [...], "per_seed": [[...], ...]}}},
      "paired": [{"a", "b", "reward": metric, "mean", "low", "high", "per_seed": [...], "step",
-                 "seeds", "examples"}, ...],
+                 "seeds", "examples", "better": per seed [examples a scored higher, b higher]}, ...],
      "seconds_per_run": {method: seconds (training steps only, mean over seeds)}}
 
 and a PNG of the held-out curves (mean over seeds, band min..max) beside it when matplotlib is
@@ -213,8 +213,15 @@ def paired(runs: dict[str, list[Run]], metrics: list[str], step: int) -> list[di
             mean, low, high = paired_bootstrap(diffs)
             rows.append({"a": a, "b": b, "reward": metric, "mean": mean, "low": low, "high": high,
                          "per_seed": [_mean(d) for d in diffs], "step": step, "seeds": len(diffs),
-                         "examples": len(diffs[0])})
+                         "examples": len(diffs[0]), "better": better_counts(diffs)})
     return rows
+
+
+def better_counts(diffs: Sequence[Sequence[float]]) -> list[list[int]]:
+    """Per seed, [examples where a scored higher, examples where b did] from the paired
+    differences `diffs[s][e]` (NaN skipped): the discordant pairs of a McNemar-style reading,
+    which show whether a mean difference comes from many examples or a few."""
+    return [[sum(1 for x in d if x > 0), sum(1 for x in d if x < 0)] for d in diffs]
 
 
 def _differences(ra: Run, rb: Run, step: int, metric: str) -> list[float] | None:
@@ -249,11 +256,12 @@ def table(task: str, summary: dict) -> None:
             cells = " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in c[metric]["mean"])
             print(f"{metric:<26} {method:<15} {cells}")
     print(f"\n== paired differences after step {settings['steps']} ({summary['interval']})")
-    print(f"{'metric':<26} {'a - b':<28} {'mean':>7} {'low':>7} {'high':>7}   per seed")
+    print(f"{'metric':<26} {'a - b':<28} {'mean':>7} {'low':>7} {'high':>7}   per seed   examples a > b / b > a")
     for r in summary["paired"]:
         seeds = " ".join("-" if d is None else f"{d:+.3f}" for d in r["per_seed"])
+        better = " ".join(f"{x}/{y}" for x, y in r.get("better") or [])
         print(f"{r['reward']:<26} {r['a'] + ' - ' + r['b']:<28} {r['mean']:>+7.3f} {r['low']:>+7.3f} "
-              f"{r['high']:>+7.3f}   {seeds}")
+              f"{r['high']:>+7.3f}   {seeds}   {better}")
 
 
 def plot(summary: dict, path: Path) -> bool:

@@ -50,6 +50,11 @@ def test_degenerate_and_missing_differences():
         heldout.paired_bootstrap([])
 
 
+def test_better_counts_are_the_discordant_examples_per_seed():
+    diffs = [[1.0, 0.0, -1.0, 1.0, math.nan], [0.0, -0.5, -1.0, 0.0, 0.0]]  # [seed][example], a - b
+    assert heldout.better_counts(diffs) == [[2, 1], [0, 2]]  # ties and NaN count for neither
+
+
 def test_pairs_compare_mrtpo_with_gdpo_and_the_control():
     assert heldout.pairs_of(["gdpo", "mrtpo", "mrtpo-shuffled"]) == [
         ("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo")]
@@ -81,6 +86,8 @@ def test_the_runner_writes_paired_held_out_results_and_keeps_each_run(tmp_path, 
         "a": "mrtpo", "b": "gdpo", "reward": "ast_accuracy", "step": 2, "seeds": 2, "examples": 4}
     assert row["low"] <= row["mean"] <= row["high"] and len(row["per_seed"]) == 2
     assert row["mean"] == pytest.approx(sum(row["per_seed"]) / 2)
+    for seed_diff, (a_better, b_better) in zip(row["per_seed"], row["better"]):  # [a > b, b > a] per seed
+        assert a_better + b_better <= 4 and (a_better - b_better) / 4 == pytest.approx(seed_diff)  # 0/1 metric
     assert {r["reward"] for r in doc["paired"]} == {"ast_accuracy", "format"}  # the metrics with per-example values
     assert results.with_suffix(".png").is_file()
     # each finished run is kept beside the results: its config, training curves and held-out curve

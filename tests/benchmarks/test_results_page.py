@@ -170,8 +170,8 @@ def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_
     (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
     text = page.render(results)
     assert "| execution_accuracy | mrtpo | 0.040 | 0.140 |" in text and "mean over seed 0" in text
-    assert ("| mrtpo - gdpo | execution_accuracy | +0.040 [-0.030, +0.110] | +0.040 | none yet: 1 of 3 seeds, "
-            "the interval holds only the examples' spread |") in text
-    doc["paired"][0].update(low=0.01, seeds=3, per_seed=[0.03, 0.04, 0.05])
+    assert ("| mrtpo - gdpo | execution_accuracy | +0.040 [-0.030, +0.110] | +0.040 | - | none yet: 1 of 3 seeds, "
+            "the interval holds only the examples' spread |") in text  # a file from before "better" was recorded
+    doc["paired"][0].update(low=0.01, seeds=3, per_seed=[0.03, 0.04, 0.05], better=[[5, 2], [6, 2], [5, 0]])
     (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
-    assert "| +0.040 [+0.010, +0.110] | +0.030 +0.040 +0.050 | a > b |" in page.render(results)
+    assert "| +0.040 [+0.010, +0.110] | +0.030 +0.040 +0.050 | 5/2 6/2 5/0 | a > b |" in page.render(results)
