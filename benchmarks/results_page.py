@@ -342,6 +342,12 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
                     table(["a - b", "reward", "mean [95% interval]", "verdict"], verdicts)))
 
 
+def _with_seeds(method: str, curve: dict, seeds: list) -> str:
+    """A held-out curve's method, naming its seeds when it has fewer than the comparison's."""
+    have = curve.get("seeds")
+    return method if have is None or list(have) == list(seeds) else f"{method} (seeds {', '.join(map(str, have))})"
+
+
 def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     """benchmarks/learning/heldout.py: the held-out curve per method and metric (mean over
     seeds), then the paired differences after the last step with a verdict."""
@@ -349,9 +355,9 @@ def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) 
     curves = data.get("curves") or {}
     metrics = data.get("metrics") or []
     steps = next((c[m]["steps"] for c in curves.values() for m in metrics if m in c), [])
-    body = [[metric, method] + [num(v, 3) for v in c[metric]["mean"]]
-            for metric in metrics for method, c in curves.items() if metric in c]
     seeds = settings.get("seeds") or []
+    body = [[metric, _with_seeds(method, c[metric], seeds)] + [num(v, 3) for v in c[metric]["mean"]]
+            for metric in metrics for method, c in curves.items() if metric in c]
     task = settings.get("task", "?")
     title = (f"{task}, {model_label(model_field(data))}: held-out {data.get('metric')} on "
              f"{settings.get('heldout_examples')} examples (greedy), {settings.get('steps')} steps of "

@@ -28,7 +28,8 @@ seeds the seed draw is coarse, so each seed's difference is reported beside it. 
      "metric": the headline metric, "interval": how the intervals were made,
      "curves": {method: {metric: {"steps": [0, 25, ...], "mean": [...], "per_seed": [[...], ...]}}},
      "paired": [{"a", "b", "reward": metric, "mean", "low", "high", "per_seed": [...], "step",
-                 "seeds", "examples", "better": per seed [examples a scored higher, b higher]}, ...],
+                 "seeds": how many, "seed_ids", "examples",
+                 "better": per seed [examples a scored higher, b higher]}, ...],
      "seconds_per_run": {method: seconds (training steps only, mean over seeds)}}
 
 and a PNG of the held-out curves (mean over seeds, band min..max) beside it when matplotlib is
@@ -53,6 +54,10 @@ value; no checkpoints, about 0.1-0.3 MB a run). Commit that directory after each
 this machine or a fresh checkout, reads the kept runs back and trains only the missing ones
 (an interrupted run whose <out> is gone starts again). Once every run has finished, commit the
 results file and its PNG too.
+
+While some runs are still going (another session, another machine), `--kept-only` writes the
+part result from the kept runs alone and trains nothing: each pair of methods is compared on
+the seeds both have finished, and each row says how many.
 """
 from __future__ import annotations
 
@@ -159,16 +164,25 @@ def keep(run_dir: Path, kept: Path) -> None:
             write_atomic(kept / name, (run_dir / name).read_text(encoding="utf-8"))
 
 
+def read_kept(kept_root: Path, task: str, method: str, seed: int, settings: dict) -> Run | None:
+    """The kept copy of (method, seed) when it finished with these settings, else None."""
+    kept = kept_root / method / f"seed{seed}"
+    if learning.finished(kept, settings["steps"], measured=True) is None:
+        return None
+    learning.check_settings(kept, learning.run_config(kept, task, method, seed, settings))
+    return read_run(kept, method, seed, settings["steps"])
+
+
 def run_or_read(out: Path, kept_root: Path | None, task: str, method: str, seed: int, settings: dict,
                 threads: int | None, measure) -> Run:
     """One (method, seed): read back from its kept copy when that finished with these settings
     (an earlier session's), else trained or read back from <out> (learning.run_one, which
     resumes an interrupted run) and then kept."""
     steps = settings["steps"]
+    done = read_kept(kept_root, task, method, seed, settings) if kept_root is not None else None
+    if done is not None:
+        return done
     kept = kept_root / method / f"seed{seed}" if kept_root is not None else None
-    if kept is not None and learning.finished(kept, steps, measured=True) is not None:
-        learning.check_settings(kept, learning.run_config(kept, task, method, seed, settings))
-        return read_run(kept, method, seed, steps)
     learning.run_one(out, task, method, seed, settings, threads, measure)
     run_dir = learning.run_dir_of(out, task, method, seed)
     if kept is not None:
@@ -188,7 +202,8 @@ def metrics_of(runs: list[Run]) -> list[str]:
 
 
 def curves(runs: dict[str, list[Run]], metrics: list[str]) -> dict:
-    """{method: {metric: {"steps", "mean" (over the seeds measured at that step), "per_seed"}}}."""
+    """{method: {metric: {"steps", "mean" (over the seeds measured at that step), "per_seed",
+    "seeds" (which, in per_seed's order)}}}."""
     steps = sorted({p["step"] for rs in runs.values() for r in rs for p in r.curve})
     out: dict = {}
     for method, rs in runs.items():
@@ -196,24 +211,27 @@ def curves(runs: dict[str, list[Run]], metrics: list[str]) -> dict:
         for metric in metrics:
             per_seed = [[(r.point(s) or {}).get(metric) for s in steps] for r in rs]  # [S][steps]
             out[method][metric] = {"steps": steps, "mean": [_mean(col) for col in zip(*per_seed)],
-                                   "per_seed": per_seed}
+                                   "per_seed": per_seed, "seeds": [r.seed for r in rs]}
     return out
 
 
 def paired(runs: dict[str, list[Run]], metrics: list[str], step: int) -> list[dict]:
     """Per metric with per-example values (the headline first) and pair of methods: the paired
-    difference at `step` (the last), mean over seeds and examples, its bootstrap interval and
-    each seed's difference."""
+    difference at `step` (the last), mean over the seeds both methods ran and the examples, its
+    bootstrap interval and each seed's difference."""
     rows = []
     for metric in metrics:
         for a, b in pairs_of(list(runs)):
-            diffs = [_differences(ra, rb, step, metric) for ra, rb in zip(runs[a], runs[b])]  # [S][E]
+            of_b = {r.seed: r for r in runs[b]}
+            both = [(ra, of_b[ra.seed]) for ra in runs[a] if ra.seed in of_b]
+            diffs = [_differences(ra, rb, step, metric) for ra, rb in both]  # [S][E]
             if not diffs or any(d is None for d in diffs):
                 continue  # a metric without per-example values (a mean over instructions, ...)
             mean, low, high = paired_bootstrap(diffs)
             rows.append({"a": a, "b": b, "reward": metric, "mean": mean, "low": low, "high": high,
                          "per_seed": [_mean(d) for d in diffs], "step": step, "seeds": len(diffs),
-                         "examples": len(diffs[0]), "better": better_counts(diffs)})
+                         "seed_ids": [ra.seed for ra, _ in both], "examples": len(diffs[0]),
+                         "better": better_counts(diffs)})
     return rows
 
 
@@ -255,6 +273,9 @@ def table(task: str, summary: dict) -> None:
         for method, c in by_method.items():
             cells = " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in c[metric]["mean"])
             print(f"{metric:<26} {method:<15} {cells}")
+    part = {m: c[summary["metric"]].get("seeds") for m, c in by_method.items()}
+    if any(have != settings["seeds"] for have in part.values()):  # --kept-only while some runs still go
+        print("a part result; seeds per method: " + "; ".join(f"{m} {have}" for m, have in part.items()))
     print(f"\n== paired differences after step {settings['steps']} ({summary['interval']})")
     print(f"{'metric':<26} {'a - b':<28} {'mean':>7} {'low':>7} {'high':>7}   per seed   examples a > b / b > a")
     for r in summary["paired"]:
@@ -318,6 +339,8 @@ def parser() -> argparse.ArgumentParser:
     learning.add_train_flags(ap, save_every=5)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="benchmarks/out/learning-heldout", help="where the runs train")
+    ap.add_argument("--kept-only", action="store_true",
+                    help="train nothing: summarise the runs kept beside --json (a part result while others run)")
     ap.add_argument("--json", default=None,
                     help="the results file (e.g. benchmarks/results/learning-heldout-TASK-MODEL.json); finished "
                          "runs are kept beside it, in the directory of its name (default: <out>/summary.json, "
@@ -381,8 +404,18 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
     print(f"model {args.model}; task {args.task}; methods {methods}; seeds {seeds}; held out: {source}; "
           f"settings {settings}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     t0 = time.perf_counter()
-    runs = {m: [run_or_read(out, kept_root, args.task, m, s, settings, args.threads, measure or official)
-                for s in seeds] for m in methods}
+    if args.kept_only:
+        if kept_root is None:
+            parser().error("--kept-only reads the runs kept beside --json: give --json")
+        found = {m: [read_kept(kept_root, args.task, m, s, settings) for s in seeds] for m in methods}
+        runs = {m: [r for r in rs if r is not None] for m, rs in found.items()}
+        print("kept runs: " + "; ".join(f"{m} seeds {[r.seed for r in rs] or 'none'}" for m, rs in runs.items()))
+        runs = {m: rs for m, rs in runs.items() if rs}
+        if not runs:
+            raise SystemExit(f"--kept-only: no finished run with these settings is kept in {kept_root}")
+    else:
+        runs = {m: [run_or_read(out, kept_root, args.task, m, s, settings, args.threads, measure or official)
+                    for s in seeds] for m in methods}
     metrics = metrics_of([r for rs in runs.values() for r in rs])
     summary = {
         "command": shlex.join(["python", "benchmarks/learning/heldout.py", *(sys.argv[1:] if argv is None else argv)]),

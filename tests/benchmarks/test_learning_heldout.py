@@ -107,3 +107,18 @@ def test_the_runner_writes_paired_held_out_results_and_keeps_each_run(tmp_path, 
     # ...unless the settings differ: a kept run is never mixed into another comparison
     with pytest.raises(SystemExit, match="holds a run with other settings.*lr"):
         heldout.main([*argv, "--lr", "0.5"])
+
+    # --kept-only: while a run is still missing, the part result pairs each two methods on the
+    # seeds both finished and trains nothing
+    shutil.rmtree(results.with_suffix("") / "mrtpo" / "seed0")
+    part = heldout.main([*argv, "--kept-only"])
+    out = capsys.readouterr().out
+    assert "  ran toolcall " not in out and not (tmp_path / "out").exists()
+    assert "kept runs: gdpo seeds [0, 1]; mrtpo seeds [1]" in out and "a part result" in out
+    row = part["paired"][0]
+    assert (row["seeds"], row["seed_ids"]) == (1, [1]) and part["curves"]["mrtpo"]["ast_accuracy"]["seeds"] == [1]
+    assert row["per_seed"] == [summary["paired"][0]["per_seed"][1]]  # seed 1's difference, as before
+    assert part["curves"]["gdpo"] == summary["curves"]["gdpo"]
+    with pytest.raises(SystemExit):
+        heldout.main([a for a in argv if a not in ("--json", str(results))] + ["--kept-only"])
+    assert "--kept-only reads the runs kept beside --json: give --json" in capsys.readouterr().err

@@ -175,3 +175,10 @@ def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_
     doc["paired"][0].update(low=0.01, seeds=3, per_seed=[0.03, 0.04, 0.05], better=[[5, 2], [6, 2], [5, 0]])
     (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
     assert "| +0.040 [+0.010, +0.110] | +0.030 +0.040 +0.050 | 5/2 6/2 5/0 | a > b |" in page.render(results)
+    doc["settings"]["seeds"] = [0, 1, 2]  # a part result: one method has fewer seeds than asked for
+    doc["curves"]["mrtpo"]["execution_accuracy"]["seeds"] = [0]
+    doc["curves"]["gdpo"]["execution_accuracy"]["seeds"] = [0, 1, 2]
+    (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    text = page.render(results)
+    assert "| execution_accuracy | mrtpo (seeds 0) | 0.040 | 0.140 |" in text
+    assert "| execution_accuracy | gdpo | 0.040 | 0.100 |" in text
