@@ -286,7 +286,8 @@ def table(task: str, summary: dict) -> None:
 
 
 def plot(summary: dict, path: Path) -> bool:
-    """The held-out curves, one panel per metric: mean over seeds, band min..max."""
+    """The held-out curves, one panel per metric: mean over seeds, band min..max; a method
+    with fewer seeds than the comparison's (a part result) names them in the legend."""
     try:
         import matplotlib
 
@@ -303,7 +304,9 @@ def plot(summary: dict, path: Path) -> bool:
             x = [s for s, v in zip(m["steps"], m["mean"]) if v is not None]
             cols = [[v for v in col if v is not None] for col in zip(*m["per_seed"])]
             cols = [col for col in cols if col]
-            line, = ax.plot(x, [v for v in m["mean"] if v is not None], marker="o", ms=3, lw=1.4, label=method)
+            seeds = m.get("seeds")
+            label = method if seeds in (None, summary["settings"]["seeds"]) else f"{method} (seeds {seeds})"
+            line, = ax.plot(x, [v for v in m["mean"] if v is not None], marker="o", ms=3, lw=1.4, label=label)
             ax.fill_between(x, [min(col) for col in cols], [max(col) for col in cols], color=line.get_color(),
                             alpha=0.15, lw=0)
         ax.set_title(f"{summary['settings']['task']}: held-out {metric}", fontsize=9)
