@@ -256,9 +256,9 @@ class Distributed:
 
     # ----------------------------------------------------------------------------- sampling
     def sampler(self, seed: int, step: int, first_row: int, temperature: float = 1.0,
-                top_p: float = 1.0) -> list:
+                top_p: float = 1.0, record_logps: bool = False) -> list:
         """The logits processors for sampling this process's rows (see RowSeededSampling)."""
-        return [RowSeededSampling(seed, step, first_row, temperature, top_p)]
+        return [RowSeededSampling(seed, step, first_row, temperature, top_p, record_logps)]
 
 
 def is_main_process() -> bool:
@@ -294,15 +294,24 @@ class RowSeededSampling:
     Each row's uniforms are drawn `BLOCK` decoding steps at a time (one `torch.rand(BLOCK)`
     per row gives the same numbers as BLOCK successive `torch.rand(1)`, tested) and moved to
     the device once per block, not once per token.
+
+    `record_logps`: also keep each drawn token's log-probability under the sampling model,
+    log softmax(logits / temperature) as `loss.token_logps` computes it (top-p not applied,
+    as TRL's sampling log-probs), for the update's importance-sampling correction when the
+    sampling model is not the trained one (--rollout-dtype); `logps()` returns them.
     """
 
     draws_tokens = True
     BLOCK = 64
 
-    def __init__(self, seed: int, step: int, first_row: int, temperature: float = 1.0, top_p: float = 1.0):
+    def __init__(self, seed: int, step: int, first_row: int, temperature: float = 1.0, top_p: float = 1.0,
+                 record_logps: bool = False):
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
         self.seed, self.step, self.first_row = seed, step, first_row
+        self.temperature = temperature
+        self.record_logps = record_logps
+        self._logps: list[torch.Tensor] = []  # per decoding step: [n] the drawn tokens' log-probs
         self.warpers = []
         if temperature != 1.0:
             self.warpers.append(TemperatureLogitsWarper(temperature))
@@ -326,7 +335,13 @@ class RowSeededSampling:
         self.calls += 1
         return self._block[:n, col]  # [n]
 
+    def logps(self) -> torch.Tensor | None:
+        """[n, steps] float32: row i's drawn tokens' log-probs, one column per decoding step
+        (columns after a row stopped are the padding's); None unless `record_logps`."""
+        return torch.stack(self._logps, 1).float() if self.record_logps and self._logps else None
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        raw = scores  # [n, V] the model's logits
         for warp in self.warpers:
             scores = warp(input_ids, scores)  # [n, V]
         probs = torch.softmax(scores.double(), dim=-1)  # [n, V]
@@ -335,5 +350,8 @@ class RowSeededSampling:
         token = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True)  # [n, 1]
         last = (probs > 0).cumsum(-1).argmax(-1, keepdim=True)  # [n, 1] the last token it may pick
         token = torch.minimum(token, last)  # u * total rounded up to the total: take the last one
+        if self.record_logps:
+            logp = torch.log_softmax(raw.double() / self.temperature, dim=-1)  # [n, V]
+            self._logps.append(logp.gather(-1, token).squeeze(-1))  # [n]
         out = torch.full_like(scores, float("-inf"))  # [n, V]
         return out.scatter_(-1, token, 0.0)

@@ -35,7 +35,8 @@ from mrtpo.harness.distances import blocks_for, logs_completions, mrtpo_step, po
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
-from mrtpo.harness.policy import check_model_arg, load_policy
+from mrtpo.harness.policy import (check_model_arg, load_policy, resolve_device, resolve_dtype,
+                                  resolve_rollout_dtype)
 from mrtpo.harness.rollout import sample
 from mrtpo.harness.runfiles import check_run_dir
 from mrtpo.harness.runlock import RunLock
@@ -105,6 +106,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
     # the verifier pool forks now, before the model is loaded (a small process to copy)
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
     resume_from = dist.run_on_main(lambda: checkpoints.resume_point(run_dir)) if cfg.resume else None
+    device = resolve_device(dist.policy_device(cfg.device))  # --rollout-dtype refused here, before loading
+    rollout_dtype = resolve_rollout_dtype(cfg.rollout_dtype, device, resolve_dtype(cfg.dtype, device))
     policy = load_policy(
         model_path, lora=cfg.lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
@@ -152,8 +155,9 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
             with timer("generate"):  # each row samples from its own seeded generator
                 rollout = sample(policy, task, examples, G, temperature=cfg.temperature,
                                  top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                 logits_processor=dist.sampler(cfg.seed, step, rows.start,
-                                                               cfg.temperature, cfg.top_p))
+                                 logits_processor=dist.sampler(cfg.seed, step, rows.start, cfg.temperature,
+                                                               cfg.top_p, record_logps=rollout_dtype is not None),
+                                 dtype=rollout_dtype)
             with timer("verify"):  # own rows on the global reward columns; the whole batch's scores
                 scored, batch_scored = dist.gather_scores(
                     scorer.score(rollout.examples, rollout.responses))  # scores [n, K], [N, K]
@@ -181,7 +185,10 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                                epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
                                num_iterations=cfg.num_iterations, grad_accum=cfg.grad_accum,
                                max_grad_norm=cfg.max_grad_norm,
-                               max_completion_length=cfg.max_new_tokens, loss_mask=loss_mask, dist=dist)
+                               max_completion_length=cfg.max_new_tokens, loss_mask=loss_mask,
+                               sampling_logps=rollout.sampling_logp_matrix(),
+                               is_mode=cfg.importance_sampling_mode if cfg.importance_sampling_correction else None,
+                               is_clip_max=cfg.importance_sampling_clip_max, dist=dist)
 
             record: dict[str, Any] = {"step": step, "epoch": step * cfg.batch_prompts / len(train_set)}
             record.update(reward_metrics(batch_scored.scores, batch_scored.names, batch_scored.weights, G))

@@ -114,6 +114,32 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0  # [N, T]
 
 
+IS_MODES = ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
+
+
+def sampling_correction(old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor,
+                        mode: str = "sequence_mask", clip_max: float = 3.0) -> torch.Tensor:
+    """Importance weights for tokens sampled from another model than the trained one
+    (--rollout-dtype bfloat16), as TRL's vllm_importance_sampling_correction -> [n, T].
+
+    The ratio is exp(old - sampling) per token (`token_*`) or exp of its sum over the
+    completion (`sequence_*`, the same weight on each of its tokens); `*_truncate` caps it at
+    `clip_max`, `*_mask` sets ratios above `clip_max` to 0 (the completion or token leaves
+    the loss). It multiplies the clipped surrogate of each token; it carries no gradient."""
+    m = mask.to(old_logp.dtype)  # [n, T]
+    diff = ((old_logp - sampling_logp) * m).detach()  # [n, T]
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)  # [n, 1]
+    ratio = torch.exp(diff)  # [n, T] or [n, 1]
+    if mode.endswith("truncate"):
+        ratio = ratio.clamp(max=clip_max)
+    elif mode.endswith("mask"):
+        ratio = ratio.masked_fill(ratio > clip_max, 0.0)
+    else:
+        raise ValueError(f"importance sampling mode must be one of {', '.join(IS_MODES)}, got {mode!r}")
+    return ratio.expand_as(m) * m  # [n, T]
+
+
 class LossParts(NamedTuple):
     """Token-level sums for logging (divide by `tokens` for means)."""
 
@@ -145,14 +171,19 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 mask: torch.Tensor, *, ref_logp: torch.Tensor | None = None, beta: float = 0.0,
                 epsilon: float = 0.2, epsilon_high: float | None = None, loss_type: LossType = "dapo",
                 num_sequences: int, num_tokens: float, max_completion_length: int,
-                ) -> tuple[torch.Tensor, LossParts]:
-    """Clipped surrogate (+ beta KL) for a micro-batch, normalised over the whole batch -> ([], parts)."""
+                is_ratio: torch.Tensor | None = None) -> tuple[torch.Tensor, LossParts]:
+    """Clipped surrogate (+ beta KL) for a micro-batch, normalised over the whole batch -> ([], parts).
+
+    `is_ratio` [n, T] (`sampling_correction`): weights the surrogate of each token, not the KL
+    term, as TRL weights it."""
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if advantages.shape != logp.shape:
         raise ValueError(f"advantages {tuple(advantages.shape)} must match log-probs {tuple(logp.shape)}")
     ratio = torch.exp(logp - old_logp)  # [n, T]
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)  # [n, T]
     per_token = -torch.min(ratio * advantages, clipped * advantages)  # [n, T]
+    if is_ratio is not None:
+        per_token = per_token * is_ratio
     kl = None
     if beta != 0.0:
         if ref_logp is None:

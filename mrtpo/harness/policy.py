@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -34,6 +34,7 @@ class Policy:
     dtype: torch.dtype
     lora: bool
     frozen_reference: torch.nn.Module | None = None  # only for --no-lora with beta > 0
+    _copies: dict = field(default_factory=dict, repr=False)  # dtype -> the model's copy in it (`sampler`)
 
     @property
     def stop_ids(self) -> list[int]:
@@ -74,6 +75,33 @@ class Policy:
                 weight.data.copy_(exact)
 
     @contextlib.contextmanager
+    def sampler(self, dtype: torch.dtype | None = None) -> Iterator[torch.nn.Module]:
+        """The model to sample from, without gradients: `merged()`, or with a `dtype` other than
+        the weights' (--rollout-dtype bfloat16) a copy of the merged model in that dtype.
+
+        The copy is made once and its parameters are overwritten from the merged weights on
+        every call (one cast of the weights, ~0.05 s for SmolLM2 on a CPU), so it always holds
+        the current policy; its buffers (rotary frequencies) stay as they are, in float32. It
+        samples from a slightly different distribution than the weights: the update corrects
+        for that with importance sampling (harness.loss.sampling_correction)."""
+        with self.merged() as model:
+            if dtype is None or dtype == self.dtype:
+                yield model
+                return
+            low = self._copies.get(dtype)
+            if low is None:
+                low = copy.deepcopy(model)
+                for p in low.parameters():
+                    p.data = p.data.to(dtype)
+                    p.requires_grad_(False)
+                self._copies[dtype] = low
+            else:
+                for dst, src in zip(low.parameters(), model.parameters()):
+                    dst.copy_(src)
+            low.eval()
+            yield low
+
+    @contextlib.contextmanager
     def reference(self) -> Iterator[torch.nn.Module]:
         """The base model for the KL term: the adapter switched off, or the frozen copy."""
         if self.lora:
@@ -111,6 +139,24 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     problem = _cannot_compute(dtype, device)
     if problem:
         raise PolicyLoadError(f"--dtype {name}: {device} cannot compute in it ({problem}); use --dtype float32")
+    return dtype
+
+
+def resolve_rollout_dtype(name: str, device: torch.device, weights: torch.dtype) -> torch.dtype | None:
+    """`--rollout-dtype NAME`: None for 'same' (or the weights' own dtype), else the dtype a copy
+    of the policy samples in; refused before any model loads when `device` cannot compute in it."""
+    if name == "same":
+        return None
+    dtype = {"bfloat16": torch.bfloat16}[name]
+    if dtype == weights:
+        return None
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise PolicyLoadError(f"--rollout-dtype {name}: this GPU ({device}) has no bfloat16 support; "
+                              "use --rollout-dtype same")
+    problem = _cannot_compute(dtype, device)
+    if problem:
+        raise PolicyLoadError(f"--rollout-dtype {name}: {device} cannot compute in it ({problem}); "
+                              "use --rollout-dtype same")
     return dtype
 
 

@@ -41,6 +41,9 @@ class Rollout:
     responses: list[str]  # N decoded (special tokens dropped)
     truncated: list[bool]  # N: no stop token within max_new_tokens
     group_size: int
+    # N: each sampled token's log-prob under the model that sampled it, when it was not the
+    # trained weights (--rollout-dtype bfloat16); the update's importance-sampling correction
+    sampling_logps: list[list[float]] | None = None
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -65,6 +68,15 @@ class Rollout:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [N, P + T]
         resp = attn[:, p:].clone()  # [N, T]
         return Batch(ids.to(device), attn.to(device), pos.to(device), resp.to(device))
+
+    def sampling_logp_matrix(self) -> torch.Tensor | None:
+        """`sampling_logps` right-padded with 0 to the batch's [N, T]; None when not kept."""
+        if self.sampling_logps is None:
+            return None
+        out = torch.zeros(len(self), max(1, self.max_length))  # [N, T]
+        for i, r in enumerate(self.sampling_logps):
+            out[i, :len(r)] = torch.tensor(r, dtype=out.dtype)
+        return out
 
     def response_mask(self) -> torch.Tensor:
         t = max(1, self.max_length)
@@ -148,8 +160,13 @@ def check_prompt(task: Task, example: Example, prompt_tokens: int, max_new_token
 def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
            greedy: bool = False, logits_processor: list | None = None,
-           static_cache: bool = True, common_prefix: bool = True) -> Rollout:
+           static_cache: bool = True, common_prefix: bool = True,
+           dtype: torch.dtype | None = None) -> Rollout:
     """Sample `num_generations` completions for each example (greedy: one, argmax).
+
+    `dtype`: sample from a copy of the policy in this dtype (`Policy.sampler`; None: the
+    weights themselves); a processor that records its tokens' log-probs (RowSeededSampling
+    with `record_logps`) fills the rollout's `sampling_logps`.
 
     `logits_processor`: extra transformers logits processors, e.g. the loop's per-row seeded
     sampling (mrtpo.harness.distributed.RowSeededSampling). `static_cache`, `common_prefix`:
@@ -182,7 +199,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     was_training = policy.model.training
     policy.model.eval()
     try:
-        with policy.merged() as model:
+        with policy.sampler(dtype) as model:
             if p > 1:  # each prompt encoded once for its G completions, their shared beginning once
                 from mrtpo.replay.plumbing import cache_kwarg, decoder_of
 
@@ -204,6 +221,9 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         end = next((j for j, t in enumerate(row) if t in stop_set), None)
         response_ids.append(row if end is None else row[:end + 1])
         truncated.append(end is None)
+    recorded = next((proc.logps() for proc in logits_processor or [] if getattr(proc, "record_logps", False)), None)
+    sampling_logps = None if recorded is None else [
+        recorded[i, :len(r)].tolist() for i, r in enumerate(response_ids)]  # [B*G][len]
     return Rollout(
         examples=[ex for ex in examples for _ in range(g)],
         prompts=[t for t in texts for _ in range(g)],
@@ -212,4 +232,5 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         responses=[tok.decode(r, skip_special_tokens=True) for r in response_ids],
         truncated=truncated,
         group_size=g,
+        sampling_logps=sampling_logps,
     )

@@ -23,6 +23,9 @@ TRL_ALIASES = {
     "max_steps": "steps",
     "gradient_accumulation_steps": "grad_accum",
     "save_steps": "save_every",
+    "vllm_importance_sampling_correction": "importance_sampling_correction",
+    "vllm_importance_sampling_mode": "importance_sampling_mode",
+    "vllm_importance_sampling_clip_max": "importance_sampling_clip_max",
     "reward_weights": "reward_weights",  # the field's own name; the flag is --reward-weight
 }
 

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from mrtpo.harness.loss import policy_loss, token_logps
+from mrtpo.harness.loss import policy_loss, sampling_correction, token_logps
 from mrtpo.harness.rollout import Batch
 
 
@@ -72,8 +72,14 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
            temperature: float, loss_type: str, epsilon: float, epsilon_high: float | None,
            beta: float, num_iterations: int, grad_accum: int, max_grad_norm: float,
            max_completion_length: int, loss_mask: torch.Tensor | None = None,
-           dist=None) -> dict[str, float]:
+           sampling_logps: torch.Tensor | None = None, is_mode: str | None = "sequence_mask",
+           is_clip_max: float = 3.0, dist=None) -> dict[str, float]:
     """Run `num_iterations` optimizer steps on the batch; return TRL-named statistics.
+
+    `sampling_logps` [N, T]: the tokens' log-probs under the model that sampled them, when it
+    was not these weights (--rollout-dtype); the first pass's log-probs are compared with
+    them (TRL's sampling/* statistics) and, unless `is_mode` is None, weight each token's
+    surrogate by `loss.sampling_correction` (TRL's vllm_importance_sampling_correction).
 
     `dist` (mrtpo.harness.distributed.Distributed): this process holds one share of a
     data-parallel batch; losses are normalised by the whole batch, gradients averaged over
@@ -89,6 +95,7 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
         num_tokens = dist.mean(num_tokens)
     ref = reference_logps(policy, batch, temperature, grad_accum) if beta != 0.0 else None  # [N, T]
     old = torch.zeros(n, t, device=mask.device)  # [N, T] filled on the first pass
+    is_ratio = None if sampling_logps is None or is_mode is None else torch.ones(n, t, device=mask.device)  # [N, T]
     model.train()
     sums = dict(loss=0.0, tokens=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, entropy=0.0, grad_norm=0.0)
     extremes: list[tuple[float, float]] = []  # per iteration: (clip_ratio/low_min, clip_ratio/high_max)
@@ -103,10 +110,14 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
             if it == 0:
                 old[mb] = logp.detach()
                 sums["entropy"] += float((entropy * mask[mb]).sum())
+                if is_ratio is not None:
+                    is_ratio[mb] = sampling_correction(old[mb], sampling_logps[mb].to(old.device), mask[mb],
+                                                       is_mode, is_clip_max)
             loss, parts = policy_loss(
                 logp, old[mb], adv[mb], mask[mb], ref_logp=None if ref is None else ref[mb],
                 beta=beta, epsilon=epsilon, epsilon_high=epsilon_high, loss_type=loss_type,
-                num_sequences=n, num_tokens=num_tokens, max_completion_length=max_completion_length)
+                num_sequences=n, num_tokens=num_tokens, max_completion_length=max_completion_length,
+                is_ratio=None if is_ratio is None else is_ratio[mb])
             loss.backward()
             pass_loss += float(loss.detach())
             for key in ("tokens", "clip_low", "clip_high", "kl"):
@@ -142,7 +153,34 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
     stats["clip_ratio/high_max"] = sum(e[1] for e in extremes) / len(extremes)
     if beta != 0.0:
         stats["kl"] = sums["kl"] / tok
+    if sampling_logps is not None:
+        stats.update(sampling_stats(old, sampling_logps.to(old.device), mask, is_ratio, dist))
     return stats
+
+
+def sampling_stats(old: torch.Tensor, sampling: torch.Tensor, mask: torch.Tensor,
+                   is_ratio: torch.Tensor | None, dist=None) -> dict[str, float]:
+    """TRL's sampling/* statistics over the batch's response tokens: |old - sampling| mean and
+    max, and the importance weights' min, mean and max (when the correction is on)."""
+    m = mask > 0  # [N, T]
+    delta = (old - sampling).abs()[m]  # [tokens]
+    parts = {"sum": float(delta.sum()), "n": float(delta.numel()), "max": float(delta.max()) if delta.numel() else 0.0}
+    w = is_ratio[m] if is_ratio is not None else None  # [tokens]
+    if w is not None:
+        parts.update(w_sum=float(w.sum()), w_min=float(w.min()) if w.numel() else 1.0,
+                     w_max=float(w.max()) if w.numel() else 1.0)
+    if dist is not None and dist.active:
+        every = dist.gather_objects([parts])
+        parts = {k: (sum if k in ("sum", "n", "w_sum") else min if k == "w_min" else max)(p[k] for p in every)
+                 for k in parts}
+    n = max(parts["n"], 1.0)
+    out = {"sampling/sampling_logp_difference/mean": parts["sum"] / n,
+           "sampling/sampling_logp_difference/max": parts["max"]}
+    if w is not None:
+        out.update({"sampling/importance_sampling_ratio/min": parts["w_min"],
+                    "sampling/importance_sampling_ratio/mean": parts["w_sum"] / n,
+                    "sampling/importance_sampling_ratio/max": parts["w_max"]})
+    return out
 
 
 def _extremes(low_min: list[float], high_max: list[float], dist=None) -> tuple[float, float]:

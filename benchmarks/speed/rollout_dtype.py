@@ -1,0 +1,173 @@
+"""The rollout from float32 weights against the rollout from their bfloat16 copy
+(`mrtpo train --rollout-dtype bfloat16`), side by side in one run.
+
+Both sample the same B x G completions' worth of prompts with the trainer's row-seeded
+sampling, alternated for `--repeats` rounds (the first order flips each round) after one
+warm-up round of each (the bf16 copy is made then). What changes is the rollout only: the
+replay and the update run in float32 either way, so the rest of the step (scoring, replay,
+the update's forward and backward, with the fast paths) is timed once per round on the
+float32 rollout, and the step ratio is (bf16 rollout + rest) / (float32 rollout + rest).
+
+How far bf16 sampling is from the weights: each bf16-sampled token's log-prob under the copy
+against the float32 weights' (what the update computes), the importance ratios of TRL's
+default correction (sequence_mask, C_max 3.0: the completions it drops), and how many
+completions came out the same. Written as a `mrtpo.table/1` file for the results page.
+
+    python benchmarks/speed/rollout_dtype.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+        [--repeats 3] [--threads 2] [--json benchmarks/results/speed-rollout-dtype-smollm2-135m.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from timing import timed, train_setup
+
+DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
+
+
+def rollouts(policy, task, examples, cfg, seed: int, order: list[str]) -> dict:
+    """{dtype name: (rollout, seconds)} sampled in `order` from the same seed."""
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.rollout import sample
+
+    out = {}
+    for name in order:
+        proc = RowSeededSampling(seed, 1, 0, cfg.temperature, cfg.top_p, record_logps=True)
+        out[name] = timed(lambda: sample(policy, task, examples, cfg.num_generations, temperature=cfg.temperature,
+                                         top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                         logits_processor=[proc], dtype=DTYPES[name]))
+    return out
+
+
+def gaps(policy, rollout, temperature: float) -> dict:
+    """The recorded log-probs against the float32 weights' on the same tokens, and TRL's
+    default correction on them."""
+    from mrtpo.harness.loss import sampling_correction, token_logps
+
+    batch = rollout.batch(policy.pad_id, policy.device)
+    with torch.no_grad(), policy.merged() as model:
+        old, _ = token_logps(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                             batch.response_mask.shape[1], temperature, share_prompts=True)  # [N, T]
+    mask = batch.response_mask.bool()  # [N, T]
+    recorded = rollout.sampling_logp_matrix()  # [N, T]
+    d = (old - recorded)[mask].abs()
+    seq = sampling_correction(old, recorded, batch.response_mask, "sequence_mask", 3.0)[:, 0]  # [N]
+    token = torch.exp(old - recorded)[mask]
+    return {"mean": float(d.mean()), "p99": float(d.quantile(0.99)), "max": float(d.max()),
+            "dropped": int((seq == 0).sum()), "token_ratio_min": float(token.min()),
+            "token_ratio_max": float(token.max()), "tokens": int(mask.sum())}
+
+
+def rest_of_step(policy, task, rollout, cfg) -> float:
+    """Seconds of scoring, the replay and the update's forward and backward on `rollout`."""
+    from mrtpo.contexts import build_item, model_positions
+    from mrtpo.harness.distances import policy_replayer
+    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.scoring import Scorer
+    from mrtpo.replay import distances
+
+    scored, score = timed(lambda: Scorer(task, 0).score(rollout.examples, rollout.responses))
+    items = [build_item(task, policy.tokenizer, ex, ids, v, model_positions(policy.model))
+             for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if ids]
+    with policy_replayer(policy).open() as model:
+        _, replay = timed(lambda: distances(model, items, cfg.temperature))
+    batch = rollout.batch(policy.pad_id, policy.device)
+    policy.model.train()
+    policy.model.zero_grad(set_to_none=True)
+    (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                               batch.position_ids, batch.response_mask.shape[1],
+                                               cfg.temperature, share_prompts=True))
+    _, bwd = timed(lambda: (logp * batch.response_mask).sum().backward())
+    policy.model.zero_grad(set_to_none=True)
+    return score + replay + fwd + bwd
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--task", default="text2sql")
+    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.models.builtin import builtin_name
+    from mrtpo.models.default import resolve_model
+
+    cfg, task, task_args, examples = train_setup(args.model, args.task, args.options)
+    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                         lora_dropout=0.0, device="cpu", dtype="float32")
+    with torch.no_grad():  # an adapter away from its zero start, as after some training
+        g = torch.Generator().manual_seed(args.seed)
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    rollouts(policy, task, examples, cfg, args.seed, list(DTYPES))  # warm-up: the bf16 copy is made here
+    rounds = []
+    for r in range(args.repeats):
+        order = list(DTYPES) if r % 2 == 0 else list(DTYPES)[::-1]
+        got = rollouts(policy, task, examples, cfg, args.seed + r, order)
+        (same, t32), (low, t16) = got["float32"], got["bfloat16"]
+        rounds.append({"float32": t32, "bfloat16": t16, "rest": rest_of_step(policy, task, same, cfg),
+                       "same_completions": sum(a == b for a, b in zip(same.response_ids, low.response_ids)),
+                       "completions": len(same), "tokens_float32": sum(map(len, same.response_ids)),
+                       "tokens_bfloat16": sum(map(len, low.response_ids)),
+                       "bf16": gaps(policy, low, cfg.temperature), "fp32": gaps(policy, same, cfg.temperature)})
+        print(f"round {r + 1}: rollout float32 {t32:.2f} s, bfloat16 {t16:.2f} s, rest of the step "
+              f"{rounds[-1]['rest']:.2f} s", flush=True)
+    med = {k: statistics.median(x[k] for x in rounds) for k in ("float32", "bfloat16", "rest")}
+    step32, step16 = med["float32"] + med["rest"], med["bfloat16"] + med["rest"]
+    rows = [["rollout", med["float32"], med["bfloat16"], med["bfloat16"] / med["float32"]],
+            ["rest of the step (float32 either way)", med["rest"], med["rest"], 1.0],
+            ["step", step32, step16, step16 / step32]]
+    b = [x["bf16"] for x in rounds]
+    name = builtin_name(args.model) or args.model
+    notes = [
+        f"bf16-sampled tokens' log-prob against the float32 weights': mean |difference| "
+        f"{statistics.mean(x['mean'] for x in b):.3f}, 99th percentile {max(x['p99'] for x in b):.2f}, largest "
+        f"{max(x['max'] for x in b):.2f} ({sum(x['tokens'] for x in b)} tokens over {args.repeats} rounds); per-token "
+        f"ratios {min(x['token_ratio_min'] for x in b):.2f} to {max(x['token_ratio_max'] for x in b):.2f}",
+        f"TRL's default correction (sequence_mask, C_max 3.0) drops {sum(x['dropped'] for x in b)} of "
+        f"{sum(x['completions'] for x in rounds)} bf16 completions",
+        f"same completions as the float32 rollout: {sum(x['same_completions'] for x in rounds)}/"
+        f"{sum(x['completions'] for x in rounds)}; completion tokens float32 {sum(x['tokens_float32'] for x in rounds)}, "
+        f"bfloat16 {sum(x['tokens_bfloat16'] for x in rounds)}",
+        f"float32 rollout's recorded log-probs against the weights' (a check): largest |difference| "
+        f"{max(x['fp32']['max'] for x in rounds):.1e}",
+        f"{torch.get_num_threads()} threads, 1-minute load average at the start {load:.1f}; medians of "
+        f"{args.repeats} rounds after a warm-up round"]
+    title = (f"one step of {args.task}, {cfg.batch_prompts} x {cfg.num_generations}, {cfg.max_new_tokens} new "
+             f"tokens: sampling from the float32 weights against a bfloat16 copy (--rollout-dtype bfloat16), "
+             f"{torch.get_num_threads()} thread{'' if torch.get_num_threads() == 1 else 's'}")
+    doc = {"schema": "mrtpo.table/1", "section": "speed-step", "title": title, "model": name,
+           "columns": ["phase", "float32 s", "bfloat16 s", "bfloat16 / float32"], "rows": rows, "notes": notes,
+           "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
+                                                     "temperature")} | {"task_args": task_args},
+           "rounds": rounds,
+           "command": "python benchmarks/speed/rollout_dtype.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    print(title)
+    for row in rows:
+        print(f"{row[0]:<40} {row[1]:>8.2f} {row[2]:>8.2f} {row[3]:>6.2f}")
+    for n in notes:
+        print("- " + n)
+    if args.json:
+        from mrtpo.textio import write_atomic
+
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(args.json), json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()
