@@ -426,8 +426,9 @@ def render_roofline(name: str, data: dict) -> str:
              f"{settings.get('num_generations')}, prompts of {sz.get('prompt_tokens_per_prompt')} tokens")
     notes = [f"machine, same run: fp32 {num(m.get('fp32_flops', 0) / 1e9, 0)} GFLOP/s, bf16 "
              f"{num(m.get('bf16_flops', 0) / 1e9, 0)} GFLOP/s (square products), copy "
-             f"{num(m.get('bandwidth', 0) / 1e9, 1)} GB/s, {m.get('threads')} threads; step total "
-             f"{num(data.get('total_seconds'), 1)} s"]
+             f"{num(m.get('bandwidth', 0) / 1e9, 1)} GB/s, {m.get('threads')} threads"
+             + (f" of {m['cpu']}" if m.get("cpu") else "")
+             + f"; step total {num(data.get('total_seconds'), 1)} s"]
     columns = ["phase", "tokens", "GFLOP", "GB read", "seconds", "compute-bound s", "memory-bound s", "bound",
                "x bound", "prompt tokens"]
     return block(title, data.get("command", "python benchmarks/speed/roofline.py"), name, table(columns, body), notes)
@@ -449,6 +450,8 @@ def render_speed_step(name: str, data: dict) -> str:
              f"{data.get('gradient_relative_difference', 0):.1e}"]
     if data.get("load_average") is not None:
         notes.append(f"1-minute load average at the start: {data['load_average']:.1f}")
+    if data.get("cpu"):
+        notes.append(f"measured on {data['cpu']}")
     notes += list(data.get("notes") or [])
     return block(title, data.get("command", "python benchmarks/speed/step.py"), name,
                  table(["phase", "plain s", "fast s", "fast / plain"], body), notes)

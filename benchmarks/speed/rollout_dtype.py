@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import timed, train_setup
+from timing import cpu_name, timed, train_setup
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"bfloat16 {sum(x['tokens_bfloat16'] for x in rounds)}",
         f"float32 rollout's recorded log-probs against the weights' (a check): largest |difference| "
         f"{max(x['fp32']['max'] for x in rounds):.1e}",
-        f"{torch.get_num_threads()} threads, 1-minute load average at the start {load:.1f}; medians of "
+        f"{torch.get_num_threads()} threads of {cpu_name()}, 1-minute load average at the start {load:.1f}; medians of "
         f"{args.repeats} rounds after a warm-up round"]
     title = (f"one step of {args.task}, {cfg.batch_prompts} x {cfg.num_generations}, {cfg.max_new_tokens} new "
              f"tokens: sampling from the float32 weights against a bfloat16 copy (--rollout-dtype bfloat16), "

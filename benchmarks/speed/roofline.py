@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import torch
-from timing import sync, timed, train_setup
+from timing import cpu_name, sync, timed, train_setup
 
 
 def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
     dev = args.device
     machine = {"fp32_flops": peak_flops(torch.float32, n, device=dev), "bf16_flops": peak_flops(torch.bfloat16, n, device=dev),
                "bandwidth": bandwidth(mb, device=dev), "threads": torch.get_num_threads(), "device": dev,
-               "dtype": args.dtype}
+               "dtype": args.dtype, "cpu": cpu_name()}
     policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                          lora_dropout=cfg.lora_dropout, device=dev, dtype=args.dtype)
     if not args.quick:

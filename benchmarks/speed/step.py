@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import timed, train_setup
+from timing import cpu_name, timed, train_setup
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False),
             "fast": dict(static_cache=True, common_prefix=True, grouped=True)}  # `common_prefix` also switches the replay's
@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {"schema": "mrtpo.speed-step/1", "model": name, "task": args.task,
            "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
                                                      "temperature")} | {"task_args": task_args},
-           "threads": torch.get_num_threads(), "load_average": load, "repeats": args.repeats, "rows": rows,
+           "threads": torch.get_num_threads(), "load_average": load, "cpu": cpu_name(), "repeats": args.repeats,
+           "rows": rows,
            "score_seconds": med["score"], "same_completions": same, "completions": total,
            "max_distance_difference": worst_q, "max_logp_difference": worst_logp,
            "gradient_relative_difference": worst_grad, "rounds": rounds,

@@ -135,6 +135,20 @@ def train_setup(model: str, task_name: str, options: list[str] | None, max_new_t
     return cfg, task, task_args, task.load()[: cfg.batch_prompts]
 
 
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo), for speed results: machines lent to this
+    project differ by 4x in float32 rate, so every table names the CPU it was measured on."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"
+
+
 def timed(fn):
     """(fn(), seconds it took), the accelerator's queued work included."""
     sync()

@@ -14,6 +14,7 @@ def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
     assert [r["phase"] for r in doc["rows"]] == ["prefill", "decode", "score", "replay", "forward",
                                                  "backward", "optimizer"]
     assert doc["machine"]["fp32_flops"] > 0 and doc["machine"]["bandwidth"] > 0
+    assert doc["machine"]["cpu"] and doc["machine"]["cpu"] != "unknown"  # tables name their CPU
     for r in doc["rows"]:
         assert r["seconds"] > 0 and r["bound"] in ("compute", "memory")
     rows = {r["phase"]: r for r in doc["rows"]}
