@@ -429,6 +429,13 @@ def render_roofline(name: str, data: dict) -> str:
              f"{num(m.get('bandwidth', 0) / 1e9, 1)} GB/s, {m.get('threads')} threads"
              + (f" of {m['cpu']}" if m.get("cpu") else "")
              + f"; step total {num(data.get('total_seconds'), 1)} s"]
+    nd = sz.get("without_lora_dropout")
+    if nd:
+        rows = {r.get("phase"): r for r in data.get("rows") or []}
+        notes.append(f"the same update with the LoRA dropout ({nd['lora_dropout']}) off: forward "
+                     f"{num(nd['forward'], 2)} s, backward {num(nd['backward'], 2)} s (against "
+                     f"{num(rows.get('forward', {}).get('seconds'), 2)} and "
+                     f"{num(rows.get('backward', {}).get('seconds'), 2)} s with it): the dropout's random draws")
     columns = ["phase", "tokens", "GFLOP", "GB read", "seconds", "compute-bound s", "memory-bound s", "bound",
                "x bound", "prompt tokens"]
     return block(title, data.get("command", "python benchmarks/speed/roofline.py"), name, table(columns, body), notes)

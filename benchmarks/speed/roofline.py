@@ -15,6 +15,9 @@ phases and timed on their own:
   prefill does, once for their group), then the backward pass;
 - optimizer: AdamW over the LoRA parameters.
 
+The update is then timed once more with the LoRA dropout off, since its random draws are a
+large part of the forward on CPU (reported beside the table, not in it).
+
 Per phase it prints the tokens, the FLOPs (2 per weight per token through the body, the
 vocabulary head where logits are made, attention's 4 x layers x width x context; the
 backward counts the forward once more, since the frozen base weights need only the
@@ -128,6 +131,21 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
                           num_tokens=float(mask.sum()), max_completion_length=cfg.max_new_tokens)
     _, t_backward = timed(loss.backward)
     _, t_opt = timed(optimizer.step)
+    no_dropout = None
+    if cfg.lora_dropout:  # what the LoRA dropout's draws cost: the same update without them
+        drops = [m for m in policy.model.modules() if isinstance(m, torch.nn.Dropout) and m.p]
+        old_p = [m.p for m in drops]
+        for m in drops:
+            m.p = 0.0
+        policy.model.zero_grad(set_to_none=True)
+        (logp, _), f0 = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                                  batch.position_ids, t, cfg.temperature, share_prompts=True))
+        loss, _ = policy_loss(logp, logp.detach(), adv, batch.response_mask.float(), num_sequences=len(rollout),
+                              num_tokens=float(mask.sum()), max_completion_length=cfg.max_new_tokens)
+        _, b0 = timed(loss.backward)
+        for m, p_old in zip(drops, old_p):
+            m.p = p_old
+        no_dropout = {"lora_dropout": cfg.lora_dropout, "forward": f0, "backward": b0}
     lora = sum(x.numel() for x in params)
     update_tokens = prompt_tokens + new  # the prompts as the prefill encodes them, then the responses
     rows = [
@@ -149,7 +167,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
          "seconds": t_opt},
     ]
     return rows, {"prompt_tokens_per_prompt": p, "completion_tokens": new, "decode_steps": steps,
-                  "lora_parameters": lora, **s}
+                  "lora_parameters": lora, "without_lora_dropout": no_dropout, **s}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -203,6 +221,10 @@ def main(argv: list[str] | None = None) -> dict:
               + (f" {share:>6.0%}" if share is not None else ""))
     total = sum(r["seconds"] for r in rows)
     print(f"total {total:.1f} s")
+    if sizes.get("without_lora_dropout"):
+        nd = sizes["without_lora_dropout"]
+        print(f"the update without LoRA dropout ({nd['lora_dropout']} in the train settings): forward "
+              f"{nd['forward']:.2f} s, backward {nd['backward']:.2f} s")
     doc = {"schema": "mrtpo.roofline/1", "model": builtin_name(args.model) or args.model, "task": args.task,
            "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
                                                      "temperature")} | {"task_args": task_args},

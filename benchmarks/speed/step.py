@@ -7,11 +7,16 @@ policy and batch:
 
 - plain: the paths before issue 38 (a dynamic KV cache while decoding, which copies itself
   whole at every new token; each prompt encoded on its own; key/value heads copied once per
-  query head that reads them);
+  query head that reads them; every row reading its prompt's keys and values while decoding;
+  decoding's head re-packed by MKL at every token; the update's
+  log-probs from [N, T, V] logits);
 - fast: a static KV cache written in place, the beginning every prompt shares (system
   text, worked example) encoded once for all of them, in the rollout, the replay
-  (`ReplayOptions.common`) and the update, and grouped key/value heads read in place
-  (`harness.attention`).
+  (`ReplayOptions.common`) and the update, grouped key/value heads read in place
+  (`harness.attention`), decoding's attention reading each prompt's keys and values once
+  for its G rows (`harness.cascade`), decoding's vocabulary head with its weight packed once
+  for MKL (`harness.packed`), and the update's vocabulary head a slice of words at a time
+  (`harness.head_logps`).
 
 Both settings start each round from the same seed, and the script checks that they give the
 same results: the same completions, distances, log-probs and LoRA gradients to float rounding (it prints the
@@ -34,8 +39,10 @@ from pathlib import Path
 import torch
 from timing import cpu_name, timed, train_setup
 
-SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False),
-            "fast": dict(static_cache=True, common_prefix=True, grouped=True)}  # `common_prefix` also switches the replay's
+SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
+                          cascade=False),
+            "fast": dict(static_cache=True, common_prefix=True, grouped=True, sliced_head=True, packed=True,
+                         cascade=True)}  # `common_prefix` also switches the replay's
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
@@ -46,6 +53,7 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     from mrtpo.harness.loss import token_logps
     from mrtpo.replay import ReplayOptions, distances
     from mrtpo.harness.rollout import sample
+    from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.scoring import Scorer
 
     out, rollouts = {}, {}
@@ -55,7 +63,8 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
             rollouts[name], out[f"{name}_rollout"] = timed(lambda: sample(
                 policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
                 max_new_tokens=cfg.max_new_tokens, static_cache=flags["static_cache"],
-                common_prefix=flags["common_prefix"]))
+                common_prefix=flags["common_prefix"], packed=flags["packed"], cascade=flags["cascade"],
+                logits_processor=[RowSeededSampling(seed, 1, 0, cfg.temperature, cfg.top_p)]))  # the loop's sampler
     rollout = rollouts["plain"]
     out["same_completions"] = sum(a == b for a, b in zip(rollout.response_ids, rollouts["fast"].response_ids))
     out["completions"] = len(rollout)
@@ -81,7 +90,8 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
         with grouped_attention(flags["grouped"]):
             (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
                                                        batch.position_ids, t, cfg.temperature, share_prompts=True,
-                                                       common_prefix=flags["common_prefix"]))
+                                                       common_prefix=flags["common_prefix"],
+                                                       sliced_head=flags["sliced_head"]))
             _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
         out[f"{name}_forward"], out[f"{name}_backward"] = fwd, bwd
         results[name] = (logp.detach(), torch.cat([p.grad.flatten() for p in params]))

@@ -24,7 +24,7 @@ LossType = Literal["dapo", "grpo", "dr_grpo"]
 def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor, num_response: int, temperature: float = 1.0,
                 with_entropy: bool = False, share_prompts: bool = False, common_prefix: bool = True,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                sliced_head: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of the last `num_response` tokens under `model` -> ([N, T], entropy [N, T]).
 
     Logits are divided by the sampling temperature (the distribution the tokens were drawn
@@ -33,21 +33,38 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
     `share_prompts`: rows whose prompt columns are identical (the G completions of a prompt)
     run the prompt through the model once and reuse its KV cache for their responses
-    (`shared_prompt_logits`): the same log-probs and gradients as the full forward, to float
+    (`shared_prompt_hidden`): the same log-probs and gradients as the full forward, to float
     rounding (tested), for about 1/G of the prompt's compute; with `common_prefix`, the
     beginning all the prompts share (system text, worked example) is encoded once for all.
+    `sliced_head`: a bias-free linear head goes through `head_logps.chosen_logps`, a slice of
+    the vocabulary at a time, instead of materializing [N, T, V] logits (the same values and
+    gradients to float rounding, tested; benchmarks switch it off to measure it).
     """
+    from mrtpo.harness.head_logps import chosen_logps, plain_linear_head
+
     t = num_response
-    logits = (shared_prompt_logits(model, input_ids, attention_mask, position_ids, t, common_prefix)
-              if share_prompts else None)
-    if logits is None:
+    targets = input_ids[:, -t:]  # [N, T]
+    hidden = (shared_prompt_hidden(model, input_ids, attention_mask, position_ids, t, common_prefix)
+              if share_prompts else None)  # [N, T, H]
+    weight = plain_linear_head(model) if sliced_head else None  # [V, H]
+    if weight is not None:
+        if hidden is None:
+            from mrtpo.replay.plumbing import decoder_of
+
+            hidden = decoder_of(model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                       use_cache=False).last_hidden_state[:, -t - 1:-1]  # [N, T, H]
+        return chosen_logps(hidden, weight, targets, temperature, with_entropy)
+    if hidden is not None:
+        from mrtpo.replay.plumbing import head_of
+
+        logits = head_of(model)(hidden)  # [N, T, V]
+    else:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     logits_to_keep=t + 1, use_cache=False)
         logits = out.logits[:, :-1]  # [N, T, V]
     logits = logits.float()  # [N, T, V]
     if temperature != 1.0:
         logits = logits / temperature
-    targets = input_ids[:, -t:]  # [N, T]
     logz = torch.logsumexp(logits, -1)  # [N, T]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [N, T]
     entropy = None
@@ -61,11 +78,12 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return logp, entropy
 
 
-def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          position_ids: torch.Tensor, num_response: int, common_prefix: bool = True,
                          ) -> torch.Tensor | None:
-    """Logits [N, T, V] at the positions predicting the last T tokens, each distinct prompt
-    encoded once; None when no two rows share a prompt or a beginning (or sharing is not possible).
+    """Hidden states [N, T, H] at the positions predicting the last T tokens, each distinct
+    prompt encoded once; None when no two rows share a prompt or a beginning (or sharing is not
+    possible).
 
     The batch is left-padded prompts then responses (rollout.Batch). Its columns before the
     last prompt column are the prefix: the G rows of one prompt hold the same prefix ids and
@@ -80,7 +98,7 @@ def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.T
     """
     from mrtpo.harness.prefix import encode_prompts
     from mrtpo.replay.planning import common_prefix as shared_beginning
-    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, select_rows
 
     n, t = input_ids.shape[0], num_response
     cut = input_ids.shape[1] - t - 1  # prefix columns
@@ -92,14 +110,14 @@ def shared_prompt_logits(model, input_ids: torch.Tensor, attention_mask: torch.T
     prompts = [row[:cut][row[cut:].bool()].tolist() for row in uniq]  # U prefixes, real tokens only
     if not any(prompts) or (u == n and not (common_prefix and u > 1 and shared_beginning(prompts))):
         return None
-    decoder, head = decoder_of(model), head_of(model)
+    decoder = decoder_of(model)
     arg = cache_kwarg(decoder)
     enc = encode_prompts(decoder, prompts, input_ids.device, arg, share_common=common_prefix)
-    enc.cache.batch_select_indices(inverse)  # [U, ...] -> [N, ...]
+    select_rows(enc.cache, inverse)  # [U, ...] -> [N, ...]
     mask = torch.cat([enc.mask[inverse], attention_mask[:, cut:]], 1)  # [N, width + T + 1]
     hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=mask, position_ids=position_ids[:, cut:],
                      use_cache=True, **{arg: enc.cache}).last_hidden_state  # [N, T + 1, H]
-    return head(hidden[:, :t])  # [N, T, V]
+    return hidden[:, :t]  # [N, T, H]
 
 
 def _checkpointing(model) -> bool:

@@ -12,7 +12,7 @@ and positions that count real tokens only, so every token sees what it sees in t
 left-padded layout [padding | prompt], at the same position: the same keys, values and
 logits, to float rounding. Autograd flows through the copies (a gradient reaching a copy adds
 into the one prefix it was copied from), so a pass with gradients gets the full forward's
-gradients too. The rollout's prefill and the update's forward (`loss.shared_prompt_logits`)
+gradients too. The rollout's prefill and the update's forward (`loss.shared_prompt_hidden`)
 both use it.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def encode_prompts(decoder, prompts: Sequence[Sequence[int]], device, cache_arg:
     `decoder`: the transformer body (`plumbing.decoder_of`); `cache_arg`: its KV-cache keyword
     (`plumbing.cache_kwarg`). `share_common=False`: every prompt is encoded whole (c = 0),
     as the plain per-prompt sharing does (benchmarks measure what the common prefix buys)."""
-    from mrtpo.replay.plumbing import output_cache
+    from mrtpo.replay.plumbing import output_cache, select_rows
 
     u = len(prompts)
     c = common_prefix(prompts) if share_common else 0
@@ -53,7 +53,7 @@ def encode_prompts(decoder, prompts: Sequence[Sequence[int]], device, cache_arg:
         ids = torch.as_tensor(list(prompts[0][:c]), dtype=torch.long, device=device)[None]  # [1, c]
         out = decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
         cache = output_cache(out)
-        cache.batch_select_indices(torch.zeros(u, dtype=torch.long, device=device))  # [1, ...] -> [U, ...]
+        select_rows(cache, torch.zeros(u, dtype=torch.long, device=device))  # [1, ...] -> [U, ...]
     mask = torch.ones(u, c + r, dtype=torch.long, device=device)  # [U, c + r]
     if r:
         ids = torch.zeros(u, r, dtype=torch.long, device=device)  # [U, r] left-padded rests

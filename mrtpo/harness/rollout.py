@@ -10,6 +10,7 @@ it is a data problem, and cutting the prompt would train on a question the data 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -160,7 +161,7 @@ def check_prompt(task: Task, example: Example, prompt_tokens: int, max_new_token
 def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
            greedy: bool = False, logits_processor: list | None = None,
-           static_cache: bool = True, common_prefix: bool = True,
+           static_cache: bool = True, common_prefix: bool = True, packed: bool = True, cascade: bool = True,
            dtype: torch.dtype | None = None) -> Rollout:
     """Sample `num_generations` completions for each example (greedy: one, argmax).
 
@@ -170,8 +171,10 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
 
     `logits_processor`: extra transformers logits processors, e.g. the loop's per-row seeded
     sampling (mrtpo.harness.distributed.RowSeededSampling). `static_cache`, `common_prefix`:
-    the fast paths of `prompt_cache` (on; the same completions, tested; benchmarks switch them
-    off to measure them).
+    the fast paths of `prompt_cache`; `packed`: the vocabulary head's weight packed once for
+    MKL on CPU (`harness.packed`); `cascade`: decoding attention reads each prompt's cached
+    keys and values once for its G rows (`harness.cascade`). All on; the same completions,
+    tested; benchmarks switch them off to measure them.
     """
     from transformers import GenerationConfig
 
@@ -210,8 +213,16 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
             else:
                 input_ids = torch.tensor(ids, device=policy.device).repeat_interleave(g, 0)  # [B*G, 1]
                 attn, kwargs = torch.ones_like(input_ids), {}
-            out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
-                                 logits_processor=logits_processor, **kwargs)
+            from mrtpo.harness.cascade import shared_prompt_attention
+            from mrtpo.harness.packed import packed_head
+
+            with contextlib.ExitStack() as fast:
+                if packed:
+                    fast.enter_context(packed_head(model, input_ids.shape[0]))
+                if cascade and kwargs:  # rows g*G .. g*G+G-1 share the cache's prompt columns
+                    fast.enter_context(shared_prompt_attention(model, g, input_ids.shape[1] - 1))
+                out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
+                                     logits_processor=logits_processor, **kwargs)
     finally:
         policy.model.train(was_training)
     new = out[:, p:].tolist()  # [B*G, <= max_new_tokens]

@@ -290,13 +290,13 @@ def shared_loss(model, batch: SharedBatch) -> tuple["torch.Tensor", float]:
     import torch
     import torch.nn.functional as F
 
-    from mrtpo.replay.plumbing import cache_kwarg, output_cache
+    from mrtpo.replay.plumbing import cache_kwarg, output_cache, select_rows
 
     pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
     out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=pos, use_cache=True)
     p_logits = out.logits  # [B, P, V]
     cache = output_cache(out)
-    cache.batch_select_indices(batch.owner)
+    select_rows(cache, batch.owner)
     cache_arg = cache_kwarg(model)
     lengths = batch.prompt_mask.sum(-1)[batch.owner]  # [R]
     t_pos = lengths[:, None] + torch.arange(batch.target_ids.shape[1])[None, :]  # [R, T]

@@ -20,4 +20,6 @@ def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
     rows = {r["phase"]: r for r in doc["rows"]}
     assert rows["forward"]["flops"] < rows["backward"]["flops"] < 2 * rows["forward"]["flops"]  # LoRA
     assert rows["decode"]["tokens"] == doc["sizes"]["completion_tokens"] > 0
+    nd = doc["sizes"]["without_lora_dropout"]  # the train settings' dropout, then the update without it
+    assert nd["lora_dropout"] > 0 and nd["forward"] > 0 and nd["backward"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["schema"] == "mrtpo.roofline/1"

@@ -203,21 +203,21 @@ def test_shared_prompt_pass_equals_the_full_forward(model_dir, common, common_pr
 def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
     from transformers import AutoModelForCausalLM
 
-    from mrtpo.harness.loss import shared_prompt_logits
+    from mrtpo.harness.loss import shared_prompt_hidden
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
     batch = _grouped_batch(0, group=1)  # every prompt once, no shared beginning
-    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+    assert shared_prompt_hidden(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                 batch.response_mask.shape[1]) is None
     batch = _grouped_batch(0, group=1, common=5)  # every prompt once, but a shared beginning
-    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+    assert shared_prompt_hidden(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                 batch.response_mask.shape[1]) is not None
-    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+    assert shared_prompt_hidden(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                 batch.response_mask.shape[1], common_prefix=False) is None
     model.activation_checkpointing_enable()
     model.train()
     batch = _grouped_batch(0, group=3)
-    assert shared_prompt_logits(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+    assert shared_prompt_hidden(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                 batch.response_mask.shape[1]) is None
 
 

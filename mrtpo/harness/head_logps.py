@@ -1,0 +1,109 @@
+"""Log-probabilities of chosen tokens through the vocabulary head, without [M, V] logits.
+
+The update needs log p(token) at each response position: logits = hidden @ W^T over the whole
+vocabulary (SmolLM2: 49,152 words), divided by the sampling temperature, minus their
+logsumexp. Computed plainly, the logits and the softmax's temporaries are [M, V] float32
+tensors (100 MB each for 8 x 64 response tokens), written and read by half a dozen
+elementwise passes in forward and backward, which on CPU took about as long as the head's
+matrix products themselves.
+
+`chosen_logps` walks the vocabulary in slices of `slice_width` words instead ([M, Vs] at a
+time, small enough to stay in cache), keeping a running max, sum and (for the entropy)
+weighted sum, as flash attention does over keys. Backward walks the slices again, recomputing
+each slice's logits (one more head product) rather than keeping them:
+
+    d logp_m / d s_mv = [v = target_m] - softmax(s_m)_v,   s = hidden @ W^T / temperature
+
+so grad_hidden = sum over slices of (g * (onehot - p) / temperature) @ W_slice, and W's own
+gradient (when it is trained) the transposed products. The values and gradients are those of
+the plain computation to float rounding (tested).
+"""
+from __future__ import annotations
+
+import torch
+
+SLICE_WIDTH = 4096  # vocabulary words per slice: [M, 4096] float32 is 8 MB at M = 512
+
+
+class _ChosenLogps(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, slice_width, with_entropy):
+        # hidden [M, H], weight [V, H], targets [M]
+        m_rows, v = hidden.shape[0], weight.shape[0]
+        run_max = torch.full((m_rows,), float("-inf"), device=hidden.device)  # [M]
+        run_sum = torch.zeros(m_rows, device=hidden.device)  # [M] sum exp(s - run_max)
+        run_dot = torch.zeros(m_rows, device=hidden.device) if with_entropy else None  # [M] sum exp(s - max) s
+        chosen = torch.zeros(m_rows, device=hidden.device)  # [M] s at the target
+        for lo in range(0, v, slice_width):
+            s = _slice_logits(hidden, weight, lo, slice_width, temperature)  # [M, Vs]
+            new_max = torch.maximum(run_max, s.amax(-1))  # [M]
+            scale = torch.exp(run_max - new_max)  # [M]
+            e = torch.exp(s - new_max[:, None])  # [M, Vs]
+            run_sum = run_sum * scale + e.sum(-1)
+            if with_entropy:
+                run_dot = run_dot * scale + (e * s).sum(-1)
+            run_max = new_max
+            inside = (targets >= lo) & (targets < lo + s.shape[1])  # [M]
+            picked = s.gather(1, (targets - lo).clamp(0, s.shape[1] - 1)[:, None])[:, 0]  # [M]
+            chosen = torch.where(inside, picked, chosen)
+        logz = run_max + torch.log(run_sum)  # [M]
+        ctx.save_for_backward(hidden, weight, targets, logz)
+        ctx.temperature, ctx.slice_width = temperature, slice_width
+        entropy = logz - run_dot / run_sum if with_entropy else None  # [M]
+        ctx.mark_non_differentiable(*([entropy] if entropy is not None else []))
+        return chosen - logz, entropy
+
+    @staticmethod
+    def backward(ctx, grad, _grad_entropy):
+        hidden, weight, targets, logz = ctx.saved_tensors
+        t, width = ctx.temperature, ctx.slice_width
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if need_h else None  # [M, H]
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None  # [V, H]
+        g = grad.float()  # [M]
+        for lo in range(0, weight.shape[0], width):
+            s = _slice_logits(hidden, weight, lo, width, t)  # [M, Vs]
+            gs = torch.exp(s - logz[:, None]).mul_(-g[:, None])  # [M, Vs] -g p
+            inside = (targets >= lo) & (targets < lo + s.shape[1])  # [M]
+            rows = inside.nonzero()[:, 0]
+            gs[rows, targets[rows] - lo] += g[rows]
+            gs = gs.div_(t).to(hidden.dtype)  # d loss / d (hidden @ W_slice^T)
+            w = weight[lo:lo + s.shape[1]]  # [Vs, H]
+            if need_h:
+                grad_h += gs @ w
+            if need_w:
+                grad_w[lo:lo + s.shape[1]] = gs.t() @ hidden
+        return (grad_h.to(hidden.dtype) if need_h else None, grad_w.to(weight.dtype) if need_w else None,
+                None, None, None, None)
+
+
+def _slice_logits(hidden, weight, lo: int, width: int, temperature: float) -> torch.Tensor:
+    """hidden [M, H] against words lo .. lo + width -> float32 logits / temperature [M, Vs]."""
+    s = (hidden @ weight[lo:lo + width].t()).float()  # [M, Vs]
+    return s / temperature if temperature != 1.0 else s
+
+
+def chosen_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                 with_entropy: bool = False, slice_width: int = SLICE_WIDTH,
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(hidden @ weight^T / temperature) at `targets` -> ([...], entropy [...] or None).
+
+    hidden [..., H], weight [V, H] (a bias-free head), targets [...]. The entropy of each
+    row's distribution comes without gradient, as `loss.token_logps` reports it."""
+    lead = targets.shape
+    flat_h = hidden.reshape(-1, hidden.shape[-1])  # [M, H]
+    logp, entropy = _ChosenLogps.apply(flat_h, weight, targets.reshape(-1), float(temperature), int(slice_width),
+                                       bool(with_entropy))
+    return logp.reshape(lead), (entropy.reshape(lead) if entropy is not None else None)
+
+
+def plain_linear_head(model) -> torch.Tensor | None:
+    """The head's weight [V, H] when the model's logits are exactly hidden @ weight^T (no bias,
+    no logit scale or soft-capping, no adapter on the head); None otherwise."""
+    head = model.get_output_embeddings()
+    config = model.config
+    if type(head) is not torch.nn.Linear or head.bias is not None:
+        return None
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None) not in (None, 1, 1.0):
+        return None
+    return head.weight

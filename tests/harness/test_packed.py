@@ -1,0 +1,100 @@
+"""Decoding's vocabulary head with an MKL-packed weight (mrtpo.harness.packed)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrtpo.harness.packed import _PACKED, can_pack, packed_head
+
+needs_mkl = pytest.mark.skipif(not can_pack(torch.zeros(1, 1)), reason="this torch build has no MKL packed products")
+
+
+@needs_mkl
+def test_packed_logits_equal_the_plain_product_and_the_head_is_restored(tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
+    head = model.get_output_embeddings()
+    x = torch.randn(6, 1, head.in_features, generator=torch.Generator().manual_seed(0))  # [rows, 1, H]
+    with torch.no_grad():
+        plain = head(x)
+        with packed_head(model, rows=6) as on:
+            assert on
+            packed = head(x)
+            other_rows = head(x[:4])  # another row count: the plain product
+            sliced = head(torch.randn(6, 3, head.in_features)[:, -1:])  # a non-contiguous slice, as generate passes
+        assert "forward" not in vars(head)  # the module's own forward again
+    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(other_rows, plain[:4])
+    assert sliced.shape == (6, 1, head.out_features)
+
+
+@needs_mkl
+def test_the_packed_weight_is_kept_until_the_weight_changes(tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
+    head = model.get_output_embeddings()
+    x = torch.randn(2, head.in_features)
+    with torch.no_grad():
+        with packed_head(model, rows=2):
+            first = _PACKED[head][1]
+        with packed_head(model, rows=2):
+            assert _PACKED[head][1] is first  # packed once, reused by the next rollout
+        head.weight.mul_(2.0)  # a trained head: its version moves
+        with packed_head(model, rows=2):
+            assert _PACKED[head][1] is not first
+            torch.testing.assert_close(head(x), x @ head.weight.t(), atol=1e-5, rtol=1e-5)
+
+
+def test_nothing_is_packed_with_gradients_other_dtypes_or_a_bias(tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
+    with packed_head(model, rows=2) as on:  # gradients on: a training pass keeps autograd's product
+        assert not on
+    with torch.no_grad():
+        with packed_head(model.to(torch.bfloat16), rows=2) as on:
+            assert not on
+        head = model.get_output_embeddings()
+        model.set_output_embeddings(torch.nn.Linear(head.in_features, head.out_features, bias=True))
+        with packed_head(model, rows=2) as on:
+            assert not on
+
+
+@needs_mkl
+def test_sampling_with_the_packed_head_draws_the_same_completions(tiny_qwen2_dir):
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.tasks import get_task
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    task = get_task("toolcall")
+    examples = task.load()[:2]
+
+    def run(packed: bool):
+        return sample(policy, task, examples, 3, temperature=0.9, max_new_tokens=12, packed=packed,
+                      logits_processor=[RowSeededSampling(7, 1, 0, 0.9)]).response_ids
+
+    assert run(True) == run(False)
+    with torch.no_grad(), policy.sampler() as model, packed_head(model, rows=6) as on:
+        assert on  # the LoRA policy's merged model has its head packed, as `sample` does
+
+
+@needs_mkl
+def test_a_packed_head_does_not_stop_the_bf16_sampler_copy(tiny_qwen2_dir):
+    """A float32 rollout (held-out before step 1) packs the head; --rollout-dtype bfloat16
+    then deep-copies the merged model for its sampler, which must not meet the packed weight."""
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.tasks import get_task
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    task = get_task("toolcall")
+    examples = task.load()[:2]
+    for dtype in (None, torch.bfloat16, None):
+        roll = sample(policy, task, examples, 2, temperature=0.9, max_new_tokens=6, dtype=dtype,
+                      logits_processor=[RowSeededSampling(3, 1, 0, 0.9)])
+        assert len(roll) == 4
