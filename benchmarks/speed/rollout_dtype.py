@@ -19,14 +19,12 @@ completions came out the same. Written as a `mrtpo.table/1` file for the results
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-from pathlib import Path
 
 import torch
-from timing import cpu_name, timed, train_setup
+from timing import cpu_name, step_settings, timed, train_setup, write_result
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
@@ -152,8 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
              f"{torch.get_num_threads()} thread{'' if torch.get_num_threads() == 1 else 's'}")
     doc = {"schema": "mrtpo.table/1", "section": "speed-step", "title": title, "model": name,
            "columns": ["phase", "float32 s", "bfloat16 s", "bfloat16 / float32"], "rows": rows, "notes": notes,
-           "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
-                                                     "temperature")} | {"task_args": task_args},
+           "settings": step_settings(cfg, task_args),
            "rounds": rounds,
            "command": "python benchmarks/speed/rollout_dtype.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     print(title)
@@ -161,11 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{row[0]:<40} {row[1]:>8.2f} {row[2]:>8.2f} {row[3]:>6.2f}")
     for n in notes:
         print("- " + n)
-    if args.json:
-        from mrtpo.textio import write_atomic
-
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(args.json), json.dumps(doc, indent=1) + "\n")
+    write_result(args.json, doc)
     return doc
 
 

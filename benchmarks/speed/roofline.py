@@ -32,13 +32,11 @@ of each phase goes to prompt tokens. Nothing is asserted: these are measured fig
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import torch
-from timing import cpu_name, sync, timed, train_setup
+from timing import cpu_name, step_settings, sync, timed, train_setup, write_result
 
 
 def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -226,13 +224,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"the update without LoRA dropout ({nd['lora_dropout']} in the train settings): forward "
               f"{nd['forward']:.2f} s, backward {nd['backward']:.2f} s")
     doc = {"schema": "mrtpo.roofline/1", "model": builtin_name(args.model) or args.model, "task": args.task,
-           "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
-                                                     "temperature")} | {"task_args": task_args},
+           "settings": step_settings(cfg, task_args),
            "machine": machine, "sizes": sizes, "rows": rows, "total_seconds": total,
            "command": "python benchmarks/speed/roofline.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(args.json, doc)
     return doc
 
 

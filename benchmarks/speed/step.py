@@ -30,14 +30,12 @@ Medians over rounds; the ratio is fast over plain.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-from pathlib import Path
 
 import torch
-from timing import cpu_name, timed, train_setup
+from timing import cpu_name, step_settings, timed, train_setup, write_result
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
                           cascade=False),
@@ -152,19 +150,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"same completions {same}/{total}; largest |distance difference| {worst_q:.1e}; largest "
           f"|log-prob difference| {worst_logp:.1e}; largest relative gradient difference {worst_grad:.1e}")
     doc = {"schema": "mrtpo.speed-step/1", "model": name, "task": args.task,
-           "settings": {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
-                                                     "temperature")} | {"task_args": task_args},
+           "settings": step_settings(cfg, task_args),
            "threads": torch.get_num_threads(), "load_average": load, "cpu": cpu_name(), "repeats": args.repeats,
            "rows": rows,
            "score_seconds": med["score"], "same_completions": same, "completions": total,
            "max_distance_difference": worst_q, "max_logp_difference": worst_logp,
            "gradient_relative_difference": worst_grad, "rounds": rounds,
            "command": "python benchmarks/speed/step.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    if args.json:
-        from mrtpo.textio import write_atomic
-
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(args.json), json.dumps(doc, indent=1) + "\n")
+    write_result(args.json, doc)
     return doc
 
 

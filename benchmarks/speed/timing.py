@@ -135,6 +135,25 @@ def train_setup(model: str, task_name: str, options: list[str] | None, max_new_t
     return cfg, task, task_args, task.load()[: cfg.batch_prompts]
 
 
+def step_settings(cfg, task_args: dict) -> dict:
+    """The train settings a speed result was measured with, as its JSON records them."""
+    return {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
+                                         "temperature")} | {"task_args": task_args}
+
+
+def write_result(path: str | None, doc: dict) -> None:
+    """Write a result's JSON to `path` (its folder made, written whole or not at all); None: nothing."""
+    if not path:
+        return
+    import json
+    from pathlib import Path
+
+    from mrtpo.textio import write_atomic
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(Path(path), json.dumps(doc, indent=1) + "\n")
+
+
 def cpu_name() -> str:
     """The processor's model name (/proc/cpuinfo), for speed results: machines lent to this
     project differ by 4x in float32 rate, so every table names the CPU it was measured on."""
