@@ -18,13 +18,12 @@ completions came out the same. Written as a `mrtpo.table/1` file for the results
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 
 import torch
-from timing import cpu_name, step_settings, timed, train_setup, write_result
+from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
@@ -87,14 +86,9 @@ def rest_of_step(policy, task, rollout, cfg) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--task", default="text2sql")
-    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
+    ap = step_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -31,12 +31,11 @@ of each phase goes to prompt tokens. Nothing is asserted: these are measured fig
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
-from timing import cpu_name, step_settings, sync, timed, train_setup, write_result
+from timing import cpu_name, step_parser, step_settings, sync, timed, train_setup, write_result
 
 
 def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -169,15 +168,10 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--task", default="text2sql")
-    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
-    ap.add_argument("--threads", type=int, default=None)
+    ap = step_parser(__doc__)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (benchmarks/speed/gpu.py runs it on a lent GPU)")
     ap.add_argument("--dtype", default="float32", help="the weights' dtype (the CPU's train setting: float32)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
-    ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="small peak benchmarks and no warm-up step (tests)")
     args = ap.parse_args(argv)
     if args.threads:

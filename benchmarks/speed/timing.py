@@ -135,6 +135,20 @@ def train_setup(model: str, task_name: str, options: list[str] | None, max_new_t
     return cfg, task, task_args, task.load()[: cfg.batch_prompts]
 
 
+def step_parser(doc: str):
+    """The arguments every one-step speed script takes (--model, --task, -o, --threads, --json);
+    the script adds its own."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--task", default="text2sql")
+    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    return ap
+
+
 def step_settings(cfg, task_args: dict) -> dict:
     """The train settings a speed result was measured with, as its JSON records them."""
     return {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
