@@ -54,8 +54,7 @@ def _part(query, key, value, mask, scale, use_kernel: bool = True):
     place); elsewhere, or without it, the same in plain products."""
     flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if use_kernel and flash is not None and query.device.type == "cpu":
-        out, lse = flash(query, key, value, attn_mask=mask, scale=scale)
-        return out, lse
+        return flash(query, key, value, attn_mask=mask, scale=scale)
     scores = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(mask)  # [R, K, L, S]
     lse = torch.logsumexp(scores, -1)  # [R, K, L]
     return torch.matmul(torch.exp(scores.sub_(lse[..., None])), value), lse  # [R, K, L, d]

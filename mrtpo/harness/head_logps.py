@@ -96,14 +96,3 @@ def chosen_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tens
                                        bool(with_entropy))
     return logp.reshape(lead), (entropy.reshape(lead) if entropy is not None else None)
 
-
-def plain_linear_head(model) -> torch.Tensor | None:
-    """The head's weight [V, H] when the model's logits are exactly hidden @ weight^T (no bias,
-    no logit scale or soft-capping, no adapter on the head); None otherwise."""
-    head = model.get_output_embeddings()
-    config = model.config
-    if type(head) is not torch.nn.Linear or head.bias is not None:
-        return None
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None) not in (None, 1, 1.0):
-        return None
-    return head.weight

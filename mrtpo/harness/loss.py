@@ -40,7 +40,8 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     the vocabulary at a time, instead of materializing [N, T, V] logits (the same values and
     gradients to float rounding, tested; benchmarks switch it off to measure it).
     """
-    from mrtpo.harness.head_logps import chosen_logps, plain_linear_head
+    from mrtpo.harness.head_logps import chosen_logps
+    from mrtpo.replay.plumbing import decoder_of, head_of, plain_linear_head
 
     t = num_response
     targets = input_ids[:, -t:]  # [N, T]
@@ -49,14 +50,10 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     weight = plain_linear_head(model) if sliced_head else None  # [V, H]
     if weight is not None:
         if hidden is None:
-            from mrtpo.replay.plumbing import decoder_of
-
             hidden = decoder_of(model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                        use_cache=False).last_hidden_state[:, -t - 1:-1]  # [N, T, H]
         return chosen_logps(hidden, weight, targets, temperature, with_entropy)
     if hidden is not None:
-        from mrtpo.replay.plumbing import head_of
-
         logits = head_of(model)(hidden)  # [N, T, V]
     else:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -7,8 +7,9 @@ given row count instead. Measured on the head's shape: 9.6 -> 5.3 ms per step at
 26 -> 12 ms at 1 thread (a 2-core Intel Xeon), about 1 s of a 64-token rollout at 1 thread.
 
 The head is frozen under LoRA (tied to the input embedding in SmolLM2), so the packed copy is
-made once and kept for the module (beside it, so that copies of the model do not carry it); it is made again when the weight changes (its version
-counter moves, as it does when full-weight training steps it). Logits equal `F.linear`'s to
+made once and kept for the module (beside it, so that copies of the model do not carry it);
+it is made again when the weight changes (its version counter moves, as it does when
+full-weight training steps it). Logits equal `F.linear`'s to
 float rounding (tested). Other devices, dtypes, builds without MKL, heads with a bias or
 wrapped by an adapter, and calls with another row count keep the plain product.
 """

@@ -29,22 +29,37 @@ def decoder_of(model):
                         "needs a transformers decoder-only causal LM (use shared_prefix=False)") from err
 
 
+def logit_transforms(config) -> tuple[float | None, float | None]:
+    """(scale, soft cap) the model applies to hidden @ W^T to make its logits; None for each it
+    does not (Cohere's `logit_scale`, Gemma 2/3's `final_logit_softcapping`)."""
+    scale = getattr(config, "logit_scale", None)
+    softcap = getattr(config, "final_logit_softcapping", None)
+    return (scale if isinstance(scale, (int, float)) and scale != 1 else None), (softcap or None)
+
+
 def head_of(model):
     """hidden [M, H] -> logits [M, V], as the model's forward computes them from hidden states."""
     lm_head = model.get_output_embeddings()
-    config = model.config
-    softcap = getattr(config, "final_logit_softcapping", None)  # Gemma 2/3
-    scale = getattr(config, "logit_scale", None)  # Cohere
+    scale, softcap = logit_transforms(model.config)
 
     def head(hidden: torch.Tensor) -> torch.Tensor:
         logits = lm_head(hidden)
-        if isinstance(scale, (int, float)) and scale != 1:
+        if scale is not None:
             logits = logits * scale
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
         return logits
 
     return head
+
+
+def plain_linear_head(model) -> torch.Tensor | None:
+    """The head's weight [V, H] when the model's logits are exactly hidden @ weight^T (no bias,
+    no logit scale or soft-capping, no adapter on the head); None otherwise."""
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.bias is not None or any(logit_transforms(model.config)):
+        return None
+    return head.weight
 
 
 def cache_kwarg(module) -> str:

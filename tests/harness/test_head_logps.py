@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mrtpo.harness.head_logps import chosen_logps, plain_linear_head
+from mrtpo.harness.head_logps import chosen_logps
 from mrtpo.harness.loss import token_logps
+from mrtpo.replay.plumbing import plain_linear_head
 
 
 def _plain(hidden, weight, targets, temperature):
