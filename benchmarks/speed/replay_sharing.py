@@ -9,7 +9,10 @@ three further kinds of sharing, each exact:
   theirs alone (a response-dependent block), are fed as token tries with a tree attention
   mask, a beginning they share once (`ReplayOptions.tries`; off: a row per sequence);
 - copies: positions whose distances an item with the same contexts and the same beginning
-  already has are copied, not sent through the head and the JS step (`ReplayOptions.copies`).
+  already has are copied, not sent through the head and the JS step (`ReplayOptions.copies`);
+- trunks (on by default) in place of the one-level suffixes: every context suffix, a
+  response's own included, nested by the beginnings it shares with others, each encoded once
+  where that saves a forward's worth of tokens (`ReplayOptions.trunks`).
 
 This samples `--prompts` prompts x `--group-size` completions of the built-in policy (or
 `--model`) on `--task`, then times `replay.distances` on them with the sharing switched on
@@ -64,14 +67,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings() -> dict:
-    """Setting name -> the `ReplayOptions` that switch the three kinds of sharing on or off."""
+    """Setting name -> the `ReplayOptions` that switch the three kinds of sharing on or off, and
+    the last: the defaults, suffixes nested by what they share instead of one level."""
     from mrtpo.replay import ReplayOptions
 
     return {
-        "none of the three": ReplayOptions(suffixes=False, tries=False, copies=False),
-        "suffixes": ReplayOptions(suffixes=True, tries=False, copies=False),
-        "suffixes + tries": ReplayOptions(suffixes=True, tries=True, copies=False),
-        "suffixes + tries + copies": ReplayOptions(suffixes=True, tries=True, copies=True),
+        "none of the three": ReplayOptions(suffixes=False, tries=False, copies=False, trunks=False),
+        "suffixes": ReplayOptions(suffixes=True, tries=False, copies=False, trunks=False),
+        "suffixes + tries": ReplayOptions(suffixes=True, tries=True, copies=False, trunks=False),
+        "suffixes + tries + copies": ReplayOptions(suffixes=True, tries=True, copies=True, trunks=False),
+        "nested trunks + tries + copies": ReplayOptions(tries=True, copies=True, trunks=True),
     }
 
 

@@ -6,7 +6,8 @@ prompt encoded once for its group). Two settings, alternated for `--repeats` rou
 policy and batch:
 
 - plain: the paths before issue 38 (a dynamic KV cache while decoding, which copies itself
-  whole at every new token; each prompt encoded on its own; key/value heads copied once per
+  whole at every new token; each prompt encoded on its own; the replay's suffixes shared one
+  level deep; key/value heads copied once per
   query head that reads them; every row reading its prompt's keys and values while decoding;
   decoding's head re-packed by MKL at every token; the update's
   log-probs from [N, T, V] logits);
@@ -15,7 +16,8 @@ policy and batch:
   (`ReplayOptions.common`) and the update, grouped key/value heads read in place
   (`harness.attention`), decoding's attention reading each prompt's keys and values once
   for its G rows (`harness.cascade`), decoding's vocabulary head with its weight packed once
-  for MKL (`harness.packed`), and the update's vocabulary head a slice of words at a time
+  for MKL (`harness.packed`), the replay's context suffixes nested by the beginnings they
+  share (`ReplayOptions.trunks`), and the update's vocabulary head a slice of words at a time
   (`harness.head_logps`).
 
 Both settings start each round from the same seed, and the script checks that they give the
@@ -37,9 +39,9 @@ import torch
 from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
-                          cascade=False),
+                          cascade=False, trunks=False),
             "fast": dict(static_cache=True, common_prefix=True, grouped=True, sliced_head=True, packed=True,
-                         cascade=True)}  # `common_prefix` also switches the replay's
+                         cascade=True, trunks=True)}  # `common_prefix` also switches the replay's
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
@@ -69,9 +71,9 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
     items = [build_item(task, policy.tokenizer, ex, ids, v, model_positions(policy.model))
              for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if ids]
     qs = {}
-    with policy_replayer(policy).open() as model:
+    with torch.no_grad(), policy_replayer(policy).open() as model:  # as the trainer: LoRA folded in
         for name, flags in SETTINGS.items():
-            options = ReplayOptions(common=flags["common_prefix"])
+            options = ReplayOptions(common=flags["common_prefix"], trunks=flags["trunks"])
             with grouped_attention(flags["grouped"]):
                 qs[name], out[f"{name}_replay"] = timed(lambda: distances(model, items, cfg.temperature,
                                                                           options=options))

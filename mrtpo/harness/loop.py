@@ -152,26 +152,31 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
             examples = [train_set[i] for i in dist.shard(picks)]  # this process's share of the B prompts
             rows = dist.rows(len(examples) * G)  # its completions' rows in the global batch
 
-            with timer("generate"):  # each row samples from its own seeded generator
-                rollout = sample(policy, task, examples, G, temperature=cfg.temperature,
-                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                 logits_processor=dist.sampler(cfg.seed, step, rows.start, cfg.temperature,
-                                                               cfg.top_p, record_logps=rollout_dtype is not None),
-                                 dtype=rollout_dtype)
-            with timer("verify"):  # own rows on the global reward columns; the whole batch's scores
-                scored, batch_scored = dist.gather_scores(
-                    scorer.score(rollout.examples, rollout.responses))  # scores [n, K], [N, K]
-            mask = rollout.response_mask()  # [N, T]
-            # credit per reward (computed on the whole batch's scores, so GDPO's and SAW's batch
-            # statistics are the ones a single process would see; each process keeps its own rows)
-            credit = local_credit(estimate(batch_scored.scores, G, cfg.advantage, weights=batch_scored.weights,
-                                           saw=cfg.saw, floors=batch_scored.floors, scale=cfg.scale_rewards), rows)
-            logs = logs_completions(step, cfg.log_completions_every)
-            with timer("replay"):  # then on tokens (MRTPO): the mean over a response's tokens
-                # stays the estimator's advantage; only where it lands changes
-                placed = mrtpo_step(cfg.mrtpo_weights if cfg.mrtpo else None, replayer, task, rollout, scored,
-                                    credit, mask, lam=cfg.mrtpo_lambda, temperature=cfg.temperature, logs=logs,
-                                    replay_zero_credit=cfg.replay_zero_credit, seed=cfg.seed, step=step)
+            # the adapter folded into the weights once for the rollout and the replay (Policy.merged);
+            # unfolded before the update, which trains it
+            with contextlib.ExitStack() as folded:
+                with timer("generate"):  # each row samples from its own seeded generator
+                    with torch.no_grad():
+                        folded.enter_context(policy.merged())
+                    rollout = sample(policy, task, examples, G, temperature=cfg.temperature,
+                                     top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                     logits_processor=dist.sampler(cfg.seed, step, rows.start, cfg.temperature,
+                                                                   cfg.top_p, record_logps=rollout_dtype is not None),
+                                     dtype=rollout_dtype)
+                with timer("verify"):  # own rows on the global reward columns; the whole batch's scores
+                    scored, batch_scored = dist.gather_scores(
+                        scorer.score(rollout.examples, rollout.responses))  # scores [n, K], [N, K]
+                mask = rollout.response_mask()  # [N, T]
+                # credit per reward (computed on the whole batch's scores, so GDPO's and SAW's batch
+                # statistics are the ones a single process would see; each process keeps its own rows)
+                credit = local_credit(estimate(batch_scored.scores, G, cfg.advantage, weights=batch_scored.weights,
+                                               saw=cfg.saw, floors=batch_scored.floors, scale=cfg.scale_rewards), rows)
+                logs = logs_completions(step, cfg.log_completions_every)
+                with timer("replay"):  # then on tokens (MRTPO): the mean over a response's tokens
+                    # stays the estimator's advantage; only where it lands changes
+                    placed = mrtpo_step(cfg.mrtpo_weights if cfg.mrtpo else None, replayer, task, rollout, scored,
+                                        credit, mask, lam=cfg.mrtpo_lambda, temperature=cfg.temperature, logs=logs,
+                                        replay_zero_credit=cfg.replay_zero_credit, seed=cfg.seed, step=step)
             advantages, q = placed.advantages, placed.distances  # [N, T], [N, K, T]
 
             lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr

@@ -35,6 +35,7 @@ class Policy:
     lora: bool
     frozen_reference: torch.nn.Module | None = None  # only for --no-lora with beta > 0
     _copies: dict = field(default_factory=dict, repr=False)  # dtype -> the model's copy in it (`sampler`)
+    _folded: bool = field(default=False, repr=False)  # inside `merged()`: the adapter is in the weights
 
     @property
     def stop_ids(self) -> list[int]:
@@ -58,21 +59,28 @@ class Policy:
         float32 weights, where folding changes the outputs by float rounding (tested); in
         bf16/fp16, W + BA would round away much of a small adapter's update, so those models
         (and full-weight training) get the model unchanged. The base weights are copied back
-        exactly afterwards (unmerging subtracts BA again, which would leave rounding residue)."""
-        if not self.lora or self.dtype != torch.float32 or torch.is_grad_enabled():
+        exactly afterwards, and the layers marked unmerged (peft's unmerge would subtract BA
+        again, one more product per projection, and leave rounding residue).
+
+        Nested calls fold once: the trainer holds one `merged()` from sampling to the replay,
+        and the ones inside (`sample`, the replay's) get the folded model as it is."""
+        if self._folded or not self.lora or self.dtype != torch.float32 or torch.is_grad_enabled():
             yield self.model
             return
         from peft.tuners.lora import LoraLayer
 
-        bases = [m.get_base_layer() for m in self.model.modules() if isinstance(m, LoraLayer)]
-        saved = [(b.weight, b.weight.detach().clone()) for b in bases]
+        layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
+        saved = [(m.get_base_layer().weight, m.get_base_layer().weight.detach().clone()) for m in layers]
         self.model.merge_adapter()
+        self._folded = True
         try:
             yield self.model
         finally:
-            self.model.unmerge_adapter()
+            self._folded = False
             for weight, exact in saved:
                 weight.data.copy_(exact)
+            for m in layers:
+                m.merged_adapters.clear()  # what peft's unmerge leaves: no adapter in the weights
 
     @contextlib.contextmanager
     def sampler(self, dtype: torch.dtype | None = None) -> Iterator[torch.nn.Module]:

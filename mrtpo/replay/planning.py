@@ -2,7 +2,8 @@
 
 An item's distinct contexts (`plan_item`), the groups of items that share a prefix
 (`replay_groups`), the context suffixes that several responses share (`split_branches`) and
-those that begin alike (`cluster_suffixes`), the responses as token tries (`build_tries`)
+those that begin alike (`cluster_suffixes`), or all context suffixes nested by the
+beginnings they share (`suffix_trunks`), the responses as token tries (`build_tries`)
 with the cost model that decides which sequence joins a trie (`attention_keys_per_token`),
 and the schedule of forwards (`waves`, `forwards`, `item_batches`). `ReplayOptions` switches
 each kind of sharing off (the benchmarks measure what each one buys); every setting gives
@@ -21,6 +22,11 @@ if TYPE_CHECKING:  # items are duck-typed: the package imports nothing of mrtpo'
 
 Row = tuple[int, int, list[int]]  # (item, slot, context suffix + response ids)
 
+#: what one more forward costs, in tokens fed: a forward reads every weight however few tokens
+#: it feeds (SmolLM2 on 2 CPU cores: a forward of 1 token takes as long as ~40 tokens of a
+#: long one); `forwards` and `suffix_trunks` weigh padding and sharing against it
+FORWARD_TOKENS = 64
+
 
 @dataclass(frozen=True)
 class ReplayOptions:
@@ -32,13 +38,18 @@ class ReplayOptions:
     - `copies`: positions whose distances an item with the same contexts and the same
       beginning already has are copied (`CopiedPositions`), not sent through the head and JS;
     - `common`: the beginning every group's prefix shares (the system text and a worked
-      example, before each prompt's own question) is encoded once for all the groups.
+      example, before each prompt's own question) is encoded once for all the groups;
+    - `trunks`: context suffixes (several responses' or one's) that begin alike share that
+      beginning, nested (`suffix_trunks`): encoded once, the rest on its cache; replaces
+      `suffixes`, which shares one beginning per run of suffixes several responses share and
+      feeds the rows whose suffix is theirs alone as tries on the group's prefix.
     """
 
     suffixes: bool = True
     tries: bool = True
     copies: bool = True
     common: bool = True
+    trunks: bool = True
 
 
 @dataclass
@@ -113,7 +124,8 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
 
     Plain: every distinct context plus the response. Shared prefix: each group's prefix once;
     each context suffix that several responses share once, plus the nodes of its responses'
-    tries; the nodes of the tries of every other (context suffix + response) row; a beginning
+    tries; the nodes of the tries of every other (context suffix + response) row; with
+    `options.trunks`, the beginnings these suffixes share (`suffix_trunks`) once; a beginning
     shared in a trie once, a row's last token not at all. As `distances` with the same
     `batch_tokens`, `tree_tokens` and `options` feeds them to `model` (which tries pay depends
     on its shape; None: every sequence that shares a beginning joins its trie).
@@ -133,6 +145,12 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
         total += len(g.prefix) - common
         for wave in waves(g, items, 2 * batch_tokens):
             singles, branches = split_branches(wave, items)
+            if options.trunks:
+                total += suffix_trunks(singles, branches, items).fed(
+                    lambda rows, depth: fed([(None, ids[depth:-1]) for _, _, ids in rows]),
+                    lambda part: sum(len(suffix) + fed([(None, items[n].response_ids[:-1]) for n, _ in members])
+                                     for suffix, members in part))
+                continue
             total += fed([(None, ids[:-1]) for _, _, ids in singles])
             for shared, members in cluster_suffixes(branches, options=options):
                 total += len(shared) + sum(len(branches[b][0]) - len(shared) + fed(
@@ -239,6 +257,70 @@ def cluster_suffixes(branches, min_shared: int = 16,
 
 
 @dataclass
+class Trunk:
+    """Context suffixes nested by the beginnings they share (`suffix_trunks`): `shared` is
+    encoded once on the parent trunk's cache (the group's prefix for the root, whose `shared`
+    is empty); then, on this trunk's cache, `depth` positions past the group's prefix: `rows`
+    (a suffix theirs alone: fed from `depth`, with the response, as tries), `branches` (a
+    suffix several responses share, from `depth`: encoded once, the responses as tries on
+    it) and each of `kids`."""
+
+    shared: list[int]
+    depth: int
+    rows: list[Row]
+    branches: list[tuple[list[int], list[tuple[int, int]]]]  # (suffix past depth, [(item, slot)])
+    kids: list["Trunk"]
+
+    def fed(self, feed_rows, feed_branches) -> int:
+        """Tokens this trunk and those below it feed: `shared`, plus `feed_rows(rows, depth)`
+        and `feed_branches(branches)` at each trunk."""
+        return (len(self.shared) + (feed_rows(self.rows, self.depth) if self.rows else 0)
+                + feed_branches(self.branches) + sum(k.fed(feed_rows, feed_branches) for k in self.kids))
+
+
+def suffix_trunks(singles: Sequence[Row], branches, items, min_shared: int = 16,
+                  min_saved: int | None = None) -> Trunk:
+    """The rows whose context suffix is theirs alone and the branches (a suffix several
+    responses share), both from `split_branches`, as a tree of trunks: suffixes that begin
+    with the same `min_shared` or more tokens share them, encoded once, and so on within them
+    (the rows of one prompt share its worked example and question, a response's rows share
+    the blocks before the one that differs). A trunk stops at least one token short of each
+    suffix below it (whose last position predicts the first response token, a hidden state
+    the JS step keeps), and is kept only where it saves `min_saved` tokens or more ((members -
+    1) x its length; default `FORWARD_TOKENS`, since each trunk is one more forward);
+    otherwise its suffixes go on as they would without it. Suffixes are sorted, so those that
+    begin alike are neighbours."""
+    min_saved = FORWARD_TOKENS if min_saved is None else min_saved
+    # (suffix, row or None, branch members or None) per entry
+    entries = [(ids[:len(ids) - len(items[n].response_ids)], (n, slot, ids), None) for n, slot, ids in singles]
+    entries += [(list(suffix), None, members) for suffix, members in branches]
+
+    def shared_len(run, depth: int) -> int:
+        return min(common_prefix([e[0][depth:] for e in run]), min(len(e[0]) for e in run) - 1 - depth)
+
+    def build(run, shared: list[int], depth: int) -> Trunk:
+        node = Trunk(shared, depth, [], [], [])
+        i = 0
+        while i < len(run):
+            j = i + 1
+            while j < len(run) and shared_len(run[i:j + 1], depth) >= min_shared:
+                j += 1
+            c = shared_len(run[i:j], depth) if j - i > 1 else 0
+            if (j - i - 1) * c >= min_saved and c > 0:
+                node.kids.append(build(run[i:j], list(run[i][0][depth:depth + c]), depth + c))
+            else:
+                for e in run[i:j]:
+                    if e[1] is not None:
+                        node.rows.append(e[1])
+                    else:
+                        node.branches.append((e[0][depth:], e[2]))
+            i = j
+        return node
+
+    return build(sorted(entries, key=lambda e: e[0]), [], 0)
+
+
+@dataclass
 class Trie:
     """Responses fed after one context suffix as a token trie: node i is token `tokens[i]` at
     response position `depth[i]`, in preorder (each node after its parent, a subtree's nodes
@@ -336,7 +418,7 @@ def waves(group: ReplayGroup, items, max_positions: int) -> list[list[Row]]:
     return out
 
 
-def forwards(rows, batch_tokens: int, overhead: int = 64) -> list[list]:
+def forwards(rows, batch_tokens: int, overhead: int = FORWARD_TOKENS) -> list[list]:
     """Rows sorted by length and cut into forwards so that padded tokens plus `overhead` per
     forward are fewest, with rows * width <= batch_tokens (a longer row goes alone).
 

@@ -4,7 +4,9 @@ For one `ReplayGroup` (mrtpo.replay.planning): the prefix is encoded once; conte
 that several responses share (`split_branches`) are encoded once on its cache, those that
 begin alike (`cluster_suffixes`) share that beginning too, and the responses after a suffix
 are fed as token tries with a tree attention mask (`tree_mask`). Rows whose context suffix
-is theirs alone are fed as tries on the prefix cache. The hidden states at response
+is theirs alone are fed as tries on the prefix cache. With `ReplayOptions.trunks` (the
+default), all context suffixes go past the beginnings they share (`suffix_trunks`), each
+encoded once, instead of the one-level `cluster_suffixes`. The hidden states at response
 positions go through the head and the JS step (`head_and_js`), except positions an item
 with the same contexts and beginning already has (`CopiedPositions`).
 """
@@ -16,8 +18,8 @@ from typing import Sequence
 import torch
 
 from mrtpo.replay.js import head_and_js
-from mrtpo.replay.planning import (CopiedPositions, ReplayGroup, ReplayOptions, build_tries, cluster_suffixes,
-                                   forwards, split_branches, trie_settings, waves)
+from mrtpo.replay.planning import (CopiedPositions, ReplayGroup, ReplayOptions, Trunk, build_tries, cluster_suffixes,
+                                   forwards, split_branches, suffix_trunks, trie_settings, waves)
 from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of, on_cache, output_cache, pack
 
 
@@ -101,6 +103,9 @@ class SharedReplay:
         """(item, context) -> hidden [T, H] at the response positions of the wave's rows."""
         kept: dict[tuple[int, int], torch.Tensor] = {}
         singles, branches = split_branches(wave, self.items)
+        if self.options.trunks:  # every suffix past the beginnings it shares with others
+            self.run_trunk(suffix_trunks(singles, branches, self.items), kept, prefix_cache, prefix_len)
+            return kept
         if singles:
             self.run_singles(singles, kept, prefix_cache, prefix_len)
         # context suffixes shared by several responses (blocks that do not depend on the
@@ -164,14 +169,34 @@ class SharedReplay:
                 yield j, tree, hidden[r]
             del hidden
 
-    def run_singles(self, singles, kept, prefix_cache, prefix_len: int) -> None:
+    def run_trunk(self, trunk: Trunk, kept, cache, cache_len: int) -> None:
+        """`trunk.shared` encoded once on `cache` (`cache_len` positions: the group's prefix and
+        the trunks above), then its rows, its branches and its kids on that cache."""
+        if trunk.shared:
+            ids = torch.as_tensor(trunk.shared, dtype=torch.long, device=self.device)[None]  # [1, S0]
+            pos = torch.arange(cache_len, cache_len + len(trunk.shared), device=self.device)[None]  # [1, S0]
+            kwargs, mask = on_cache(self.cache_arg, cache, cache_len, 1, torch.ones_like(ids))  # [1, cache + S0]
+            kwargs["use_cache"] = True
+            cache = output_cache(self.decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs))
+            cache_len += len(trunk.shared)
+            del kwargs
+        if trunk.rows:
+            self.run_singles(trunk.rows, kept, cache, cache_len, trunk.depth)
+        if trunk.branches:
+            self.run_branches(trunk.branches, kept, cache, cache_len)
+        for kid in trunk.kids:
+            self.run_trunk(kid, kept, cache, cache_len)
+
+    def run_singles(self, singles, kept, cache, cache_len: int, depth: int = 0) -> None:
         """Rows whose context suffix no other row shares (a block that depends on the response
-        comes first): suffix + response on the prefix cache, as tries (rows that begin alike,
-        a response's P_all and P_without_k before the block that differs, share nodes)."""
-        fed = [((n, slot), list(ids[:-1])) for n, slot, ids in singles]
+        comes first), past their first `depth` tokens (their trunks, in `cache` after the
+        prefix: `cache_len` positions): the rest of the suffix + response as tries (rows that
+        begin alike, a response's P_all and P_without_k before the block that differs, share
+        nodes)."""
+        fed = [((n, slot), list(ids[depth:-1])) for n, slot, ids in singles]
         tries = [(0, tree) for tree in build_tries(fed, self.tree_nodes, self.keys_per_token)]
-        cache_mask = torch.ones(1, prefix_len, dtype=torch.bool, device=self.device)  # [1, L]
-        for _, tree, hidden in self.run_tries(tries, prefix_cache, cache_mask, [prefix_len], spend_cache=False):
+        cache_mask = torch.ones(1, cache_len, dtype=torch.bool, device=self.device)  # [1, C]
+        for _, tree, hidden in self.run_tries(tries, cache, cache_mask, [cache_len], spend_cache=False):
             for (n, slot), path in zip(tree.members, tree.paths):
                 t_len = len(self.items[n].response_ids)  # the last t_len fed positions predict the response
                 kept[n, self.plans[n].slots.index(slot)] = hidden[path[len(path) - t_len:]]  # [T, H]

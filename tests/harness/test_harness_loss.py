@@ -223,7 +223,8 @@ def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
 
 def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny_qwen2_dir):
     """Policy.merged() folds LoRA into fp32 weights for no-grad passes: the same logits to float
-    rounding, the base weights bit-for-bit afterwards, and no folding where it would round."""
+    rounding, once for nested calls, the base weights bit-for-bit afterwards and the adapter's
+    own outputs again, and no folding where it would round."""
     from mrtpo.harness.policy import load_policy
 
     policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
@@ -239,8 +240,12 @@ def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny
         with policy.merged() as model:
             assert any(getattr(m, "merged", False) for m in model.modules())  # really folded
             folded = model(input_ids=ids).logits
+            with policy.merged() as inner:  # nested (the trainer's, then sample's): folded once
+                assert torch.equal(inner(input_ids=ids).logits, folded)
+            assert torch.equal(model(input_ids=ids).logits, folded)  # the inner exit did not unfold it
         with policy.model.disable_adapter():
             base = policy.model(input_ids=ids).logits
+        assert torch.equal(policy.model(input_ids=ids).logits, plain)  # unfolded: the adapter's own path again
     torch.testing.assert_close(folded, plain, atol=1e-5, rtol=1e-5)
     assert (plain - base).abs().max() > 1e-2  # the adapter matters
     for key, value in policy.model.state_dict().items():

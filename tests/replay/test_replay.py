@@ -12,7 +12,7 @@ import torch
 
 from mrtpo.replay import js_distance
 from mrtpo.contexts import ReplayItem, build_item
-from mrtpo.replay import distances, replay_groups, replay_tokens
+from mrtpo.replay import ReplayOptions, distances, replay_groups, replay_tokens
 from mrtpo.tasks.base import Example
 from replay_task import EX, SQLishTask
 
@@ -382,10 +382,60 @@ def test_toolcall_contexts_that_keep_p0_share_it(models, tiny_tokenizer):
     from mrtpo.replay.planning import groups_common
 
     common = groups_common(groups)  # the two prompts' prefixes begin alike: that beginning once
-    assert replay_tokens(items, tree_tokens=0) == unclustered - saved - common
-    assert replay_tokens(items) < unclustered - saved - common  # the reference and its edit begin alike
+    one_level = ReplayOptions(trunks=False)  # `_clusters`, as counted above
+    assert replay_tokens(items, tree_tokens=0, options=one_level) == unclustered - saved - common
+    assert replay_tokens(items, options=one_level) < unclustered - saved - common  # the reference and its edit
+    assert (distances(model, items, tree_tokens=0, options=one_level) - shared).abs().max() <= TOL
+    # nested trunks (the default) share at least as much, and more here: the same distances
+    assert replay_tokens(items, tree_tokens=0) < replay_tokens(items, tree_tokens=0, options=one_level)
     assert (distances(model, items, tree_tokens=0) - shared).abs().max() <= TOL
 
+
+
+def test_suffixes_nested_by_what_they_share_are_encoded_once(models, tiny_tokenizer):
+    """text2sql with its worked example: the P_all and P_without_result rows of both prompts
+    share the example and the schema, those of one prompt its question too, those of one
+    response its blocks before the last: `suffix_trunks` encodes each such beginning once
+    (nested), for fewer tokens than the one-level clusters and the same distances."""
+    from mrtpo.replay.planning import FORWARD_TOKENS, Trunk, split_branches, suffix_trunks
+    from mrtpo.tasks.text2sql import Text2SQLTask
+
+    task = Text2SQLTask(workers=0, demo=True)
+    exs = [ex for ex in task.load() if ex.data.get("db_id") == task.load()[0].data.get("db_id")][:2]
+    items = []
+    for ex in exs:
+        for text in (task.reference(ex), "```sql\nSELECT nme FROM no_such_table\n```", "no query", "SELECT 1"):
+            ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+            items.append(build_item(task, tiny_tokenizer, ex, ids, task.score(ex, text)))
+    (group,) = replay_groups(items)
+    singles, branches = split_branches(group.rows, items)
+    root = suffix_trunks(singles, branches, items)
+
+    def entries(t: Trunk) -> int:
+        return len(t.rows) + len(t.branches) + sum(entries(k) for k in t.kids)
+
+    def walk(t: Trunk, above: list[int], depth: int = 0):
+        assert t.depth == len(above) and (depth == 0) == (not t.shared)
+        for n, slot, ids in t.rows:  # every row begins with the trunks above it, short of its suffix
+            assert ids[:t.depth] == above and t.depth < len(ids) - len(items[n].response_ids)
+            yield ("row", n, slot), depth
+        for suffix, members in t.branches:
+            yield ("branch", tuple(members)), depth
+        for kid in t.kids:  # a trunk saves a forward's worth of tokens or more
+            assert (entries(kid) - 1) * len(kid.shared) >= FORWARD_TOKENS
+            yield from walk(kid, above + kid.shared, depth + 1)
+
+    placed = list(walk(root, []))
+    assert sorted(p for p, _ in placed) == sorted([("row", n, s) for n, s, _ in singles]
+                                                  + [("branch", tuple(m)) for _, m in branches])  # each once
+    assert max(d for _, d in placed) >= 2  # nested: the example and schema, then a prompt's question
+    one_level = ReplayOptions(trunks=False)
+    assert replay_tokens(items) < replay_tokens(items, options=one_level)
+    full = distances(models["qwen2"], items, shared_prefix=False)
+    assert full.amax() > 0
+    for options in (ReplayOptions(), one_level):
+        assert (distances(models["qwen2"], items, options=options) - full).abs().max() <= TOL
+    assert not suffix_trunks(singles, branches, items, min_saved=10**9).kids  # a trunk must save enough
 
 BEGIN_ALIKE = ["```sql\nSELECT name FROM singer\n```", "```sql\nSELECT name FROM singer ORDER BY age\n```",
                "```sql\nSELECT name FROM singer\n```", "```sql\nSELECT nme FROM singer\n```",
@@ -426,7 +476,8 @@ def test_responses_that_begin_alike_are_fed_once_as_a_trie(models, tiny_tokenize
         in_branches += sum(saved([items[n].response_ids[:-1] for n, _ in rows]) for _, rows in branches)
     assert in_branches > 40 and in_singles > 10
     saved = in_branches + in_singles
-    assert replay_tokens(items) == replay_tokens(items, tree_tokens=0) - saved
+    one_level = ReplayOptions(trunks=False)  # nested trunks would take some of the singles' sharing
+    assert replay_tokens(items, options=one_level) == replay_tokens(items, tree_tokens=0, options=one_level) - saved
 
 
 def test_tree_attention_with_eager_attention(tiny_qwen2_dir, tiny_tokenizer):
