@@ -7,7 +7,7 @@ policy and batch:
 
 - plain: the paths before issue 38 (a dynamic KV cache while decoding, which copies itself
   whole at every new token; each prompt encoded on its own; the replay's suffixes shared one
-  level deep; key/value heads copied once per
+  level deep; the update's responses as rows padded to the longest; key/value heads copied once per
   query head that reads them; every row reading its prompt's keys and values while decoding;
   decoding's head re-packed by MKL at every token; the update's
   log-probs from [N, T, V] logits);
@@ -17,8 +17,9 @@ policy and batch:
   (`harness.attention`), decoding's attention reading each prompt's keys and values once
   for its G rows (`harness.cascade`), decoding's vocabulary head with its weight packed once
   for MKL (`harness.packed`), the replay's context suffixes nested by the beginnings they
-  share (`ReplayOptions.trunks`), and the update's vocabulary head a slice of words at a time
-  (`harness.head_logps`).
+  share (`ReplayOptions.trunks`), the update's responses fed as one token trie per prompt
+  (`loss.response_trie_hidden`: no padding, a shared beginning once), and the update's
+  vocabulary head a slice of words at a time (`harness.head_logps`).
 
 Both settings start each round from the same seed, and the script checks that they give the
 same results: the same completions, distances, log-probs and LoRA gradients to float rounding (it prints the
@@ -39,9 +40,9 @@ import torch
 from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
-                          cascade=False, trunks=False),
+                          cascade=False, trunks=False, response_tries=False),
             "fast": dict(static_cache=True, common_prefix=True, grouped=True, sliced_head=True, packed=True,
-                         cascade=True, trunks=True)}  # `common_prefix` also switches the replay's
+                         cascade=True, trunks=True, response_tries=True)}  # `common_prefix` also switches the replay's
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
@@ -90,7 +91,8 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
             (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
                                                        batch.position_ids, t, cfg.temperature, share_prompts=True,
                                                        common_prefix=flags["common_prefix"],
-                                                       sliced_head=flags["sliced_head"]))
+                                                       sliced_head=flags["sliced_head"],
+                                                       response_tries=flags["response_tries"]))
             _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
         out[f"{name}_forward"], out[f"{name}_backward"] = fwd, bwd
         results[name] = (logp.detach(), torch.cat([p.grad.flatten() for p in params]))

@@ -20,11 +20,15 @@ import torch
 
 LossType = Literal["dapo", "grpo", "dr_grpo"]
 
+#: the most nodes of one response trie in the update (`response_trie_hidden`); a prompt's
+#: responses beyond it start another trie
+TRIE_NODES = 1024
+
 
 def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor, num_response: int, temperature: float = 1.0,
                 with_entropy: bool = False, share_prompts: bool = False, common_prefix: bool = True,
-                sliced_head: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                sliced_head: bool = True, response_tries: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of the last `num_response` tokens under `model` -> ([N, T], entropy [N, T]).
 
     Logits are divided by the sampling temperature (the distribution the tokens were drawn
@@ -35,7 +39,11 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     run the prompt through the model once and reuse its KV cache for their responses
     (`shared_prompt_hidden`): the same log-probs and gradients as the full forward, to float
     rounding (tested), for about 1/G of the prompt's compute; with `common_prefix`, the
-    beginning all the prompts share (system text, worked example) is encoded once for all.
+    beginning all the prompts share (system text, worked example) is encoded once for all;
+    with `response_tries`, each prompt's responses run on its cache as one token trie
+    (`response_trie_hidden`: no padding, a beginning they share once). Positions past a
+    response's end (padding) then get a zero hidden state: their log-probs are finite and
+    carry no gradient, and the loss masks them as it always does.
     `sliced_head`: a bias-free linear head goes through `head_logps.chosen_logps`, a slice of
     the vocabulary at a time, instead of materializing [N, T, V] logits (the same values and
     gradients to float rounding, tested; benchmarks switch it off to measure it).
@@ -45,8 +53,8 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
     t = num_response
     targets = input_ids[:, -t:]  # [N, T]
-    hidden = (shared_prompt_hidden(model, input_ids, attention_mask, position_ids, t, common_prefix)
-              if share_prompts else None)  # [N, T, H]
+    hidden = (shared_prompt_hidden(model, input_ids, attention_mask, position_ids, t, common_prefix,
+                                   response_tries) if share_prompts else None)  # [N, T, H]
     weight = plain_linear_head(model) if sliced_head else None  # [V, H]
     if weight is not None:
         if hidden is None:
@@ -77,7 +85,7 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          position_ids: torch.Tensor, num_response: int, common_prefix: bool = True,
-                         ) -> torch.Tensor | None:
+                         response_tries: bool = False) -> torch.Tensor | None:
     """Hidden states [N, T, H] at the positions predicting the last T tokens, each distinct
     prompt encoded once; None when no two rows share a prompt or a beginning (or sharing is not
     possible).
@@ -94,7 +102,7 @@ def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.T
     one per row. Not used under gradient checkpointing, which turns the KV cache off in training.
     """
     from mrtpo.harness.prefix import encode_prompts
-    from mrtpo.replay.planning import common_prefix as shared_beginning
+    from mrtpo.replay.planning import common_prefix as shared_beginning, takes_tree_mask
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, select_rows
 
     n, t = input_ids.shape[0], num_response
@@ -110,11 +118,70 @@ def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.T
     decoder = decoder_of(model)
     arg = cache_kwarg(decoder)
     enc = encode_prompts(decoder, prompts, input_ids.device, arg, share_common=common_prefix)
+    if response_tries and takes_tree_mask(model.config):
+        return response_trie_hidden(model, decoder, arg, enc, input_ids, attention_mask, position_ids, inverse, t)
     select_rows(enc.cache, inverse)  # [U, ...] -> [N, ...]
     mask = torch.cat([enc.mask[inverse], attention_mask[:, cut:]], 1)  # [N, width + T + 1]
     hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=mask, position_ids=position_ids[:, cut:],
                      use_cache=True, **{arg: enc.cache}).last_hidden_state  # [N, T + 1, H]
     return hidden[:, :t]  # [N, T, H]
+
+
+def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.Tensor,
+                         attention_mask: torch.Tensor, position_ids: torch.Tensor, inverse: torch.Tensor,
+                         t: int) -> torch.Tensor:
+    """Hidden states [N, T, H] at the positions predicting each row's response tokens, with
+    each distinct prompt's rows fed on its cache (`enc`, U rows: `prefix.encode_prompts`) as
+    one token trie: row r feeds its last prompt token and its response but the last token
+    (the positions that predict a response token), the rows of one prompt share at least that
+    first node and often the response's first words, and no row is padded. A tree mask lets
+    each node see its prompt and its own ancestors only, so every node computes what it
+    computes in its own row (causal attention): the same hidden states, to float rounding, and
+    autograd sums a shared node's gradient over the rows that read it, as the rows' copies
+    would add up. Positions past a row's end get zeros (no gradient). `inverse` [N]: each
+    row's prompt; `t`: T, the response columns at the batch's end."""
+    from mrtpo.replay.planning import build_tries
+    from mrtpo.replay.plumbing import select_rows
+    from mrtpo.replay.shared import tree_mask
+
+    n, cut = input_ids.shape[0], input_ids.shape[1] - t - 1
+    device, dtype = input_ids.device, next(model.parameters()).dtype
+    lengths = attention_mask[:, cut + 1:].sum(-1).tolist()  # [N] response tokens per row
+    ids_cpu = input_ids[:, cut:].tolist()
+    u = int(inverse.max()) + 1
+    by_prompt: list[list] = [[] for _ in range(u)]
+    for r, (p, length) in enumerate(zip(inverse.tolist(), lengths)):
+        if length:
+            by_prompt[p].append((r, ids_cpu[r][:length]))  # last prompt token + response[:-1]
+    # one trie per prompt, of at most TRIE_NODES nodes: its attention is dense ([W, W] per head)
+    tries = [build_tries(seqs, TRIE_NODES) for seqs in by_prompt]
+    rows = [(p, tree) for p, ts in enumerate(tries) for tree in ts]  # one forward row per trie
+    width = max((len(tree.tokens) for _, tree in rows), default=0)
+    if not width:
+        return torch.zeros(n, t, model.config.hidden_size, dtype=dtype, device=device)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)  # [R, W]
+    pos = torch.zeros(len(rows), width, dtype=torch.long)  # [R, W]
+    tmask = torch.zeros(len(rows), width, width, dtype=torch.bool)  # [R, W, W]
+    first_pos = position_ids[:, cut].tolist()  # [N] the last prompt token's position
+    start = {p: first_pos[r] for p, seqs in enumerate(by_prompt) for r, _ in seqs[:1]}
+    for i, (p, tree) in enumerate(rows):
+        ids[i, :len(tree.tokens)] = torch.as_tensor(tree.tokens)
+        pos[i, :len(tree.tokens)] = start[p] + torch.as_tensor(tree.depth)
+        tmask[i] = tree_mask(tree.depth, width)
+    which = torch.tensor([p for p, _ in rows], device=device)  # [R] each trie's prompt
+    if len(rows) != u or bool((which != torch.arange(u, device=device)).any()):
+        select_rows(enc.cache, which)  # [U, ...] -> [R, ...]
+    mask = torch.cat([enc.mask[which].bool()[:, None].expand(-1, width, -1), tmask.to(device)], 2)[:, None]
+    if (getattr(model.config, "_attn_implementation", None) or "eager") == "eager":  # added to the scores
+        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+    hidden = decoder(input_ids=ids.to(device), attention_mask=mask, position_ids=pos.to(device), use_cache=True,
+                     **{cache_arg: enc.cache}).last_hidden_state  # [R, W, H]
+    flat = torch.cat([hidden.reshape(-1, hidden.shape[-1]), hidden.new_zeros(1, hidden.shape[-1])])  # [R*W + 1, H]
+    index = torch.full((n, t), len(rows) * width, dtype=torch.long)  # [N, T] the zero row by default
+    for i, (_, tree) in enumerate(rows):
+        for r, path in zip(tree.members, tree.paths):
+            index[r, :len(path)] = i * width + torch.as_tensor(path)
+    return flat.index_select(0, index.view(-1).to(device)).view(n, t, -1)  # [N, T, H]
 
 
 def _checkpointing(model) -> bool:

@@ -148,9 +148,11 @@ def test_grad_accum_gives_the_full_batch_gradient(tiny_qwen2_dir, loss_type):
     assert s1["loss"] == pytest.approx(s3["loss"], abs=1e-6)
 
 
-def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0, common=0):
+def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0, common=0, alike=False):
     """Left-padded prompts of different lengths, each with `group` responses of varied length;
-    `common`: the prompts begin with the same that many tokens (a system text, a worked example)."""
+    `common`: the prompts begin with the same that many tokens (a system text, a worked example);
+    `alike`: a group's responses begin with the same 3 tokens (one of them is only those), and
+    one response is empty, as sampled groups have them."""
     from mrtpo.harness.rollout import Rollout
 
     g = torch.Generator().manual_seed(seed)
@@ -159,45 +161,56 @@ def _grouped_batch(pad_id: int, prompt_lens=(9, 14, 6), group=3, seed=0, common=
     n = len(prompts) * group
     responses = [torch.randint(3, 300, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist()
                  for _ in range(n)]
+    if alike:
+        for i in range(0, n, group):
+            head = torch.randint(3, 300, (3,), generator=g).tolist()
+            responses[i:i + group] = [head + r for r in responses[i:i + group]]
+            responses[i] = list(head)
+        responses[-1] = []
     roll = Rollout(examples=[None] * n, prompts=[""] * n, prompt_ids=[prompts[i // group] for i in range(n)],
                    response_ids=responses, responses=[""] * n, truncated=[False] * n, group_size=group)
     return roll.batch(pad_id)
 
 
-@pytest.mark.parametrize("model_dir,common,common_prefix", [
-    ("tiny_qwen2_dir", 0, True), ("tiny_llama_dir", 0, True), ("tiny_qwen2_dir", 7, True),
-    ("tiny_llama_dir", 7, True), ("tiny_qwen2_dir", 7, False)])
-def test_shared_prompt_pass_equals_the_full_forward(model_dir, common, common_prefix, request):
+@pytest.mark.parametrize("model_dir,common,common_prefix,attention", [
+    ("tiny_qwen2_dir", 0, True, "sdpa"), ("tiny_llama_dir", 0, True, "sdpa"), ("tiny_qwen2_dir", 7, True, "sdpa"),
+    ("tiny_llama_dir", 7, True, "sdpa"), ("tiny_qwen2_dir", 7, False, "sdpa"), ("tiny_llama_dir", 7, True, "eager")])
+def test_shared_prompt_pass_equals_the_full_forward(model_dir, common, common_prefix, attention, request):
     """Encoding each prompt once (its KV cache reused by its G rows), and the beginning all the
     prompts share once for all of them, gives the full forward's log-probs, entropies and LoRA
-    gradients, rows of a group split across micro-batches too."""
+    gradients, rows of a group split across micro-batches too; with each prompt's responses
+    as one trie (`response_tries`: responses that begin alike, an empty one) and as padded rows."""
     from mrtpo.harness.policy import load_policy
 
     policy = load_policy(str(request.getfixturevalue(model_dir)), lora=True, lora_r=4, lora_dropout=0.0)
     model = policy.model
+    model.set_attn_implementation(attention)
     model.train()
     with torch.no_grad():  # a LoRA away from its zero start, so its gradients are all non-trivial
         for p in policy.trainable_parameters():
             p.normal_(0, 0.1)
-    batch = _grouped_batch(policy.pad_id, common=common)
+    batch = _grouped_batch(policy.pad_id, common=common, alike=True)
     t = batch.response_mask.shape[1]
     weights = torch.linspace(-1.0, 1.0, t)  # [T] a loss that weighs every position differently
 
-    def run(share: bool, rows: slice):
+    def run(share: bool, rows: slice, tries: bool = True):
         model.zero_grad(set_to_none=True)
         b = batch.rows(rows)
         logp, ent = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t, 0.7,
-                                with_entropy=True, share_prompts=share, common_prefix=common_prefix)
+                                with_entropy=True, share_prompts=share, common_prefix=common_prefix,
+                                response_tries=tries)
+        assert torch.isfinite(logp).all() and torch.isfinite(ent).all()  # padding too
         (logp * b.response_mask * weights).sum().backward()
         m = b.response_mask.bool()
         return logp.detach()[m], ent[m], [p.grad.clone() for p in policy.trainable_parameters()]
 
     for rows in (slice(0, 9), slice(2, 7), slice(0, 9, 3)):  # whole groups; cut groups; one row per prompt
-        plain, shared = run(False, rows), run(True, rows)
-        torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(shared[1], plain[1], atol=1e-5, rtol=1e-5)
-        for g_shared, g_plain in zip(shared[2], plain[2]):
-            torch.testing.assert_close(g_shared, g_plain, atol=1e-5, rtol=1e-4)
+        plain = run(False, rows)
+        for shared in (run(True, rows), run(True, rows, tries=False)):
+            torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(shared[1], plain[1], atol=1e-5, rtol=1e-5)
+            for g_shared, g_plain in zip(shared[2], plain[2]):
+                torch.testing.assert_close(g_shared, g_plain, atol=1e-5, rtol=1e-4)
 
 
 def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
