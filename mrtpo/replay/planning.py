@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # items are duck-typed: the package imports nothing of mrtpo'
 Row = tuple[int, int, list[int]]  # (item, slot, context suffix + response ids)
 
 #: what one more forward costs, in tokens fed: a forward reads every weight however few tokens
-#: it feeds (SmolLM2 on 2 CPU cores: a forward of 1 token takes as long as ~40 tokens of a
+#: it feeds (SmolLM2 on 2 CPU cores: a forward of 1 token takes as long as 40-60 tokens of a
 #: long one); `forwards` and `suffix_trunks` weigh padding and sharing against it
 FORWARD_TOKENS = 64
 
