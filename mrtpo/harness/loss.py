@@ -138,8 +138,10 @@ def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.T
     each node see its prompt and its own ancestors only, so every node computes what it
     computes in its own row (causal attention): the same hidden states, to float rounding, and
     autograd sums a shared node's gradient over the rows that read it, as the rows' copies
-    would add up. Positions past a row's end get zeros (no gradient). `inverse` [N]: each
-    row's prompt; `t`: T, the response columns at the batch's end."""
+    would add up. Positions past a row's end get zeros (no gradient). LoRA dropout, in
+    training mode, draws one mask per node, so rows share it where they share a beginning (as
+    they share their prompt's), and a seeded run draws other masks than the padded rows did.
+    `inverse` [N]: each row's prompt; `t`: T, the response columns at the batch's end."""
     from mrtpo.replay.planning import build_tries
     from mrtpo.replay.plumbing import select_rows
     from mrtpo.replay.shared import tree_mask
