@@ -124,7 +124,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
         raise ValueError(f"length={length} but a response has {t_needed} tokens; pass length >= {t_needed}")
     device = device_of(model)
     q = torch.zeros(len(items), K, T, dtype=torch.float32, device=device)  # [N, K, T]
-    groups = replay_groups(items, shared_prefix)
+    groups = replay_groups(items, shared_prefix, one_group=options.trunks)
     if not groups:
         return q
     plans = {n: plan_item(items[n], n) for g in groups for n in g.items}

@@ -24,8 +24,15 @@ Row = tuple[int, int, list[int]]  # (item, slot, context suffix + response ids)
 
 #: what one more forward costs, in tokens fed: a forward reads every weight however few tokens
 #: it feeds (SmolLM2 on 2 CPU cores: a forward of 1 token takes as long as 40-60 tokens of a
-#: long one); `forwards` and `suffix_trunks` weigh padding and sharing against it
+#: long one); `forwards` weighs padding against it
 FORWARD_TOKENS = 64
+
+#: tokens a trunk must save to be encoded on its own (`suffix_trunks`). Rows left in one trie
+#: share their beginning there too, so a trunk buys smaller tries (their attention is dense,
+#: [W, W]) and beginnings that no longer repeat across tries, for one more forward. Measured
+#: on SmolLM2, text2sql with its worked example, one batch of 2 x 4 at 2 threads (replay
+#: seconds): 64: 3.07, 128: 2.97, 256: 2.69, 512: 2.54, 1024: 2.57, no trunks: 2.85.
+TRUNK_MIN_SAVED = 512
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,11 @@ class ReplayOptions:
       beginning already has are copied (`CopiedPositions`), not sent through the head and JS;
     - `common`: the beginning every group's prefix shares (the system text and a worked
       example, before each prompt's own question) is encoded once for all the groups;
-    - `trunks`: context suffixes (several responses' or one's) that begin alike share that
-      beginning, nested (`suffix_trunks`): encoded once, the rest on its cache; replaces
-      `suffixes`, which shares one beginning per run of suffixes several responses share and
-      feeds the rows whose suffix is theirs alone as tries on the group's prefix.
+    - `trunks`: all items in one group, and every row's context suffix nested by the
+      beginnings it shares with others (`suffix_trunks`): each encoded once where that saves
+      `TRUNK_MIN_SAVED` tokens, the rest fed as tries. It takes the place of `suffixes`
+      and `common` (one level of shared beginnings for the suffixes several responses share,
+      and the beginning the groups' prefixes share), which apply with it off.
     """
 
     suffixes: bool = True
@@ -100,16 +108,21 @@ def plan_item(item: ReplayItem, index: int) -> ItemPlan:
     return ItemPlan(contexts, which, slots)
 
 
-def replay_groups(items: Sequence[ReplayItem], shared_prefix: bool = True) -> list[ReplayGroup]:
+def replay_groups(items: Sequence[ReplayItem], shared_prefix: bool = True,
+                  one_group: bool = False) -> list[ReplayGroup]:
     """What the replay feeds the model: groups of items, each a prefix and its rows.
 
     With `shared_prefix=False` there is one group with an empty prefix (every row is a whole
-    context plus the response). Items with nothing to replay (every block empty, or an empty
-    response) appear in no group.
+    context plus the response). `one_group` (`ReplayOptions.trunks`, whose trunks take over
+    the nesting): one group whose prefix is what all the items' contexts share. Items with
+    nothing to replay (every block empty, or an empty response) appear in no group.
     """
     plans = [plan_item(item, i) for i, item in enumerate(items)]
     active = [n for n, p in enumerate(plans) if p.active and items[n].response_ids]
     groups = prefix_groups(plans, active) if shared_prefix else ([(0, active)] if active else [])
+    if one_group and len(groups) > 1:
+        first = [plans[members[0]].contexts[0][:length] for length, members in groups]
+        groups = [(common_prefix(first), [n for _, members in groups for n in members])]
     out = []
     for prefix_len, members in groups:
         rows = [(n, slot, ctx[prefix_len:] + list(items[n].response_ids))
@@ -130,7 +143,7 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
     `batch_tokens`, `tree_tokens` and `options` feeds them to `model` (which tries pay depends
     on its shape; None: every sequence that shares a beginning joins its trie).
     """
-    groups = replay_groups(items, shared_prefix)
+    groups = replay_groups(items, shared_prefix, one_group=options.trunks)
     if not shared_prefix:
         return sum(len(ids) for g in groups for _, _, ids in g.rows)
     tree_nodes, keys = (trie_settings(model.config, tree_tokens, options) if model is not None
@@ -146,10 +159,8 @@ def replay_tokens(items: Sequence[ReplayItem], shared_prefix: bool = True, batch
         for wave in waves(g, items, 2 * batch_tokens):
             singles, branches = split_branches(wave, items)
             if options.trunks:
-                total += suffix_trunks(singles, branches, items).fed(
-                    lambda rows, depth: fed([(None, ids[depth:-1]) for _, _, ids in rows]),
-                    lambda part: sum(len(suffix) + fed([(None, items[n].response_ids[:-1]) for n, _ in members])
-                                     for suffix, members in part))
+                total += suffix_trunks(singles, branches, items, tries=bool(tree_nodes)).fed(
+                    lambda rows, depth: fed([(None, ids[depth:-1]) for _, _, ids in rows]))
                 continue
             total += fed([(None, ids[:-1]) for _, _, ids in singles])
             for shared, members in cluster_suffixes(branches, options=options):
@@ -258,48 +269,50 @@ def cluster_suffixes(branches, min_shared: int = 16,
 
 @dataclass
 class Trunk:
-    """Context suffixes nested by the beginnings they share (`suffix_trunks`): `shared` is
+    """Rows nested by the beginnings of their context suffixes (`suffix_trunks`): `shared` is
     encoded once on the parent trunk's cache (the group's prefix for the root, whose `shared`
-    is empty); then, on this trunk's cache, `depth` positions past the group's prefix: `rows`
-    (a suffix theirs alone: fed from `depth`, with the response, as tries), `branches` (a
-    suffix several responses share, from `depth`: encoded once, the responses as tries on
-    it) and each of `kids`."""
+    is empty); then, on this trunk's cache, `depth` positions past the group's prefix, `rows`
+    are fed from `depth` (the rest of the suffix and the response) as tries, and each of
+    `kids` goes on from it."""
 
     shared: list[int]
     depth: int
     rows: list[Row]
-    branches: list[tuple[list[int], list[tuple[int, int]]]]  # (suffix past depth, [(item, slot)])
     kids: list["Trunk"]
 
-    def fed(self, feed_rows, feed_branches) -> int:
+    def fed(self, feed_rows) -> int:
         """Tokens this trunk and those below it feed: `shared`, plus `feed_rows(rows, depth)`
-        and `feed_branches(branches)` at each trunk."""
+        (the trie nodes of rows cut at `depth`) at each trunk."""
         return (len(self.shared) + (feed_rows(self.rows, self.depth) if self.rows else 0)
-                + feed_branches(self.branches) + sum(k.fed(feed_rows, feed_branches) for k in self.kids))
+                + sum(k.fed(feed_rows) for k in self.kids))
 
 
-def suffix_trunks(singles: Sequence[Row], branches, items, min_shared: int = 16,
+def suffix_trunks(singles: Sequence[Row], branches, items, tries: bool = True, min_shared: int = 16,
                   min_saved: int | None = None) -> Trunk:
-    """The rows whose context suffix is theirs alone and the branches (a suffix several
-    responses share), both from `split_branches`, as a tree of trunks: suffixes that begin
-    with the same `min_shared` or more tokens share them, encoded once, and so on within them
-    (the rows of one prompt share its worked example and question, a response's rows share
-    the blocks before the one that differs). A trunk stops at least one token short of each
-    suffix below it (whose last position predicts the first response token, a hidden state
-    the JS step keeps), and is kept only where it saves `min_saved` tokens or more ((members -
-    1) x its length; default `FORWARD_TOKENS`, since each trunk is one more forward);
-    otherwise its suffixes go on as they would without it. Suffixes are sorted, so those that
-    begin alike are neighbours."""
-    min_saved = FORWARD_TOKENS if min_saved is None else min_saved
-    # (suffix, row or None, branch members or None) per entry
-    entries = [(ids[:len(ids) - len(items[n].response_ids)], (n, slot, ids), None) for n, slot, ids in singles]
-    entries += [(list(suffix), None, members) for suffix, members in branches]
+    """The rows of one wave as a tree of trunks: the rows whose context suffix is theirs alone
+    and the members of the branches (a suffix several responses share), both from
+    `split_branches`, each with its suffix and response. Suffixes that begin with the same
+    `min_shared` or more tokens share them, encoded once, and so on within them (the rows of
+    one prompt share its worked example and question, a response's rows the blocks before the
+    one that differs, a branch's rows their whole suffix). A trunk stops at least one token
+    short of each suffix below it (whose last position predicts the first response token, a
+    hidden state the JS step keeps), and is kept only where it saves `min_saved` tokens or
+    more ((rows - 1) x its length; default `TRUNK_MIN_SAVED`, or `FORWARD_TOKENS` when the
+    rows are fed as chains, not `tries`); otherwise its rows go on as tries, which share a
+    beginning too, in the same forward as their neighbours'. Rows are sorted, so those that begin alike are neighbours."""
+    if min_saved is None:
+        min_saved = TRUNK_MIN_SAVED if tries else FORWARD_TOKENS
+    rows = list(singles) + [(n, slot, list(suffix) + list(items[n].response_ids))
+                            for suffix, members in branches for n, slot in members]
 
-    def shared_len(run, depth: int) -> int:
-        return min(common_prefix([e[0][depth:] for e in run]), min(len(e[0]) for e in run) - 1 - depth)
+    def room(row: Row) -> int:  # positions a trunk may cover: the context suffix but its last
+        return len(row[2]) - len(items[row[0]].response_ids) - 1
 
-    def build(run, shared: list[int], depth: int) -> Trunk:
-        node = Trunk(shared, depth, [], [], [])
+    def shared_len(run: Sequence[Row], depth: int) -> int:
+        return min(common_prefix([r[2][depth:] for r in run]), min(room(r) for r in run) - depth)
+
+    def build(run: list[Row], shared: list[int], depth: int) -> Trunk:
+        node = Trunk(shared, depth, [], [])
         i = 0
         while i < len(run):
             j = i + 1
@@ -307,17 +320,13 @@ def suffix_trunks(singles: Sequence[Row], branches, items, min_shared: int = 16,
                 j += 1
             c = shared_len(run[i:j], depth) if j - i > 1 else 0
             if (j - i - 1) * c >= min_saved and c > 0:
-                node.kids.append(build(run[i:j], list(run[i][0][depth:depth + c]), depth + c))
+                node.kids.append(build(run[i:j], list(run[i][2][depth:depth + c]), depth + c))
             else:
-                for e in run[i:j]:
-                    if e[1] is not None:
-                        node.rows.append(e[1])
-                    else:
-                        node.branches.append((e[0][depth:], e[2]))
+                node.rows.extend(run[i:j])
             i = j
         return node
 
-    return build(sorted(entries, key=lambda e: e[0]), [], 0)
+    return build(sorted(rows, key=lambda r: r[2]), [], 0)
 
 
 @dataclass

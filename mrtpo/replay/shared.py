@@ -5,8 +5,8 @@ that several responses share (`split_branches`) are encoded once on its cache, t
 begin alike (`cluster_suffixes`) share that beginning too, and the responses after a suffix
 are fed as token tries with a tree attention mask (`tree_mask`). Rows whose context suffix
 is theirs alone are fed as tries on the prefix cache. With `ReplayOptions.trunks` (the
-default), all context suffixes go past the beginnings they share (`suffix_trunks`), each
-encoded once, instead of the one-level `cluster_suffixes`. The hidden states at response
+default), every row instead goes past the beginnings its suffix shares with others
+(`suffix_trunks`), each encoded once, and the rest of it is fed as tries. The hidden states at response
 positions go through the head and the JS step (`head_and_js`), except positions an item
 with the same contexts and beginning already has (`CopiedPositions`).
 """
@@ -104,7 +104,8 @@ class SharedReplay:
         kept: dict[tuple[int, int], torch.Tensor] = {}
         singles, branches = split_branches(wave, self.items)
         if self.options.trunks:  # every suffix past the beginnings it shares with others
-            self.run_trunk(suffix_trunks(singles, branches, self.items), kept, prefix_cache, prefix_len)
+            self.run_trunk(suffix_trunks(singles, branches, self.items, tries=bool(self.tree_nodes)), kept,
+                           prefix_cache, prefix_len)
             return kept
         if singles:
             self.run_singles(singles, kept, prefix_cache, prefix_len)
@@ -171,7 +172,7 @@ class SharedReplay:
 
     def run_trunk(self, trunk: Trunk, kept, cache, cache_len: int) -> None:
         """`trunk.shared` encoded once on `cache` (`cache_len` positions: the group's prefix and
-        the trunks above), then its rows, its branches and its kids on that cache."""
+        the trunks above), then its rows as tries and its kids on that cache."""
         if trunk.shared:
             ids = torch.as_tensor(trunk.shared, dtype=torch.long, device=self.device)[None]  # [1, S0]
             pos = torch.arange(cache_len, cache_len + len(trunk.shared), device=self.device)[None]  # [1, S0]
@@ -182,17 +183,15 @@ class SharedReplay:
             del kwargs
         if trunk.rows:
             self.run_singles(trunk.rows, kept, cache, cache_len, trunk.depth)
-        if trunk.branches:
-            self.run_branches(trunk.branches, kept, cache, cache_len)
         for kid in trunk.kids:
             self.run_trunk(kid, kept, cache, cache_len)
 
     def run_singles(self, singles, kept, cache, cache_len: int, depth: int = 0) -> None:
-        """Rows whose context suffix no other row shares (a block that depends on the response
-        comes first), past their first `depth` tokens (their trunks, in `cache` after the
-        prefix: `cache_len` positions): the rest of the suffix + response as tries (rows that
-        begin alike, a response's P_all and P_without_k before the block that differs, share
-        nodes)."""
+        """Rows (item, slot, context suffix + response) past their first `depth` tokens (their
+        trunks, in `cache` after the prefix: `cache_len` positions): the rest of the suffix +
+        response as tries (rows that begin alike, a response's P_all and P_without_k before the
+        block that differs, share nodes). Without trunks, the rows whose context suffix no
+        other row shares (a block that depends on the response comes first)."""
         fed = [((n, slot), list(ids[depth:-1])) for n, slot, ids in singles]
         tries = [(0, tree) for tree in build_tries(fed, self.tree_nodes, self.keys_per_token)]
         cache_mask = torch.ones(1, cache_len, dtype=torch.bool, device=self.device)  # [1, C]

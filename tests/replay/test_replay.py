@@ -395,8 +395,9 @@ def test_toolcall_contexts_that_keep_p0_share_it(models, tiny_tokenizer):
 def test_suffixes_nested_by_what_they_share_are_encoded_once(models, tiny_tokenizer):
     """text2sql with its worked example: the P_all and P_without_result rows of both prompts
     share the example and the schema, those of one prompt its question too, those of one
-    response its blocks before the last: `suffix_trunks` encodes each such beginning once
-    (nested), for fewer tokens than the one-level clusters and the same distances."""
+    response its blocks before the last, a branch's rows their suffix: `suffix_trunks` encodes
+    each such beginning once (nested), for fewer tokens than the one-level clusters and the
+    same distances; every row lands once, its trunks its own beginning."""
     from mrtpo.replay.planning import FORWARD_TOKENS, Trunk, split_branches, suffix_trunks
     from mrtpo.tasks.text2sql import Text2SQLTask
 
@@ -409,25 +410,23 @@ def test_suffixes_nested_by_what_they_share_are_encoded_once(models, tiny_tokeni
             items.append(build_item(task, tiny_tokenizer, ex, ids, task.score(ex, text)))
     (group,) = replay_groups(items)
     singles, branches = split_branches(group.rows, items)
-    root = suffix_trunks(singles, branches, items)
+    root = suffix_trunks(singles, branches, items, min_saved=FORWARD_TOKENS)  # tiny prompts: a low bar
 
     def entries(t: Trunk) -> int:
-        return len(t.rows) + len(t.branches) + sum(entries(k) for k in t.kids)
+        return len(t.rows) + sum(entries(k) for k in t.kids)
 
     def walk(t: Trunk, above: list[int], depth: int = 0):
         assert t.depth == len(above) and (depth == 0) == (not t.shared)
         for n, slot, ids in t.rows:  # every row begins with the trunks above it, short of its suffix
             assert ids[:t.depth] == above and t.depth < len(ids) - len(items[n].response_ids)
-            yield ("row", n, slot), depth
-        for suffix, members in t.branches:
-            yield ("branch", tuple(members)), depth
+            yield (n, slot), depth
         for kid in t.kids:  # a trunk saves a forward's worth of tokens or more
             assert (entries(kid) - 1) * len(kid.shared) >= FORWARD_TOKENS
             yield from walk(kid, above + kid.shared, depth + 1)
 
     placed = list(walk(root, []))
-    assert sorted(p for p, _ in placed) == sorted([("row", n, s) for n, s, _ in singles]
-                                                  + [("branch", tuple(m)) for _, m in branches])  # each once
+    assert sorted(p for p, _ in placed) == sorted([(n, s) for n, s, _ in singles]
+                                                  + [m for _, members in branches for m in members])  # each once
     assert max(d for _, d in placed) >= 2  # nested: the example and schema, then a prompt's question
     one_level = ReplayOptions(trunks=False)
     assert replay_tokens(items) < replay_tokens(items, options=one_level)

@@ -32,16 +32,21 @@ def test_every_option_gives_the_full_forward_distances(tiny_qwen2_dir, tiny_toke
         for tries in (False, True):
             for copies in (False, True):
                 for common in (False, True):
-                    options = ReplayOptions(suffixes=suffixes, tries=tries, copies=copies, common=common)
-                    assert (distances(model, items, options=options) - full).abs().max() <= TOL, options
-                    fed[options] = replay_tokens(items, model=model, options=options)
+                    for trunks in (False, True):
+                        options = ReplayOptions(suffixes=suffixes, tries=tries, copies=copies, common=common,
+                                                trunks=trunks)
+                        assert (distances(model, items, options=options) - full).abs().max() <= TOL, options
+                        fed[options] = replay_tokens(items, model=model, options=options)
     assert fed[ReplayOptions(tries=False)] > fed[ReplayOptions()]  # the switch reaches the planning
     assert fed[ReplayOptions(tries=False)] == replay_tokens(items, tree_tokens=0)
+    one_level = ReplayOptions(trunks=False)
+    assert fed[ReplayOptions()] < fed[one_level]  # nested trunks share more
     groups = replay_groups(items)
     assert len(groups) == 2  # two prompts whose prefixes begin alike (the chat template's system turn)
+    assert len(replay_groups(items, one_group=True)) == 1  # trunks take the nesting over
     shared = common_prefix([g.prefix for g in groups])
     assert 0 < shared == groups_common(groups) and groups_common(groups, ReplayOptions(common=False)) == 0
-    assert fed[ReplayOptions(common=False)] - fed[ReplayOptions()] == shared  # encoded once, not twice
+    assert fed[ReplayOptions(common=False, trunks=False)] - fed[one_level] == shared  # encoded once, not twice
 
 
 def test_replay_onto_columns_lays_each_item_on_its_row_and_columns(tiny_qwen2_dir, tiny_tokenizer):
