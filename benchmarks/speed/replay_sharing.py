@@ -10,9 +10,10 @@ three further kinds of sharing, each exact:
   mask, a beginning they share once (`ReplayOptions.tries`; off: a row per sequence);
 - copies: positions whose distances an item with the same contexts and the same beginning
   already has are copied, not sent through the head and the JS step (`ReplayOptions.copies`);
-- trunks (on by default) in place of the one-level suffixes: every context suffix, a
-  response's own included, nested by the beginnings it shares with others, each encoded once
-  where that saves a forward's worth of tokens (`ReplayOptions.trunks`).
+- trunks (on by default) in place of the one-level suffixes: all items in one group, every
+  context suffix nested by the beginnings it shares with others, each encoded once where
+  that saves enough tokens (`ReplayOptions.trunks`, `planning.TRUNK_MIN_SAVED`), the rest
+  fed as tries.
 
 This samples `--prompts` prompts x `--group-size` completions of the built-in policy (or
 `--model`) on `--task`, then times `replay.distances` on them with the sharing switched on
