@@ -144,7 +144,7 @@ def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.T
     `inverse` [N]: each row's prompt; `t`: T, the response columns at the batch's end."""
     from mrtpo.replay.planning import build_tries
     from mrtpo.replay.plumbing import select_rows
-    from mrtpo.replay.shared import tree_mask
+    from mrtpo.replay.shared import tree_attention_mask, tree_mask
 
     n, cut = input_ids.shape[0], input_ids.shape[1] - t - 1
     device, dtype = input_ids.device, next(model.parameters()).dtype
@@ -173,9 +173,7 @@ def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.T
     which = torch.tensor([p for p, _ in rows], device=device)  # [R] each trie's prompt
     if len(rows) != u or bool((which != torch.arange(u, device=device)).any()):
         select_rows(enc.cache, which)  # [U, ...] -> [R, ...]
-    mask = torch.cat([enc.mask[which].bool()[:, None].expand(-1, width, -1), tmask.to(device)], 2)[:, None]
-    if (getattr(model.config, "_attn_implementation", None) or "eager") == "eager":  # added to the scores
-        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+    mask = tree_attention_mask(enc.mask[which].bool(), tmask.to(device), model.config, dtype)  # [R, 1, W, width + W]
     hidden = decoder(input_ids=ids.to(device), attention_mask=mask, position_ids=pos.to(device), use_cache=True,
                      **{cache_arg: enc.cache}).last_hidden_state  # [R, W, H]
     flat = torch.cat([hidden.reshape(-1, hidden.shape[-1]), hidden.new_zeros(1, hidden.shape[-1])])  # [R*W + 1, H]

@@ -299,7 +299,8 @@ def suffix_trunks(singles: Sequence[Row], branches, items, tries: bool = True, m
     hidden state the JS step keeps), and is kept only where it saves `min_saved` tokens or
     more ((rows - 1) x its length; default `TRUNK_MIN_SAVED`, or `FORWARD_TOKENS` when the
     rows are fed as chains, not `tries`); otherwise its rows go on as tries, which share a
-    beginning too, in the same forward as their neighbours'. Rows are sorted, so those that begin alike are neighbours."""
+    beginning too, in the same forward as their neighbours'. Rows are sorted, so those that
+    begin alike are neighbours."""
     if min_saved is None:
         min_saved = TRUNK_MIN_SAVED if tries else FORWARD_TOKENS
     rows = list(singles) + [(n, slot, list(suffix) + list(items[n].response_ids))

@@ -6,9 +6,9 @@ begin alike (`cluster_suffixes`) share that beginning too, and the responses aft
 are fed as token tries with a tree attention mask (`tree_mask`). Rows whose context suffix
 is theirs alone are fed as tries on the prefix cache. With `ReplayOptions.trunks` (the
 default), every row instead goes past the beginnings its suffix shares with others
-(`suffix_trunks`), each encoded once, and the rest of it is fed as tries. The hidden states at response
-positions go through the head and the JS step (`head_and_js`), except positions an item
-with the same contexts and beginning already has (`CopiedPositions`).
+(`suffix_trunks`), each encoded once, and the rest of it is fed as tries. The hidden states
+at response positions go through the head and the JS step (`head_and_js`), except positions
+an item with the same contexts and beginning already has (`CopiedPositions`).
 """
 from __future__ import annotations
 
@@ -57,6 +57,18 @@ def tree_mask(depth: Sequence[int], width: int) -> torch.Tensor:
     return (idx[None, :] <= idx[:, None]) & (idx[:, None] < ends[None, :])  # [W, W]
 
 
+def tree_attention_mask(cache_mask: torch.Tensor, tmask: torch.Tensor, config, dtype: torch.dtype) -> torch.Tensor:
+    """The 4D attention mask [R, 1, W, C + W] of R rows of W trie nodes on a cache: each node
+    sees the cache's positions `cache_mask` [R, C] (bool) and what `tmask` [R, W, W] lets it
+    (`tree_mask`: itself and its ancestors). Eager attention adds its mask to the scores, so
+    for a model on it the mask is 0 / the dtype's minimum instead of True / False."""
+    width = tmask.shape[-1]
+    mask = torch.cat([cache_mask[:, None].expand(-1, width, -1), tmask], 2)[:, None]  # [R, 1, W, C + W]
+    if (getattr(config, "_attn_implementation", None) or "eager") == "eager":
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+    return mask
+
+
 class SharedReplay:
     """The model's parts and the settings one group's shared replay runs with; the hidden
     states it computes land in `kept[(item, context)]` ([T, H] at the response positions)."""
@@ -66,7 +78,7 @@ class SharedReplay:
         self.items, self.plans, self.q = items, plans, q
         self.device = q.device
         self.decoder, self.head = decoder_of(model), head_of(model)
-        self.eager = (getattr(model.config, "_attn_implementation", None) or "eager") == "eager"
+        self.config = model.config
         self.dtype = next(model.parameters()).dtype
         self.tree_nodes, self.keys_per_token = trie_settings(model.config, tree_tokens, options)
         self.cache_arg = cache_kwarg(self.decoder)
@@ -122,15 +134,19 @@ class SharedReplay:
                 self.run_cluster(shared, [branches[b] for b in members], kept, prefix_cache, prefix_len)
         return kept
 
+    def encode_on(self, cache, cache_len: int, tokens: list[int]):
+        """`tokens` [S0] encoded once on a copy of `cache` (`cache_len` positions; None: no cache)
+        -> the cache of all cache_len + S0 positions."""
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, S0]
+        pos = torch.arange(cache_len, cache_len + len(tokens), device=self.device)[None]  # [1, S0]
+        kwargs, mask = on_cache(self.cache_arg, cache, cache_len, 1, torch.ones_like(ids))  # [1, cache + S0]
+        kwargs["use_cache"] = True
+        return output_cache(self.decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs))
+
     def run_cluster(self, shared: list[int], sub, kept, prefix_cache, prefix_len: int) -> None:
         """Branches whose suffixes begin with `shared`: that beginning encoded once on the
         prefix cache, the rest of each suffix and its responses on top of it."""
-        ids = torch.as_tensor(shared, dtype=torch.long, device=self.device)[None]  # [1, S0]
-        pos = torch.arange(prefix_len, prefix_len + len(shared), device=self.device)[None]  # [1, S0]
-        kwargs, mask = on_cache(self.cache_arg, prefix_cache, prefix_len, 1, torch.ones_like(ids))  # [1, L + S0]
-        kwargs["use_cache"] = True
-        base = output_cache(self.decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs))
-        del kwargs
+        base = self.encode_on(prefix_cache, prefix_len, shared)
         self.run_branches([(suffix[len(shared):], rows) for suffix, rows in sub], kept, base,
                           prefix_len + len(shared))
 
@@ -160,9 +176,7 @@ class SharedReplay:
             if all(len(tree.members) == 1 for _, tree, _ in batch):  # chains: a 2D mask, causal
                 mask = torch.cat([cmask, torch.ones_like(ids, dtype=torch.bool)], 1).long()  # [R, C + W]
             else:  # each node sees the cache and its own ancestors
-                mask = torch.cat([cmask[:, None].expand(-1, width, -1), tmask], 2)[:, None]  # [R, 1, W, C + W]
-                if self.eager:  # eager attention adds the mask to the scores
-                    mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+                mask = tree_attention_mask(cmask, tmask, self.config, dtype)  # [R, 1, W, C + W]
             hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
                                   **kwargs).last_hidden_state  # [R, W, H]
             del kwargs
@@ -174,13 +188,8 @@ class SharedReplay:
         """`trunk.shared` encoded once on `cache` (`cache_len` positions: the group's prefix and
         the trunks above), then its rows as tries and its kids on that cache."""
         if trunk.shared:
-            ids = torch.as_tensor(trunk.shared, dtype=torch.long, device=self.device)[None]  # [1, S0]
-            pos = torch.arange(cache_len, cache_len + len(trunk.shared), device=self.device)[None]  # [1, S0]
-            kwargs, mask = on_cache(self.cache_arg, cache, cache_len, 1, torch.ones_like(ids))  # [1, cache + S0]
-            kwargs["use_cache"] = True
-            cache = output_cache(self.decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs))
+            cache = self.encode_on(cache, cache_len, trunk.shared)
             cache_len += len(trunk.shared)
-            del kwargs
         if trunk.rows:
             self.run_singles(trunk.rows, kept, cache, cache_len, trunk.depth)
         for kid in trunk.kids:
