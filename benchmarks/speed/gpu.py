@@ -165,13 +165,16 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     defaults = EXPERIMENT_DEFAULTS[SMOLLM2.name]
     settings = {k: defaults[k] for k in ("task_args", "temperature", "lr")}
     out: dict = {"model": model, "settings": settings}
-    out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
-    out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
-    out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
-    out["roofline"] = roofline_part(model, args, out_dir)
-    if args.one_step_batches:
+    if "smollm2-steps" not in args.skip:
+        out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
+        out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
+        out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
+    if "roofline" not in args.skip:
+        out["roofline"] = roofline_part(model, args, out_dir)
+    if args.one_step_batches and "one-step" not in args.skip:
         out["one_step"] = one_step_part(model, args, out_dir / "one-step")
-    out.update(learning_part(model, args, out_dir))
+    if "learning" not in args.skip:
+        out.update(learning_part(model, args, out_dir, tmp))
     return out
 
 
@@ -182,35 +185,44 @@ def roofline_part(model: str, args, out_dir: Path) -> str:
     cmd = [sys.executable, str(Path(__file__).parent / "roofline.py"), "--model", model, "--task", "text2sql",
            "-o", "demo=true", "--device", args.device, "--dtype", "float32" if args.device == "cpu" else "bfloat16",
            "--json", str(path)] + (["--quick", "--max-new-tokens", "8"] if args.smoke else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.roofline_budget)
+    except subprocess.TimeoutExpired:
+        print(f"  roofline: stopped after {args.roofline_budget:.0f} s", flush=True)
+        return f"stopped after {args.roofline_budget:.0f} s"
     print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
     return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
 
 
-def learning_part(model: str, args, out_dir: Path) -> dict:
+def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
     """benchmarks/learning/heldout.py's paired runs (issue 37 part 2): GDPO, MRTPO and MRTPO
     with its weights shuffled, `--learning-seeds`, `--learning-steps` at this script's batch, on
     text2sql's single-table questions with the worked example, the official metric on 100
-    held-out questions every 25 steps; each (method, seed) its own process, all at once on the
-    one GPU, stopped at `--learning-budget` seconds; then one call over every finished run
-    writes the paired differences (`learning-heldout-text2sql-smollm2-135m.json` under
-    `out_dir`, the finished runs kept beside it)."""
+    held-out questions every 25 steps; each (method, seed) its own process with one CPU thread,
+    all at once on the one GPU, training under `tmp`, stopped at `--learning-budget` seconds.
+    Then one call over the runs writes the paired differences
+    (`learning-heldout-text2sql-smollm2-135m.json` under `out_dir`, each run's record -- config,
+    training metrics, held-out curve, no checkpoints -- kept beside it): after the last step when
+    every run finished, else after the last step that every run had measured when the budget
+    stopped them (`learning_stopped_at`; their plan, `learning_steps`, is in the JSON too), so a
+    budget too short for the plan still brings back a paired comparison at an earlier step."""
     script = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
-    learn = out_dir / "learning"
+    learn = tmp / "learning"
     learn.mkdir(parents=True, exist_ok=True)
     result = out_dir / "learning-heldout-text2sql-smollm2-135m.json"
     held, every = (8, 1) if args.smoke else (100, 25)
     common = ["--model", model, "--task", "text2sql", "-o", "demo=true", "-o", "questions=single-table",
-              "--steps", str(args.learning_steps), "--heldout", str(held), "--heldout-every", str(every),
+              "--heldout", str(held), "--heldout-every", str(every), "--threads", "1",
               "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
               "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn),
               "--json", str(result)]
-    runs = [(m, s) for m in LEARNING_METHODS for s in args.learning_seeds.split(",")]
+    seeds = args.learning_seeds.split(",")
+    runs = [(m, s) for m in LEARNING_METHODS for s in seeds]
     procs = {}
     for m, s in runs:  # each (method, seed) its own process, all at once
         log = open(out_dir / f"learning-{m}-seed{s}.log", "w")
-        procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--methods", m, "--seeds", s],
-                                        stdout=log, stderr=subprocess.STDOUT), log)
+        procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--steps", str(args.learning_steps),
+                                         "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT), log)
     t0 = time.perf_counter()
     for (m, s), (proc, log) in procs.items():
         try:
@@ -220,16 +232,48 @@ def learning_part(model: str, args, out_dir: Path) -> dict:
             proc.wait()
         log.close()
         print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
-    out = {"learning_wall_seconds": round(time.perf_counter() - t0, 1),
+    out = {"learning_wall_seconds": round(time.perf_counter() - t0, 1), "learning_steps": args.learning_steps,
            "learning_exits": {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}}
-    # the paired summary over the seeds whose runs all finished (heldout.py would resume any other)
-    seeds = [s for s in args.learning_seeds.split(",") if all(procs[m, s][0].returncode == 0 for m in LEARNING_METHODS)]
-    if seeds:
-        proc = subprocess.run([sys.executable, str(script), *common, "--methods", ",".join(LEARNING_METHODS),
-                               "--seeds", ",".join(seeds)], capture_output=True, text=True)
-        print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
-        out["learning_summary"] = str(result) if proc.returncode == 0 else f"failed: {proc.returncode}"
+    # the last step every run measured (heldout.py keeps a run beside the results once it finishes;
+    # a stopped run's record is copied there the same way, so --kept-only reads them all)
+    dirs = {(m, s): learn / "runs" / "text2sql" / m / f"seed{s}" for m, s in runs}
+    out["learning_measured_steps"] = {f"{m} seed {s}": measured_steps(d) for (m, s), d in dirs.items()}
+    stop = last_common_step(list(dirs.values()))
+    if stop is None:
+        print("  learning: no step after 0 was measured by every run", flush=True)
+        return out
+    kept_root = result.with_suffix("")
+    for (m, s), d in dirs.items():
+        keep_record(d, kept_root / m / f"seed{s}")
+    proc = subprocess.run([sys.executable, str(script), *common, "--steps", str(stop), "--kept-only",
+                           "--methods", ",".join(LEARNING_METHODS), "--seeds", ",".join(seeds)],
+                          capture_output=True, text=True)
+    print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
+    out["learning_stopped_at"] = stop
+    out["learning_summary"] = str(result) if proc.returncode == 0 else f"failed: {proc.returncode}"
     return out
+
+
+def measured_steps(run_dir: Path) -> list[int]:
+    """The steps at which the run in `run_dir` measured its held-out examples ([] for none)."""
+    from mrtpo.harness import heldout
+
+    return sorted(p["step"] for p in heldout.curve(heldout.read(run_dir)))
+
+
+def last_common_step(run_dirs: list[Path]) -> int | None:
+    """The last step after 0 at which every run measured its held-out examples, or None: where
+    paired runs stopped alike or not, the step their comparison can be made at."""
+    common = set.intersection(*(set(measured_steps(d)) for d in run_dirs)) - {0} if run_dirs else set()
+    return max(common) if common else None
+
+
+def keep_record(run_dir: Path, kept: Path) -> None:
+    """Copy a run's record (config, training metrics, held-out curve; no checkpoints) to `kept`."""
+    kept.mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "metrics.jsonl", "heldout.json"):
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, kept / name)
 
 
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
@@ -275,6 +319,10 @@ def one_step_part(model: str, args, out: Path, tasks=ONE_STEP_TASKS) -> dict:
     return done
 
 
+#: the parts a run can leave out with --skip (a device lease may not hold them all)
+PARTS = ("qwen", "smollm2-steps", "roofline", "one-step", "learning", "replay-bench")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape, B=2 G=2, 16 new tokens, on CPU")
@@ -285,6 +333,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--no-gdpo", action="store_true", help="skip the GDPO steps (no overhead figure)")
     ap.add_argument("--no-replay-bench", action="store_true", help="skip benchmarks/speed/replay.py")
+    ap.add_argument("--skip", default="", type=lambda v: {p for p in v.split(",") if p},
+                    help=f"comma-separated parts not to run, of: {', '.join(PARTS)}")
+    ap.add_argument("--roofline-budget", type=float, default=180.0, help="seconds the roofline may take")
     ap.add_argument("--out", default=None, help="JSON summary path")
     ap.add_argument("--smollm2", nargs="+", default=None, metavar="FILE",
                     help="also SmolLM2-135M-Instruct: its wheel or GGUF (or its pieces, in order), or its built directory")
@@ -320,18 +371,30 @@ def main() -> None:
                      "settings": {k: getattr(args, k) for k in ("steps", "batch_prompts", "num_generations",
                                                                 "max_new_tokens")},
                      "versions": {"torch": torch.__version__}}
+    if args.no_replay_bench:
+        args.skip.add("replay-bench")
+
+    def save() -> None:  # after each part, so a run stopped from outside keeps what finished
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(summary, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="mrtpo-gpu-") as tmp:
-        policy = Path(tmp) / "policy"
-        summary["policy"] = build_policy(policy, SMOKE if args.smoke else QWEN25_05B)
-        print(f"policy: {summary['policy']}; device {summary['device']}", flush=True)
-        summary["mrtpo"] = train_steps(str(policy), True, args, Path(tmp) / "run-mrtpo")
-        if not args.no_gdpo:
-            summary["gdpo"] = train_steps(str(policy), False, args, Path(tmp) / "run-gdpo")
-            summary["mrtpo_overhead"] = round(summary["mrtpo"]["s_per_1k_tokens"] / summary["gdpo"]["s_per_1k_tokens"], 3)
+        if "qwen" not in args.skip:
+            policy = Path(tmp) / "policy"
+            summary["policy"] = build_policy(policy, SMOKE if args.smoke else QWEN25_05B)
+            print(f"policy: {summary['policy']}; device {summary['device']}", flush=True)
+            summary["mrtpo"] = train_steps(str(policy), True, args, Path(tmp) / "run-mrtpo")
+            save()
+            if not args.no_gdpo:
+                summary["gdpo"] = train_steps(str(policy), False, args, Path(tmp) / "run-gdpo")
+                summary["mrtpo_overhead"] = round(summary["mrtpo"]["s_per_1k_tokens"]
+                                                  / summary["gdpo"]["s_per_1k_tokens"], 3)
+                save()
         if args.smollm2:
             print("SmolLM2-135M-Instruct:", flush=True)
             summary["smollm2"] = smollm2_part(args, Path(tmp), out_path.parent)
-    if not args.no_replay_bench:
+            save()
+    if "replay-bench" not in args.skip:
         cmd = [sys.executable, str(Path(__file__).parent / "replay.py"), "--device", args.device]
         cmd += ["--quick", "--groups", "1"] if args.smoke else ["--repeats", "3", "--groups", "4",
                                                                 "--dtype", "bfloat16"]
@@ -347,13 +410,14 @@ def main() -> None:
                   + (f", peak GPU memory {r['peak_gpu_memory_gib']} GiB" if "peak_gpu_memory_gib" in r else ""))
     if "mrtpo_overhead" in summary:
         print(f"MRTPO overhead: {summary['mrtpo_overhead']:.2f}x a GDPO step per token")
-    if "smollm2" in summary:
-        s2 = summary["smollm2"]
+    s2 = summary.get("smollm2", {})
+    if "mrtpo_overhead" in s2:
         print(f"SmolLM2: MRTPO overhead {s2['mrtpo_overhead']:.2f}x a GDPO step per token; median steps "
-              f"MRTPO {s2['mrtpo']['median_step_seconds']:.2f} s, GDPO {s2['gdpo']['median_step_seconds']:.2f} s; "
-              f"learning runs {s2['learning_exits']} in {s2['learning_wall_seconds']:.0f} s")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(summary, indent=2) + "\n")
+              f"MRTPO {s2['mrtpo']['median_step_seconds']:.2f} s, GDPO {s2['gdpo']['median_step_seconds']:.2f} s")
+    if "learning_exits" in s2:
+        print(f"SmolLM2 learning runs: {s2['learning_exits']} in {s2['learning_wall_seconds']:.0f} s; "
+              f"compared after step {s2.get('learning_stopped_at')} of {s2['learning_steps']}")
+    save()
     print(f"summary written to {out_path}")
 
 

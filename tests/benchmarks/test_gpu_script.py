@@ -33,7 +33,7 @@ def test_a_stopped_task_keeps_and_summarises_its_batches(tiny_qwen2_dir, tmp_pat
 
 def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):
     gpu = benchmark_module.load("gpu")
-    args = SimpleNamespace(smoke=True, device="cpu")
+    args = SimpleNamespace(smoke=True, device="cpu", roofline_budget=600.0)
     path = gpu.roofline_part(str(tiny_qwen2_dir), args, tmp_path)
     doc = json.loads((tmp_path / "roofline-smollm2-135m-cpu.json").read_text())
     assert path.endswith("roofline-smollm2-135m-cpu.json") and doc["machine"]["device"] == "cpu"
@@ -46,9 +46,30 @@ def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path
     gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", learning_steps=2, learning_seeds="0", learning_budget=600.0,
                            batch_prompts=2, num_generations=2, max_new_tokens=8)
-    out = gpu.learning_part(str(tiny_qwen2_dir), args, tmp_path)
+    out = gpu.learning_part(str(tiny_qwen2_dir), args, tmp_path, tmp_path / "train")
     logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("learning-*.log")}
     assert set(out["learning_exits"].values()) == {0}, logs
+    assert out["learning_stopped_at"] == 2 and out["learning_measured_steps"]["mrtpo seed 0"] == [0, 1, 2]
+    kept = tmp_path / "learning-heldout-text2sql-smollm2-135m" / "mrtpo" / "seed0"
+    assert {p.name for p in kept.iterdir()} == {"config.yaml", "metrics.jsonl", "heldout.json"}
+    assert not list(tmp_path.glob("learning/**/*.safetensors")), "checkpoints train outside the output folder"
     doc = json.loads((tmp_path / "learning-heldout-text2sql-smollm2-135m.json").read_text())
     assert doc["settings"]["seeds"] == [0] and doc["settings"]["task_args"]["questions"] == "single-table"
     assert {(r["a"], r["b"]) for r in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
+
+
+def _heldout_at(run_dir, steps):
+    run_dir.mkdir(parents=True)
+    curve = [{"step": s, "execution_accuracy": 0.0} for s in steps]
+    (run_dir / "heldout.json").write_text(json.dumps({"_curve": curve}))
+    return run_dir
+
+
+def test_runs_stopped_at_other_steps_are_compared_at_the_last_step_all_measured(tmp_path):
+    """A budget that stops paired runs mid-way: they are compared where every one was measured."""
+    gpu = benchmark_module.load("gpu")
+    a = _heldout_at(tmp_path / "a", [0, 25, 50, 75])
+    b = _heldout_at(tmp_path / "b", [0, 25, 50])
+    assert gpu.last_common_step([a, b]) == 50
+    assert gpu.last_common_step([a, _heldout_at(tmp_path / "c", [0])]) is None  # step 0 compares nothing
+    assert gpu.last_common_step([a, tmp_path / "never-started"]) is None
