@@ -424,10 +424,11 @@ def render_roofline(name: str, data: dict) -> str:
     settings = data.get("settings") or {}
     title = (f"one step of {data.get('task')}, {model_label(model_field(data))}, {settings.get('batch_prompts')} x "
              f"{settings.get('num_generations')}, prompts of {sz.get('prompt_tokens_per_prompt')} tokens")
+    where = (f"one {m['gpu']} in {m.get('dtype')} (host: {m.get('threads')} threads of {m.get('cpu')})"
+             if m.get("gpu") else f"{m.get('threads')} threads" + (f" of {m['cpu']}" if m.get("cpu") else ""))
     notes = [f"machine, same run: fp32 {num(m.get('fp32_flops', 0) / 1e9, 0)} GFLOP/s, bf16 "
              f"{num(m.get('bf16_flops', 0) / 1e9, 0)} GFLOP/s (square products), copy "
-             f"{num(m.get('bandwidth', 0) / 1e9, 1)} GB/s, {m.get('threads')} threads"
-             + (f" of {m['cpu']}" if m.get("cpu") else "")
+             f"{num(m.get('bandwidth', 0) / 1e9, 1)} GB/s, {where}"
              + f"; step total {num(data.get('total_seconds'), 1)} s"]
     nd = sz.get("without_lora_dropout")
     if nd:
@@ -436,6 +437,7 @@ def render_roofline(name: str, data: dict) -> str:
                      f"{num(nd['forward'], 2)} s, backward {num(nd['backward'], 2)} s (against "
                      f"{num(rows.get('forward', {}).get('seconds'), 2)} and "
                      f"{num(rows.get('backward', {}).get('seconds'), 2)} s with it): the dropout's random draws")
+    notes += list(data.get("notes") or [])
     columns = ["phase", "tokens", "GFLOP", "GB read", "seconds", "compute-bound s", "memory-bound s", "bound",
                "x bound", "prompt tokens"]
     return block(title, data.get("command", "python benchmarks/speed/roofline.py"), name, table(columns, body), notes)

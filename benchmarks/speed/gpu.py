@@ -13,7 +13,7 @@ the seconds, completion tokens and peak GPU memory; MRTPO's overhead; the replay
 and its token-count ideal. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT
 is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
 
-    python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (~5 minutes on one H200)
+    python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (~4 minutes on one H200)
     python benchmarks/speed/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
 
 With `--smollm2 FILE [FILE ...]` it also runs SmolLM2-135M-Instruct (`mrtpo model build
@@ -35,6 +35,19 @@ process, all at once on the one GPU (a 135M model leaves it mostly idle), stoppe
 
     python benchmarks/speed/gpu.py --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
     python benchmarks/speed/gpu.py --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
+
+`--skip` leaves parts out (qwen, smollm2-steps, roofline, one-step, learning, replay-bench), and
+the summary is written after each part, so a run stopped from outside keeps what finished.
+
+What one H200 lease showed (docs/results.md, "Speed"; 15 minutes of device time in all): the
+GGUF must travel in two calls (each call's tree at most 64 MiB with the wheels: `split -b
+45M` gives three pieces, the first in one call, the other two in the next, the machine kept
+warm between them); decoding takes about 77 ms per new token at any batch (Python calls and
+kernel launches, not the GPU), so 2 steps of 8 x 8 x 256 take about 20-30 s each, the
+roofline about 35 s, and the learning runs cannot finish in a lease: 100 steps and five
+measurements of 100 held-out questions (about 140 s each with 9 runs sharing the GPU) need
+about half an hour. The learning part is for a longer lease, or after decoding is captured
+in CUDA graphs. Each learning run takes 11-15 GB of GPU memory at 8 x 8.
 """
 from __future__ import annotations
 
@@ -42,6 +55,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -218,17 +232,22 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
               "--json", str(result)]
     seeds = args.learning_seeds.split(",")
     runs = [(m, s) for m in LEARNING_METHODS for s in seeds]
+    free_gpu_memory()  # the timed steps' cached blocks: 27 GB of an H200's 140 were still held by this process
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # nine runs share one GPU's memory
     procs = {}
     for m, s in runs:  # each (method, seed) its own process, all at once
         log = open(out_dir / f"learning-{m}-seed{s}.log", "w")
+        # its own process group, so that stopping it stops the trainer it spawns too (an orphaned
+        # trainer would go on using the GPU, then fail once this script's temporary folder is gone)
         procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--steps", str(args.learning_steps),
-                                         "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT), log)
+                                         "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, env=env), log)
     t0 = time.perf_counter()
     for (m, s), (proc, log) in procs.items():
         try:
             proc.wait(timeout=max(1.0, args.learning_budget - (time.perf_counter() - t0)))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
         print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
@@ -266,6 +285,17 @@ def last_common_step(run_dirs: list[Path]) -> int | None:
     paired runs stopped alike or not, the step their comparison can be made at."""
     common = set.intersection(*(set(measured_steps(d)) for d in run_dirs)) - {0} if run_dirs else set()
     return max(common) if common else None
+
+
+def free_gpu_memory() -> None:
+    """Hand this process's cached GPU memory back, for the processes that follow it."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def keep_record(run_dir: Path, kept: Path) -> None:

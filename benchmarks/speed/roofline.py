@@ -124,7 +124,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     policy.model.train()
     (logp, _), t_forward = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
                                                      batch.position_ids, t, cfg.temperature, share_prompts=True))
-    loss, _ = policy_loss(logp, logp.detach(), adv, batch.response_mask.float(), num_sequences=len(rollout),
+    loss, _ = policy_loss(logp, logp.detach(), adv.to(logp.device), batch.response_mask.float(), num_sequences=len(rollout),
                           num_tokens=float(mask.sum()), max_completion_length=cfg.max_new_tokens)
     _, t_backward = timed(loss.backward)
     _, t_opt = timed(optimizer.step)
@@ -137,7 +137,7 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
         policy.model.zero_grad(set_to_none=True)
         (logp, _), f0 = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
                                                   batch.position_ids, t, cfg.temperature, share_prompts=True))
-        loss, _ = policy_loss(logp, logp.detach(), adv, batch.response_mask.float(), num_sequences=len(rollout),
+        loss, _ = policy_loss(logp, logp.detach(), adv.to(logp.device), batch.response_mask.float(), num_sequences=len(rollout),
                               num_tokens=float(mask.sum()), max_completion_length=cfg.max_new_tokens)
         _, b0 = timed(loss.backward)
         for m, p_old in zip(drops, old_p):
@@ -187,14 +187,17 @@ def main(argv: list[str] | None = None) -> dict:
     machine = {"fp32_flops": peak_flops(torch.float32, n, device=dev), "bf16_flops": peak_flops(torch.bfloat16, n, device=dev),
                "bandwidth": bandwidth(mb, device=dev), "threads": torch.get_num_threads(), "device": dev,
                "dtype": args.dtype, "cpu": cpu_name()}
+    if dev.startswith("cuda"):
+        machine["gpu"] = torch.cuda.get_device_name(dev)
     policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                          lora_dropout=cfg.lora_dropout, device=dev, dtype=args.dtype)
     if not args.quick:
         measure_step(policy, task, examples, cfg)  # warm-up: allocations, first-call paths
     rows, sizes = measure_step(policy, task, examples, cfg)
     peak = machine["bf16_flops"] if args.dtype == "bfloat16" else machine["fp32_flops"]
-    print(f"machine: fp32 {peak / 1e9:.0f} GFLOP/s, bf16 {machine['bf16_flops'] / 1e9:.0f} GFLOP/s "
-          f"(square {n} products), copy {machine['bandwidth'] / 1e9:.1f} GB/s, {machine['threads']} threads")
+    print(f"machine: {machine.get('gpu', machine['cpu'])}: fp32 {machine['fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 "
+          f"{machine['bf16_flops'] / 1e9:.0f} GFLOP/s (square {n} products), copy {machine['bandwidth'] / 1e9:.1f} "
+          f"GB/s, {machine['threads']} threads; the bound uses {args.dtype}'s")
     print(f"step: {builtin_name(args.model) or args.model} on {args.task}, {cfg.batch_prompts} x "
           f"{cfg.num_generations}, prompts {sizes['prompt_tokens_per_prompt']} tokens, "
           f"{sizes['completion_tokens']} completion tokens in {sizes['decode_steps']} decode steps")
