@@ -76,6 +76,8 @@ def kind_of(name: str, data: dict) -> str:
         return "roofline"
     if schema.startswith("mrtpo.speed-step/"):
         return "speed-step"
+    if schema.startswith("mrtpo.decode-graphs/"):
+        return "decode-graphs"
     if schema.startswith("mrtpo.block-reading/"):
         return "block-reading"
     if schema.startswith("mrtpo.context-sensitivity/"):
@@ -466,6 +468,21 @@ def render_speed_step(name: str, data: dict) -> str:
                  table(["phase", "plain s", "fast s", "fast / plain"], body), notes)
 
 
+def render_decode_graphs(name: str, data: dict) -> str:
+    """benchmarks/speed/decode_graphs.py: the rollout's seconds per new token on a GPU, eager
+    against its decoding compiled into CUDA graphs, each run as it came."""
+    body = [[r["setting"], r["label"], num(r["seconds"], 2), r["decode_steps"], num(r["ms_per_token"], 1)]
+            for r in data.get("runs") or []]
+    title = (f"decoding on one {data.get('device')}, {data.get('shape')}-shaped policy with random weights, "
+             f"{data.get('batch_rows')} rows, {data.get('dtype')}: eager against CUDA graphs")
+    ms = data.get("ms_per_token") or {}
+    notes = [f"ms per new token (the runs after each setting's first): eager {num(ms.get('eager'), 1)}, compiled "
+             f"{num(ms.get('compiled'), 1)}; compiled / eager {num(data.get('ratio'), 2)}; same completions "
+             f"{data.get('same_completions')}/{data.get('batch_rows')}"] + list(data.get("notes") or [])
+    return block(title, data.get("command", "python benchmarks/speed/decode_graphs.py"), name,
+                 table(["setting", "run", "seconds", "decode steps", "ms per token"], body), notes)
+
+
 def render_table(name: str, data: dict) -> str:
     """A `mrtpo.table/1` file: figures moved from prose into data, shown as they are."""
     title = data.get("title", name)
@@ -481,7 +498,8 @@ def render_table(name: str, data: dict) -> str:
 RENDER = {"probe": render_probe, "variants": render_variants, "block-reading": render_block_reading,
           "context-sensitivity": render_context_sensitivity, "learning": render_learning,
           "span-placement": render_span_placement, "one-step": render_one_step,
-          "roofline": render_roofline, "speed-step": render_speed_step, "sweep": render_sweep,
+          "roofline": render_roofline, "speed-step": render_speed_step,
+          "decode-graphs": render_decode_graphs, "sweep": render_sweep,
           "learning-heldout": render_learning_heldout}
 
 

@@ -1,0 +1,129 @@
+"""Decoding on a GPU with and without CUDA graphs: seconds per new token of the rollout.
+
+`mrtpo.harness.rollout.sample` as the trainer calls it (the LoRA folded in, the loop's per-row
+seeded sampler, the static cache), eager against `compile=True`, where transformers compiles
+the decoding steps with `torch.compile`'s "reduce-overhead" mode (CUDA graphs: one launch
+per step instead of one per operation). On one H200 the eager rollout takes about 77 ms per
+new token at any batch (docs/results.md, "Speed"): Python calls and kernel launches, not the
+GPU. This measures what graphs take off that, and what the compile costs.
+
+The policy is random-initialised with SmolLM2-135M-Instruct's shape (a Llama: 30 layers, 576
+wide, 9 heads / 3 key-value heads, MLP 1,536, vocabulary 49,152, tied embeddings), built with
+`from_config`, so nothing has to travel to the device; its tokenizer is gpu.py's (the cached
+`mrtpo-tiny` one, else one trained here in seconds). A random policy rarely stops, so every
+row decodes about --max-new-tokens tokens; seconds per token are the rollout's over the
+longest completion. Both settings sample the same prompts (text2sql with the worked example)
+with the same seeds; the completions are compared (compiled kernels round differently, so
+some may part after a few tokens). Printed as it goes; --json writes the figures.
+
+    python benchmarks/speed/decode_graphs.py                          # a CUDA GPU, ~2-3 minutes
+    python benchmarks/speed/decode_graphs.py --device cpu --quick     # the plumbing on CPU (no graphs there)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SMOLLM2_SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                     num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
+                     rms_norm_eps=1e-5, tie_word_embeddings=True)
+QUICK_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2)
+
+
+def build(path: Path, shape: dict, dtype: torch.dtype) -> None:
+    """A random-initialised Llama of `shape` with gpu.py's tokenizer, saved to `path`."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from gpu import tokenizer
+
+    from mrtpo.models.tiny import save_policy
+
+    tok, _ = tokenizer()
+    config = LlamaConfig(**shape, bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    save_policy(model, tok, path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--batch-prompts", type=int, default=8)
+    ap.add_argument("--num-generations", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=2, help="timed rollouts of each setting after its first")
+    ap.add_argument("--quick", action="store_true", help="a 2-layer model, 2 x 2 rows, 8 tokens")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batch_prompts, args.num_generations, args.max_new_tokens, args.repeats = 2, 2, 8, 1
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.tasks import get_task
+
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    task = get_task("text2sql", demo=True)
+    examples = task.load()[: args.batch_prompts]
+    doc: dict = {"schema": "mrtpo.decode-graphs/1", "device": torch.cuda.get_device_name() if cuda else "cpu",
+                 "dtype": args.dtype, "shape": "quick" if args.quick else "SmolLM2-135M", "batch_rows":
+                 args.batch_prompts * args.num_generations, "max_new_tokens": args.max_new_tokens, "runs": [],
+                 "command": "python benchmarks/speed/decode_graphs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    with tempfile.TemporaryDirectory(prefix="mrtpo-decode-") as tmp:
+        build(Path(tmp), QUICK_SHAPE if args.quick else SMOLLM2_SHAPE, getattr(torch, args.dtype))
+        policy = load_policy(tmp, lora=True, device=args.device, dtype=args.dtype)
+        completions = {}
+
+        def rollout(compile: bool, label: str):
+            sync()
+            t = time.perf_counter()
+            with policy.merged():
+                r = sample(policy, task, examples, args.num_generations, temperature=0.7,
+                           max_new_tokens=args.max_new_tokens, compile=compile,
+                           logits_processor=[RowSeededSampling(0, 1, 0, 0.7, 1.0)])
+            sync()
+            seconds = time.perf_counter() - t
+            tokens = max(len(x) for x in r.response_ids)
+            run = {"setting": "compiled" if compile else "eager", "label": label, "seconds": round(seconds, 3),
+                   "decode_steps": tokens, "ms_per_token": round(1000 * seconds / max(1, tokens), 2)}
+            doc["runs"].append(run)
+            completions.setdefault(run["setting"], r.response_ids)
+            print(f"{label}: {seconds:.2f} s, {tokens} decode steps, {run['ms_per_token']:.1f} ms per token",
+                  flush=True)
+
+        rollout(False, "eager, first")
+        for i in range(args.repeats):
+            rollout(False, f"eager {i + 1}")
+        rollout(True, "compiled, first (with the compile)")
+        for i in range(args.repeats):
+            rollout(True, f"compiled {i + 1}")
+    timed = {s: [r["ms_per_token"] for r in doc["runs"] if r["setting"] == s and "first" not in r["label"]]
+             for s in ("eager", "compiled")}
+    doc["ms_per_token"] = {s: min(v) for s, v in timed.items() if v}
+    if len(doc["ms_per_token"]) == 2:
+        doc["ratio"] = round(doc["ms_per_token"]["compiled"] / doc["ms_per_token"]["eager"], 3)
+    a, b = completions.get("eager", []), completions.get("compiled", [])
+    doc["same_completions"] = sum(x == y for x, y in zip(a, b))
+    doc["same_first_tokens"] = sum(x[:8] == y[:8] for x, y in zip(a, b))
+    print(f"ms per new token: {doc['ms_per_token']}; compiled / eager {doc.get('ratio')}; same completions "
+          f"{doc['same_completions']}/{len(a)} (first 8 tokens {doc['same_first_tokens']})", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()

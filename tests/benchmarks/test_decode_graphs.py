@@ -1,0 +1,17 @@
+"""benchmarks/speed/decode_graphs.py's plumbing on CPU (the CUDA graphs themselves need a GPU):
+both settings sample through the trainer's rollout, and on CPU, where transformers compiles
+nothing, the `compile` setting samples the same completions."""
+from __future__ import annotations
+
+import json
+
+import benchmark_module
+
+
+def test_both_settings_run_and_the_figures_are_written(tmp_path):
+    script = benchmark_module.load("decode_graphs")
+    doc = script.main(["--device", "cpu", "--dtype", "float32", "--quick", "--json", str(tmp_path / "d.json")])
+    assert [r["setting"] for r in doc["runs"]] == ["eager", "eager", "compiled", "compiled"]
+    assert set(doc["ms_per_token"]) == {"eager", "compiled"} and doc["ratio"] > 0
+    assert doc["batch_rows"] == 4 and doc["same_completions"] == 4
+    assert json.loads((tmp_path / "d.json").read_text())["schema"] == "mrtpo.decode-graphs/1"
