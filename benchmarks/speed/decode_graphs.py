@@ -1,7 +1,7 @@
 """Decoding on a GPU with and without CUDA graphs: seconds per new token of the rollout.
 
 `mrtpo.harness.rollout.sample` as the trainer calls it (the LoRA folded in, the loop's per-row
-seeded sampler, the static cache), eager against `compile=True`, where transformers compiles
+seeded sampler, the static cache), eager against `compiled=True`, where transformers compiles
 the decoding steps with `torch.compile`'s "reduce-overhead" mode (CUDA graphs: one launch
 per step instead of one per operation). On one H200 the eager rollout takes about 77 ms per
 new token at any batch (docs/results.md, "Speed"): Python calls and kernel launches, not the
@@ -86,17 +86,17 @@ def main(argv: list[str] | None = None) -> dict:
         policy = load_policy(tmp, lora=True, device=args.device, dtype=args.dtype)
         completions = {}
 
-        def rollout(compile: bool, label: str):
+        def rollout(compiled: bool, label: str):
             sync()
             t = time.perf_counter()
             with policy.merged():
                 r = sample(policy, task, examples, args.num_generations, temperature=0.7,
-                           max_new_tokens=args.max_new_tokens, compile=compile,
+                           max_new_tokens=args.max_new_tokens, compiled=compiled,
                            logits_processor=[RowSeededSampling(0, 1, 0, 0.7, 1.0)])
             sync()
             seconds = time.perf_counter() - t
             tokens = max(len(x) for x in r.response_ids)
-            run = {"setting": "compiled" if compile else "eager", "label": label, "seconds": round(seconds, 3),
+            run = {"setting": "compiled" if compiled else "eager", "label": label, "seconds": round(seconds, 3),
                    "decode_steps": tokens, "ms_per_token": round(1000 * seconds / max(1, tokens), 2)}
             doc["runs"].append(run)
             completions.setdefault(run["setting"], r.response_ids)

@@ -162,7 +162,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
            greedy: bool = False, logits_processor: list | None = None,
            static_cache: bool = True, common_prefix: bool = True, packed: bool = True, cascade: bool = True,
-           dtype: torch.dtype | None = None, compile: bool = False) -> Rollout:
+           dtype: torch.dtype | None = None, compiled: bool = False) -> Rollout:
     """Sample `num_generations` completions for each example (greedy: one, argmax).
 
     `dtype`: sample from a copy of the policy in this dtype (`Policy.sampler`; None: the
@@ -176,7 +176,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     keys and values once for its G rows (`harness.cascade`). All on; the same completions,
     tested; benchmarks switch them off to measure them.
 
-    `compile`: let transformers compile the decoding steps (with the static cache, on a GPU:
+    `compiled`: let transformers compile the decoding steps (with the static cache, on a GPU:
     `torch.compile`'s "reduce-overhead", CUDA graphs); off by default, since the compile takes
     its own time and a GPU's gain is measured by `benchmarks/speed/decode_graphs.py`, not
     assumed. Transformers compiles nothing on CPU.
@@ -202,7 +202,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         max_new_tokens=max_new_tokens, do_sample=sampled,
         temperature=temperature if sampled else None, top_p=top_p if sampled else None,
         top_k=None, eos_token_id=stops, pad_token_id=policy.pad_id,
-        disable_compile=not compile,
+        disable_compile=not compiled,
     )
     was_training = policy.model.training
     policy.model.eval()
