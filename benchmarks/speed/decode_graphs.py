@@ -12,9 +12,14 @@ wide, 9 heads / 3 key-value heads, MLP 1,536, vocabulary 49,152, tied embeddings
 `from_config`, so nothing has to travel to the device; its tokenizer is gpu.py's (the cached
 `mrtpo-tiny` one, else one trained here in seconds). A random policy rarely stops, so every
 row decodes about --max-new-tokens tokens; seconds per token are the rollout's over the
-longest completion. Both settings sample the same prompts (text2sql with the worked example)
-with the same seeds; the completions are compared (compiled kernels round differently, so
-some may part after a few tokens). Printed as it goes; --json writes the figures.
+longest completion. Both settings sample the same --batches batches of prompts (text2sql with
+the worked example; their lengths differ, as a run's batches do) with the same seeds: first
+batch 0 (for the compiled setting, with the compile), then every batch --repeats times. The
+compiled setting rounds the static cache's length up to a bucket (rollout.CACHE_BUCKET), so a
+batch compiles again only when its cache falls in a new bucket (a slow run in the table). The
+completions are compared (compiled kernels round differently, so some may part after a few
+tokens). The ms per token are the medians over the runs after each setting's first. Printed as
+it goes; --json writes the figures.
 
     python benchmarks/speed/decode_graphs.py                          # a CUDA GPU, ~2-3 minutes
     python benchmarks/speed/decode_graphs.py --device cpu --quick     # the plumbing on CPU (no graphs there)
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -62,12 +68,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch-prompts", type=int, default=8)
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=2, help="timed rollouts of each setting after its first")
+    ap.add_argument("--repeats", type=int, default=1, help="timed passes over the batches, per setting, after its first rollout")
+    ap.add_argument("--batches", type=int, default=3, help="batches of other prompts (other prompt lengths)")
     ap.add_argument("--quick", action="store_true", help="a 2-layer model, 2 x 2 rows, 8 tokens")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.quick:
-        args.batch_prompts, args.num_generations, args.max_new_tokens, args.repeats = 2, 2, 8, 1
+        args.batch_prompts, args.num_generations, args.max_new_tokens, args.repeats, args.batches = 2, 2, 8, 1, 2
     from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     task = get_task("text2sql", demo=True)
-    examples = task.load()[: args.batch_prompts]
+    examples = task.load()[: args.batch_prompts * args.batches]
     doc: dict = {"schema": "mrtpo.decode-graphs/1", "device": torch.cuda.get_device_name() if cuda else "cpu",
                  "dtype": args.dtype, "shape": "quick" if args.quick else "SmolLM2-135M", "batch_rows":
                  args.batch_prompts * args.num_generations, "max_new_tokens": args.max_new_tokens, "runs": [],
@@ -85,40 +92,46 @@ def main(argv: list[str] | None = None) -> dict:
         build(Path(tmp), QUICK_SHAPE if args.quick else SMOLLM2_SHAPE, getattr(torch, args.dtype))
         policy = load_policy(tmp, lora=True, device=args.device, dtype=args.dtype)
         completions = {}
+        batches = [examples[i:i + args.batch_prompts] for i in range(0, len(examples), args.batch_prompts)]
 
-        def rollout(compiled: bool, label: str):
+        def rollout(compiled: bool, batch: int, label: str):
             sync()
             t = time.perf_counter()
             with policy.merged():
-                r = sample(policy, task, examples, args.num_generations, temperature=0.7,
+                r = sample(policy, task, batches[batch], args.num_generations, temperature=0.7,
                            max_new_tokens=args.max_new_tokens, compiled=compiled,
                            logits_processor=[RowSeededSampling(0, 1, 0, 0.7, 1.0)])
             sync()
             seconds = time.perf_counter() - t
             tokens = max(len(x) for x in r.response_ids)
-            run = {"setting": "compiled" if compiled else "eager", "label": label, "seconds": round(seconds, 3),
+            run = {"setting": "compiled" if compiled else "eager", "label": label, "batch": batch,
+                   "prompt_tokens": max(len(x) for x in r.prompt_ids), "seconds": round(seconds, 3),
                    "decode_steps": tokens, "ms_per_token": round(1000 * seconds / max(1, tokens), 2)}
             doc["runs"].append(run)
-            completions.setdefault(run["setting"], r.response_ids)
-            print(f"{label}: {seconds:.2f} s, {tokens} decode steps, {run['ms_per_token']:.1f} ms per token",
-                  flush=True)
+            completions.setdefault((run["setting"], batch), r.response_ids)
+            print(f"{label} (batch {batch}, prompts up to {run['prompt_tokens']} tokens): {seconds:.2f} s, "
+                  f"{tokens} decode steps, {run['ms_per_token']:.1f} ms per token", flush=True)
 
-        rollout(False, "eager, first")
-        for i in range(args.repeats):
-            rollout(False, f"eager {i + 1}")
-        rollout(True, "compiled, first (with the compile)")
-        for i in range(args.repeats):
-            rollout(True, f"compiled {i + 1}")
+        # each setting: batch 0 first (for the compiled one, with the compile), then every batch
+        # once (other prompt lengths: a batch whose cache falls in a new bucket compiles again)
+        for compiled in (False, True):
+            name = "compiled" if compiled else "eager"
+            rollout(compiled, 0, f"{name}, first" + (" (with the compile)" if compiled else ""))
+            for i in range(args.repeats):
+                for b in range(len(batches)):
+                    rollout(compiled, b, f"{name} {i + 1}")
     timed = {s: [r["ms_per_token"] for r in doc["runs"] if r["setting"] == s and "first" not in r["label"]]
              for s in ("eager", "compiled")}
-    doc["ms_per_token"] = {s: min(v) for s, v in timed.items() if v}
+    doc["ms_per_token"] = {s: statistics.median(v) for s, v in timed.items() if v}
     if len(doc["ms_per_token"]) == 2:
         doc["ratio"] = round(doc["ms_per_token"]["compiled"] / doc["ms_per_token"]["eager"], 3)
-    a, b = completions.get("eager", []), completions.get("compiled", [])
-    doc["same_completions"] = sum(x == y for x, y in zip(a, b))
-    doc["same_first_tokens"] = sum(x[:8] == y[:8] for x, y in zip(a, b))
+    pairs = [(x, y) for (setting, b), rows in completions.items() if setting == "eager"
+             for x, y in zip(rows, completions.get(("compiled", b), []))]
+    doc["compared_completions"] = len(pairs)
+    doc["same_completions"] = sum(x == y for x, y in pairs)
+    doc["same_first_tokens"] = sum(x[:8] == y[:8] for x, y in pairs)
     print(f"ms per new token: {doc['ms_per_token']}; compiled / eager {doc.get('ratio')}; same completions "
-          f"{doc['same_completions']}/{len(a)} (first 8 tokens {doc['same_first_tokens']})", flush=True)
+          f"{doc['same_completions']}/{len(pairs)} (first 8 tokens {doc['same_first_tokens']})", flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")

@@ -36,8 +36,11 @@ process, all at once on the one GPU (a 135M model leaves it mostly idle), stoppe
     python benchmarks/speed/gpu.py --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
     python benchmarks/speed/gpu.py --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
 
-`--skip` leaves parts out (qwen, smollm2-steps, roofline, one-step, learning, replay-bench), and
-the summary is written after each part, so a run stopped from outside keeps what finished.
+After the 0.5B-shaped steps it runs `benchmarks/speed/decode_graphs.py` (decoding eager against
+CUDA graphs, a SmolLM2-shaped policy with random weights, over batches of other prompt lengths).
+`--skip` leaves parts out (qwen, decode-graphs, smollm2-steps, roofline, one-step, learning,
+replay-bench), and the summary is written after each part, so a run stopped from outside keeps
+what finished.
 
 What one H200 lease showed (docs/results.md, "Speed"; 15 minutes of device time in all): the
 GGUF must travel in two calls (each call's tree at most 64 MiB with the wheels: `split -b
@@ -208,6 +211,22 @@ def roofline_part(model: str, args, out_dir: Path) -> str:
     return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
 
 
+def decode_graphs_part(args, out_dir: Path) -> str:
+    """benchmarks/speed/decode_graphs.py on the device: the rollout's ms per new token, eager
+    against decoding compiled into CUDA graphs, over batches of other prompt lengths (a
+    SmolLM2-shaped policy with random weights: nothing to carry) -> the JSON's path."""
+    path = out_dir / f"decode-graphs-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
+    cmd = [sys.executable, str(Path(__file__).parent / "decode_graphs.py"), "--device", args.device,
+           "--json", str(path)] + (["--quick", "--dtype", "float32"] if args.smoke else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.decode_graphs_budget)
+    except subprocess.TimeoutExpired:
+        print(f"  decode graphs: stopped after {args.decode_graphs_budget:.0f} s", flush=True)
+        return f"stopped after {args.decode_graphs_budget:.0f} s"
+    print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
+    return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
+
+
 def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
     """benchmarks/learning/heldout.py's paired runs (issue 37 part 2): GDPO, MRTPO and MRTPO
     with its weights shuffled, `--learning-seeds`, `--learning-steps` at this script's batch, on
@@ -350,7 +369,7 @@ def one_step_part(model: str, args, out: Path, tasks=ONE_STEP_TASKS) -> dict:
 
 
 #: the parts a run can leave out with --skip (a device lease may not hold them all)
-PARTS = ("qwen", "smollm2-steps", "roofline", "one-step", "learning", "replay-bench")
+PARTS = ("qwen", "decode-graphs", "smollm2-steps", "roofline", "one-step", "learning", "replay-bench")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -366,6 +385,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--skip", default="", type=lambda v: {p for p in v.split(",") if p},
                     help=f"comma-separated parts not to run, of: {', '.join(PARTS)}")
     ap.add_argument("--roofline-budget", type=float, default=180.0, help="seconds the roofline may take")
+    ap.add_argument("--decode-graphs-budget", type=float, default=300.0,
+                    help="seconds benchmarks/speed/decode_graphs.py may take (its compile included)")
     ap.add_argument("--out", default=None, help="JSON summary path")
     ap.add_argument("--smollm2", nargs="+", default=None, metavar="FILE",
                     help="also SmolLM2-135M-Instruct: its wheel or GGUF (or its pieces, in order), or its built directory")
@@ -420,6 +441,9 @@ def main() -> None:
                 summary["mrtpo_overhead"] = round(summary["mrtpo"]["s_per_1k_tokens"]
                                                   / summary["gdpo"]["s_per_1k_tokens"], 3)
                 save()
+        if "decode-graphs" not in args.skip:
+            summary["decode_graphs"] = decode_graphs_part(args, out_path.parent)
+            save()
         if args.smollm2:
             print("SmolLM2-135M-Instruct:", flush=True)
             summary["smollm2"] = smollm2_part(args, Path(tmp), out_path.parent)

@@ -87,8 +87,21 @@ class Rollout:
         return mask
 
 
+#: with compiled decoding, the static cache's length is rounded up to a multiple of this, so
+#: that batches whose prompts differ in length share one compiled shape (each new shape
+#: compiles again: about a minute for SmolLM2 on an H200)
+CACHE_BUCKET = 256
+
+
+def cache_room(width: int, max_new_tokens: int, bucket: int | None = None) -> int:
+    """Positions the static cache holds: the `width` cached prompt columns, the last prompt
+    token and `max_new_tokens`, rounded up to a multiple of `bucket` when one is given."""
+    room = width + 1 + max_new_tokens
+    return -(-room // bucket) * bucket if bucket else room
+
+
 def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
-                 max_new_tokens: int | None = None, common_prefix: bool = True):
+                 max_new_tokens: int | None = None, common_prefix: bool = True, bucket: int | None = None):
     """The B prompts [B][P_b] as `generate` input with their KV cache: (ids [B*G, P], mask
     [B*G, P], cache of every prompt token but the last, each row repeated `repeats` = G times).
 
@@ -97,7 +110,9 @@ def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
     all (`prefix.encode_prompts`, whose layout the ids and mask take). `max_new_tokens`: the
     cache is a static one with room for that many tokens, written in place as decoding goes
     (a dynamic cache copies itself whole at every new token: half of decoding's time on 2
-    cores); None, or a model whose layers are not all full-attention, keeps the dynamic one."""
+    cores); None, or a model whose layers are not all full-attention, keeps the dynamic one.
+    `bucket`: the static cache's length rounded up to a multiple of it (`cache_room`); the
+    extra positions stay masked, so the completions are the same."""
     from mrtpo.harness.prefix import encode_prompts, prefix_layout
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
 
@@ -108,7 +123,7 @@ def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
     cache = enc.cache
     cache.batch_repeat_interleave(repeats)
     if max_new_tokens is not None:
-        cache = _static_copy(model, cache, enc.width, enc.width + 1 + max_new_tokens)
+        cache = _static_copy(model, cache, enc.width, cache_room(enc.width, max_new_tokens, bucket))
     return ids.to(device).repeat_interleave(repeats, 0), mask.to(device).repeat_interleave(repeats, 0), cache
 
 
@@ -177,9 +192,10 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     tested; benchmarks switch them off to measure them.
 
     `compiled`: let transformers compile the decoding steps (with the static cache, on a GPU:
-    `torch.compile`'s "reduce-overhead", CUDA graphs); off by default, since the compile takes
-    its own time and a GPU's gain is measured by `benchmarks/speed/decode_graphs.py`, not
-    assumed. Transformers compiles nothing on CPU.
+    `torch.compile`'s "reduce-overhead", CUDA graphs), the cache's length rounded up to a
+    multiple of CACHE_BUCKET so that batches of other prompt lengths reuse a compiled shape;
+    off by default, since the compile takes its own time and a GPU's gain is measured by
+    `benchmarks/speed/decode_graphs.py`, not assumed. Transformers compiles nothing on CPU.
     """
     from transformers import GenerationConfig
 
@@ -213,7 +229,8 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
 
                 input_ids, attn, cache = prompt_cache(
                     model, ids, g, policy.pad_id, common_prefix=common_prefix,
-                    max_new_tokens=max_new_tokens if static_cache else None)  # [B*G, P]
+                    max_new_tokens=max_new_tokens if static_cache else None,
+                    bucket=CACHE_BUCKET if compiled else None)  # [B*G, P]
                 kwargs = {cache_kwarg(decoder_of(model)): cache}
             else:
                 input_ids = torch.tensor(ids, device=policy.device).repeat_interleave(g, 0)  # [B*G, 1]

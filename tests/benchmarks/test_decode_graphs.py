@@ -11,7 +11,8 @@ import benchmark_module
 def test_both_settings_run_and_the_figures_are_written(tmp_path):
     script = benchmark_module.load("decode_graphs")
     doc = script.main(["--device", "cpu", "--dtype", "float32", "--quick", "--json", str(tmp_path / "d.json")])
-    assert [r["setting"] for r in doc["runs"]] == ["eager", "eager", "compiled", "compiled"]
+    assert [(r["setting"], r["batch"]) for r in doc["runs"]] == [("eager", 0), ("eager", 0), ("eager", 1),
+                                                               ("compiled", 0), ("compiled", 0), ("compiled", 1)]
     assert set(doc["ms_per_token"]) == {"eager", "compiled"} and doc["ratio"] > 0
-    assert doc["batch_rows"] == 4 and doc["same_completions"] == 4
+    assert doc["batch_rows"] == 4 and doc["compared_completions"] == doc["same_completions"] == 8
     assert json.loads((tmp_path / "d.json").read_text())["schema"] == "mrtpo.decode-graphs/1"

@@ -73,3 +73,11 @@ def test_runs_stopped_at_other_steps_are_compared_at_the_last_step_all_measured(
     assert gpu.last_common_step([a, b]) == 50
     assert gpu.last_common_step([a, _heldout_at(tmp_path / "c", [0])]) is None  # step 0 compares nothing
     assert gpu.last_common_step([a, tmp_path / "never-started"]) is None
+
+
+def test_the_decode_graphs_part_writes_its_figures(tmp_path):
+    gpu = benchmark_module.load("gpu")
+    args = SimpleNamespace(smoke=True, device="cpu", decode_graphs_budget=600.0)
+    path = gpu.decode_graphs_part(args, tmp_path)
+    doc = json.loads((tmp_path / "decode-graphs-cpu.json").read_text())
+    assert path.endswith("decode-graphs-cpu.json") and {r["setting"] for r in doc["runs"]} == {"eager", "compiled"}

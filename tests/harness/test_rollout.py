@@ -1,0 +1,51 @@
+"""mrtpo.harness.rollout: the static cache's length, rounded up for compiled decoding, leaves
+the completions as they were (the extra positions stay masked)."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_the_cache_room_holds_the_prompt_and_the_new_tokens_rounded_up_to_the_bucket():
+    from mrtpo.harness.rollout import cache_room
+
+    assert cache_room(520, 64) == 585  # 520 cached columns, the last prompt token, 64 new tokens
+    assert cache_room(520, 64, 256) == 768
+    assert cache_room(191, 64, 256) == 256  # exactly a bucket: not rounded further
+    assert cache_room(192, 64, 256) == 512
+
+
+@pytest.mark.parametrize("model_dir", ["tiny_qwen2_dir", "tiny_llama_dir"])
+@pytest.mark.parametrize("cascade", [True, False])
+def test_a_bucketed_cache_samples_the_same_completions(model_dir, cascade, request):
+    """On CPU transformers compiles nothing, so `compiled=True` differs from the default only by
+    the cache's bucketed length: the same rows, seeds and tokens must come out."""
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.tasks import get_task
+
+    policy = load_policy(str(request.getfixturevalue(model_dir)), lora=True, lora_r=4, lora_dropout=0.0)
+    task = get_task("toolcall")
+    examples = task.load()[:2]
+
+    def run(compiled: bool):
+        return sample(policy, task, examples, 3, temperature=0.9, max_new_tokens=12, cascade=cascade,
+                      compiled=compiled, logits_processor=[RowSeededSampling(5, 1, 0, 0.9)]).response_ids
+
+    plain = run(False)
+    assert run(True) == plain and any(len(r) > 1 for r in plain)
+
+
+def test_the_prompt_cache_takes_the_bucketed_length(tiny_llama_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mrtpo.harness.rollout import prompt_cache
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir))
+    prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 10]]
+    with torch.no_grad():
+        _, _, exact = prompt_cache(model, prompts, 2, 0, max_new_tokens=12)
+        _, _, bucketed = prompt_cache(model, prompts, 2, 0, max_new_tokens=12, bucket=256)
+    assert exact.layers[0].keys.shape[2] < 256 == bucketed.layers[0].keys.shape[2]
+    assert bucketed.layers[0].keys.shape[0] == 4  # each prompt's row repeated for its 2 completions
