@@ -470,17 +470,23 @@ def render_speed_step(name: str, data: dict) -> str:
 
 def render_decode_graphs(name: str, data: dict) -> str:
     """benchmarks/speed/decode_graphs.py: the rollout's seconds per new token on a GPU, eager
-    against its decoding compiled into CUDA graphs, each run as it came."""
-    body = [[r["setting"], r["label"], num(r["seconds"], 2), r["decode_steps"], num(r["ms_per_token"], 1)]
-            for r in data.get("runs") or []]
+    against its decoding compiled into CUDA graphs, each run as it came (with its batch and
+    prompt length where the file has them: a slow compiled run after the first compiled again)."""
+    runs = data.get("runs") or []
+    batched = any("batch" in r for r in runs)
+    body = [[r["setting"], r["label"]] + ([str(r.get("batch", "")), str(r.get("prompt_tokens", ""))] if batched else [])
+            + [num(r["seconds"], 2), r["decode_steps"], num(r["ms_per_token"], 1)] for r in runs]
+    columns = ["setting", "run"] + (["batch", "prompt tokens"] if batched else []) + ["seconds", "decode steps",
+                                                                                    "ms per token"]
     title = (f"decoding on one {data.get('device')}, {data.get('shape')}-shaped policy with random weights, "
              f"{data.get('batch_rows')} rows, {data.get('dtype')}: eager against CUDA graphs")
     ms = data.get("ms_per_token") or {}
+    compared = data.get("compared_completions", data.get("batch_rows"))
     notes = [f"ms per new token (the runs after each setting's first): eager {num(ms.get('eager'), 1)}, compiled "
-             f"{num(ms.get('compiled'), 1)}; compiled / eager {num(data.get('ratio'), 2)}; same completions "
-             f"{data.get('same_completions')}/{data.get('batch_rows')}"] + list(data.get("notes") or [])
-    return block(title, data.get("command", "python benchmarks/speed/decode_graphs.py"), name,
-                 table(["setting", "run", "seconds", "decode steps", "ms per token"], body), notes)
+             f"{num(ms.get('compiled'), 1)}; compiled / eager {num(data.get('ratio'), 3)}; same completions "
+             f"{data.get('same_completions')}/{compared}"] + list(data.get("notes") or [])
+    return block(title, data.get("command", "python benchmarks/speed/decode_graphs.py"), name, table(columns, body),
+                 notes)
 
 
 def render_table(name: str, data: dict) -> str:

@@ -3,9 +3,9 @@
 `mrtpo.harness.rollout.sample` as the trainer calls it (the LoRA folded in, the loop's per-row
 seeded sampler, the static cache), eager against `compiled=True`, where transformers compiles
 the decoding steps with `torch.compile`'s "reduce-overhead" mode (CUDA graphs: one launch
-per step instead of one per operation). On one H200 the eager rollout takes about 77 ms per
-new token at any batch (docs/results.md, "Speed"): Python calls and kernel launches, not the
-GPU. This measures what graphs take off that, and what the compile costs.
+per step instead of one per operation). On one H200 the eager rollout took 58 to 78 ms per new
+token in three measurements of 8 to 64 rows (docs/results.md, "Speed"): Python calls and kernel
+launches, not the GPU. This measures what graphs take off that, and what the compile costs.
 
 The policy is random-initialised with SmolLM2-135M-Instruct's shape (a Llama: 30 layers, 576
 wide, 9 heads / 3 key-value heads, MLP 1,536, vocabulary 49,152, tied embeddings), built with
@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))  # gpu.py, beside this script
+
 SMOLLM2_SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                      num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
                      rms_norm_eps=1e-5, tie_word_embeddings=True)
@@ -47,8 +49,7 @@ def build(path: Path, shape: dict, dtype: torch.dtype) -> None:
     """A random-initialised Llama of `shape` with gpu.py's tokenizer, saved to `path`."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from gpu import tokenizer
+    from gpu import tokenizer  # beside this script
 
     from mrtpo.models.tiny import save_policy
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
         completions = {}
         batches = [examples[i:i + args.batch_prompts] for i in range(0, len(examples), args.batch_prompts)]
 
-        def rollout(compiled: bool, batch: int, label: str):
+        def rollout(compiled: bool, batch: int, label: str, timed: bool = True):
             sync()
             t = time.perf_counter()
             with policy.merged():
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
             sync()
             seconds = time.perf_counter() - t
             tokens = max(len(x) for x in r.response_ids)
-            run = {"setting": "compiled" if compiled else "eager", "label": label, "batch": batch,
+            run = {"setting": "compiled" if compiled else "eager", "label": label, "timed": timed, "batch": batch,
                    "prompt_tokens": max(len(x) for x in r.prompt_ids), "seconds": round(seconds, 3),
                    "decode_steps": tokens, "ms_per_token": round(1000 * seconds / max(1, tokens), 2)}
             doc["runs"].append(run)
@@ -116,13 +117,13 @@ def main(argv: list[str] | None = None) -> dict:
         # once (other prompt lengths: a batch whose cache falls in a new bucket compiles again)
         for compiled in (False, True):
             name = "compiled" if compiled else "eager"
-            rollout(compiled, 0, f"{name}, first" + (" (with the compile)" if compiled else ""))
+            rollout(compiled, 0, f"{name}, first" + (" (with the compile)" if compiled else ""), timed=False)
             for i in range(args.repeats):
                 for b in range(len(batches)):
                     rollout(compiled, b, f"{name} {i + 1}")
-    timed = {s: [r["ms_per_token"] for r in doc["runs"] if r["setting"] == s and "first" not in r["label"]]
-             for s in ("eager", "compiled")}
-    doc["ms_per_token"] = {s: statistics.median(v) for s, v in timed.items() if v}
+    per_setting = {s: [r["ms_per_token"] for r in doc["runs"] if r["setting"] == s and r["timed"]]
+                   for s in ("eager", "compiled")}
+    doc["ms_per_token"] = {s: statistics.median(v) for s, v in per_setting.items() if v}
     if len(doc["ms_per_token"]) == 2:
         doc["ratio"] = round(doc["ms_per_token"]["compiled"] / doc["ms_per_token"]["eager"], 3)
     pairs = [(x, y) for (setting, b), rows in completions.items() if setting == "eager"

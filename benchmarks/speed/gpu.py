@@ -13,7 +13,7 @@ the seconds, completion tokens and peak GPU memory; MRTPO's overhead; the replay
 and its token-count ideal. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT
 is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
 
-    python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (~4 minutes on one H200)
+    python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (several minutes)
     python benchmarks/speed/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
 
 With `--smollm2 FILE [FILE ...]` it also runs SmolLM2-135M-Instruct (`mrtpo model build
@@ -31,7 +31,7 @@ its weights shuffled, `--learning-seeds`, `--learning-steps` at B = 8 x G = 8, o
 single-table questions with 100 held out, measured every 25 steps), each (method, seed) its own
 process, all at once on the one GPU (a 135M model leaves it mostly idle), stopped at
 `--learning-budget` seconds; the finished runs' paired differences go to
-`learning-heldout-text2sql-smollm2-135m.json` under the output folder, the runs beside it.
+`learning-heldout-text2sql-smollm2-135m-gpu.json` under the output folder, the runs beside it.
 
     python benchmarks/speed/gpu.py --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
     python benchmarks/speed/gpu.py --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
@@ -45,12 +45,14 @@ what finished.
 What one H200 lease showed (docs/results.md, "Speed"; 15 minutes of device time in all): the
 GGUF must travel in two calls (each call's tree at most 64 MiB with the wheels: `split -b
 45M` gives three pieces, the first in one call, the other two in the next, the machine kept
-warm between them); decoding takes about 77 ms per new token at any batch (Python calls and
-kernel launches, not the GPU), so 2 steps of 8 x 8 x 256 take about 20-30 s each, the
-roofline about 35 s, and the learning runs cannot finish in a lease: 100 steps and five
-measurements of 100 held-out questions (about 140 s each with 9 runs sharing the GPU) need
-about half an hour. The learning part is for a longer lease, or after decoding is captured
-in CUDA graphs. Each learning run takes 11-15 GB of GPU memory at 8 x 8.
+warm between them); eager decoding takes 58 to 78 ms per new token for 8 to 64 rows (Python
+calls and kernel launches, not the GPU), so a step of 8 x 8 x 256 takes 20-30 s, the
+roofline took 33 s, and the learning runs cannot finish in a lease: 100 steps and five
+measurements of 100 held-out questions (about 140 s each with 9 runs sharing the GPU, read
+from their logs) need about half an hour. The learning part is for a longer lease, or for
+after decoding runs in CUDA graphs in the trainer. In that lease the 9 learning runs took
+11.6 to 14.7 GiB of GPU memory each at 8 x 8 (the out-of-memory message's figures, beside 27
+GB this process still held; it frees its cache before them now).
 """
 from __future__ import annotations
 
@@ -195,6 +197,23 @@ def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     return out
 
 
+def run_script(cmd: list[str], budget: float, path: Path) -> str:
+    """Run a benchmark script that writes its JSON to `path`, stopped at `budget` seconds (with
+    every process it started: torch.compile's workers too; POSIX process groups, as on the
+    devices this script is for); print the end of its output -> `path` when it finished, else
+    what stopped it."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=budget)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        print(stdout[-3000:], f"  {Path(cmd[1]).name}: stopped after {budget:.0f} s", flush=True)
+        return f"stopped after {budget:.0f} s"
+    print(stdout[-3000:], stderr[-2000:] if proc.returncode else "", flush=True)
+    return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
+
+
 def roofline_part(model: str, args, out_dir: Path) -> str:
     """benchmarks/speed/roofline.py on the device: the phase table of one SmolLM2 step (text2sql
     with the worked example), in bf16 on a GPU, beside the device's own peaks -> the JSON's path."""
@@ -202,13 +221,7 @@ def roofline_part(model: str, args, out_dir: Path) -> str:
     cmd = [sys.executable, str(Path(__file__).parent / "roofline.py"), "--model", model, "--task", "text2sql",
            "-o", "demo=true", "--device", args.device, "--dtype", "float32" if args.device == "cpu" else "bfloat16",
            "--json", str(path)] + (["--quick", "--max-new-tokens", "8"] if args.smoke else [])
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.roofline_budget)
-    except subprocess.TimeoutExpired:
-        print(f"  roofline: stopped after {args.roofline_budget:.0f} s", flush=True)
-        return f"stopped after {args.roofline_budget:.0f} s"
-    print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
-    return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
+    return run_script(cmd, args.roofline_budget, path)
 
 
 def decode_graphs_part(args, out_dir: Path) -> str:
@@ -218,13 +231,7 @@ def decode_graphs_part(args, out_dir: Path) -> str:
     path = out_dir / f"decode-graphs-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
     cmd = [sys.executable, str(Path(__file__).parent / "decode_graphs.py"), "--device", args.device,
            "--json", str(path)] + (["--quick", "--dtype", "float32"] if args.smoke else [])
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.decode_graphs_budget)
-    except subprocess.TimeoutExpired:
-        print(f"  decode graphs: stopped after {args.decode_graphs_budget:.0f} s", flush=True)
-        return f"stopped after {args.decode_graphs_budget:.0f} s"
-    print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
-    return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
+    return run_script(cmd, args.decode_graphs_budget, path)
 
 
 def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
@@ -233,22 +240,16 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
     text2sql's single-table questions with the worked example, the official metric on 100
     held-out questions every 25 steps; each (method, seed) its own process with one CPU thread,
     all at once on the one GPU, training under `tmp`, stopped at `--learning-budget` seconds.
-    Then one call over the runs writes the paired differences
-    (`learning-heldout-text2sql-smollm2-135m.json` under `out_dir`, each run's record -- config,
-    training metrics, held-out curve, no checkpoints -- kept beside it): after the last step when
-    every run finished, else after the last step that every run had measured when the budget
-    stopped them (`learning_stopped_at`; their plan, `learning_steps`, is in the JSON too), so a
-    budget too short for the plan still brings back a paired comparison at an earlier step."""
-    script = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
+    Then `compare_runs` writes the paired differences (LEARNING_RESULT under `out_dir`, each
+    run's record -- config, training metrics, held-out curve, no checkpoints -- kept beside it):
+    after the last step when every run finished, else after the last step the runs had measured
+    when the budget stopped them (`learning_stopped_at`; their plan, `learning_steps`, is in the
+    JSON too), so a budget too short for the plan still brings back a paired comparison at an
+    earlier step."""
     learn = tmp / "learning"
     learn.mkdir(parents=True, exist_ok=True)
-    result = out_dir / "learning-heldout-text2sql-smollm2-135m.json"
-    held, every = (8, 1) if args.smoke else (100, 25)
-    common = ["--model", model, "--task", "text2sql", "-o", "demo=true", "-o", "questions=single-table",
-              "--heldout", str(held), "--heldout-every", str(every), "--threads", "1",
-              "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
-              "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn),
-              "--json", str(result)]
+    result = out_dir / LEARNING_RESULT  # not the CPU runs' name: out_dir may be benchmarks/results/
+    common = heldout_flags(model, args, learn, result)
     seeds = args.learning_seeds.split(",")
     runs = [(m, s) for m in LEARNING_METHODS for s in seeds]
     free_gpu_memory()  # the timed steps' cached blocks: 27 GB of an H200's 140 were still held by this process
@@ -258,7 +259,7 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
         log = open(out_dir / f"learning-{m}-seed{s}.log", "w")
         # its own process group, so that stopping it stops the trainer it spawns too (an orphaned
         # trainer would go on using the GPU, then fail once this script's temporary folder is gone)
-        procs[m, s] = (subprocess.Popen([sys.executable, str(script), *common, "--steps", str(args.learning_steps),
+        procs[m, s] = (subprocess.Popen([sys.executable, str(HELDOUT), *common, "--steps", str(args.learning_steps),
                                          "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env=env), log)
     t0 = time.perf_counter()
@@ -272,23 +273,46 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
         print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
     out = {"learning_wall_seconds": round(time.perf_counter() - t0, 1), "learning_steps": args.learning_steps,
            "learning_exits": {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}}
-    # the last step every run measured (heldout.py keeps a run beside the results once it finishes;
-    # a stopped run's record is copied there the same way, so --kept-only reads them all)
-    dirs = {(m, s): learn / "runs" / "text2sql" / m / f"seed{s}" for m, s in runs}
-    out["learning_measured_steps"] = {f"{m} seed {s}": measured_steps(d) for (m, s), d in dirs.items()}
-    stop = last_common_step(list(dirs.values()))
+    out.update(compare_runs(common, learn, seeds, result))
+    return out
+
+
+def heldout_flags(model: str, args, learn: Path, result: Path) -> list[str]:
+    """The flags every call of heldout.py for the learning runs shares (the runs train in
+    `learn`; the comparison is written to `result`)."""
+    held, every = (8, 1) if args.smoke else (100, 25)
+    return ["--model", model, "--task", "text2sql", "-o", "demo=true", "-o", "questions=single-table",
+            "--heldout", str(held), "--heldout-every", str(every), "--threads", "1",
+            "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
+            "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn),
+            "--json", str(result)]
+
+
+def compare_runs(common: list[str], learn: Path, seeds: list[str], result: Path) -> dict:
+    """The paired comparison of the learning runs in `learn` (heldout.py's `--out`), however far
+    they got: over the seeds whose runs all measured a step after 0, after the last step every
+    one of them measured (a run that failed early drops its seed, not the comparison). Each
+    run's record is kept beside `result` (as heldout.py keeps a finished run), and heldout.py
+    `--kept-only --steps STOP` writes `result` from them."""
+    sys.path.insert(0, str(HELDOUT.parent))
+    from heldout import keep  # benchmarks/learning/heldout.py: a run's record, each file whole
+
+    dirs = {(m, s): learn / "runs" / "text2sql" / m / f"seed{s}" for m in LEARNING_METHODS for s in seeds}
+    out: dict = {"learning_measured_steps": {f"{m} seed {s}": measured_steps(d) for (m, s), d in dirs.items()}}
+    compared = [s for s in seeds if last_common_step([dirs[m, s] for m in LEARNING_METHODS]) is not None]
+    stop = last_common_step([dirs[m, s] for m in LEARNING_METHODS for s in compared])
     if stop is None:
-        print("  learning: no step after 0 was measured by every run", flush=True)
+        print("  learning: no seed has every method measured after a step", flush=True)
         return out
-    kept_root = result.with_suffix("")
     for (m, s), d in dirs.items():
-        keep_record(d, kept_root / m / f"seed{s}")
-    proc = subprocess.run([sys.executable, str(script), *common, "--steps", str(stop), "--kept-only",
-                           "--methods", ",".join(LEARNING_METHODS), "--seeds", ",".join(seeds)],
+        if s in compared:
+            keep(d, result.with_suffix("") / m / f"seed{s}")
+    proc = subprocess.run([sys.executable, str(HELDOUT), *common, "--steps", str(stop), "--kept-only",
+                           "--methods", ",".join(LEARNING_METHODS), "--seeds", ",".join(compared)],
                           capture_output=True, text=True)
     print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
-    out["learning_stopped_at"] = stop
-    out["learning_summary"] = str(result) if proc.returncode == 0 else f"failed: {proc.returncode}"
+    out.update(learning_stopped_at=stop, learning_compared_seeds=compared,
+               learning_summary=str(result) if proc.returncode == 0 else f"failed: {proc.returncode}")
     return out
 
 
@@ -317,14 +341,10 @@ def free_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def keep_record(run_dir: Path, kept: Path) -> None:
-    """Copy a run's record (config, training metrics, held-out curve; no checkpoints) to `kept`."""
-    kept.mkdir(parents=True, exist_ok=True)
-    for name in ("config.yaml", "metrics.jsonl", "heldout.json"):
-        if (run_dir / name).is_file():
-            shutil.copyfile(run_dir / name, kept / name)
-
-
+#: the learning runs' paired comparison, under the output folder (the CPU runs' is
+#: learning-heldout-text2sql-smollm2-135m.json in benchmarks/results/)
+LEARNING_RESULT = "learning-heldout-text2sql-smollm2-135m-gpu.json"
+HELDOUT = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
 #: the placement, not the reweighting, do the work?)
 LEARNING_METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
@@ -372,6 +392,15 @@ def one_step_part(model: str, args, out: Path, tasks=ONE_STEP_TASKS) -> dict:
 PARTS = ("qwen", "decode-graphs", "smollm2-steps", "roofline", "one-step", "learning", "replay-bench")
 
 
+def parts(value: str) -> set[str]:
+    """--skip's parts, refusing a name that is none (a typo would run a part the lease cannot hold)."""
+    names = {p for p in value.split(",") if p}
+    unknown = sorted(names - set(PARTS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown)}; the parts: {', '.join(PARTS)}")
+    return names
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape, B=2 G=2, 16 new tokens, on CPU")
@@ -382,7 +411,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--no-gdpo", action="store_true", help="skip the GDPO steps (no overhead figure)")
     ap.add_argument("--no-replay-bench", action="store_true", help="skip benchmarks/speed/replay.py")
-    ap.add_argument("--skip", default="", type=lambda v: {p for p in v.split(",") if p},
+    ap.add_argument("--skip", default="", type=parts,
                     help=f"comma-separated parts not to run, of: {', '.join(PARTS)}")
     ap.add_argument("--roofline-budget", type=float, default=180.0, help="seconds the roofline may take")
     ap.add_argument("--decode-graphs-budget", type=float, default=300.0,

@@ -89,7 +89,8 @@ class Rollout:
 
 #: with compiled decoding, the static cache's length is rounded up to a multiple of this, so
 #: that batches whose prompts differ in length share one compiled shape (each new shape
-#: compiles again: about a minute for SmolLM2 on an H200)
+#: compiles again: about a minute for SmolLM2 on an H200); the attention still reads the extra,
+#: masked positions at every step (up to 255 of them; their cost is not measured)
 CACHE_BUCKET = 256
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 import benchmark_module
 
 
@@ -42,7 +44,8 @@ def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):
 
 def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path):
     """gpu.py's learning part: heldout.py per (method, seed) in parallel, then one summary over
-    the finished runs with its paired rows (text2sql's single-table questions)."""
+    the runs with its paired rows (text2sql's single-table questions); then the same runs as a
+    budget would have left them, one stopped after step 1: compared after step 1."""
     gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", learning_steps=2, learning_seeds="0", learning_budget=600.0,
                            batch_prompts=2, num_generations=2, max_new_tokens=8)
@@ -50,12 +53,26 @@ def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path
     logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("learning-*.log")}
     assert set(out["learning_exits"].values()) == {0}, logs
     assert out["learning_stopped_at"] == 2 and out["learning_measured_steps"]["mrtpo seed 0"] == [0, 1, 2]
-    kept = tmp_path / "learning-heldout-text2sql-smollm2-135m" / "mrtpo" / "seed0"
+    assert out["learning_compared_seeds"] == ["0"]
+    kept = tmp_path / gpu.LEARNING_RESULT.removesuffix(".json") / "mrtpo" / "seed0"
     assert {p.name for p in kept.iterdir()} == {"config.yaml", "metrics.jsonl", "heldout.json"}
-    assert not list(tmp_path.glob("learning/**/*.safetensors")), "checkpoints train outside the output folder"
-    doc = json.loads((tmp_path / "learning-heldout-text2sql-smollm2-135m.json").read_text())
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and "train" not in p.relative_to(tmp_path).parts]
+    assert not [p for p in outside if p.suffix in (".safetensors", ".pt", ".bin")], "checkpoints stay in the train folder"
+    doc = json.loads((tmp_path / gpu.LEARNING_RESULT).read_text())
     assert doc["settings"]["seeds"] == [0] and doc["settings"]["task_args"]["questions"] == "single-table"
     assert {(r["a"], r["b"]) for r in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
+    assert {r["step"] for r in doc["paired"]} == {2}
+
+    run = tmp_path / "train" / "learning" / "runs" / "text2sql" / "gdpo" / "seed0"  # stopped after step 1
+    (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    held = json.loads((run / "heldout.json").read_text())
+    held["_curve"] = [p for p in held["_curve"] if p["step"] <= 1]
+    (run / "heldout.json").write_text(json.dumps(held))
+    result = tmp_path / "stopped" / "result.json"
+    common = gpu.heldout_flags(str(tiny_qwen2_dir), args, tmp_path / "train" / "learning", result)
+    got = gpu.compare_runs(common, tmp_path / "train" / "learning", ["0"], result)
+    assert got["learning_stopped_at"] == 1 and got["learning_summary"] == str(result)
+    assert {r["step"] for r in json.loads(result.read_text())["paired"]} == {1}
 
 
 def _heldout_at(run_dir, steps):
@@ -81,3 +98,10 @@ def test_the_decode_graphs_part_writes_its_figures(tmp_path):
     path = gpu.decode_graphs_part(args, tmp_path)
     doc = json.loads((tmp_path / "decode-graphs-cpu.json").read_text())
     assert path.endswith("decode-graphs-cpu.json") and {r["setting"] for r in doc["runs"]} == {"eager", "compiled"}
+
+
+def test_skip_refuses_a_part_that_is_none():
+    gpu = benchmark_module.load("gpu")
+    assert gpu.parser().parse_args(["--skip", "learning,roofline"]).skip == {"learning", "roofline"}
+    with pytest.raises(SystemExit):
+        gpu.parser().parse_args(["--skip", "learnign"])

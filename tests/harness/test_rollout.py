@@ -16,13 +16,18 @@ def test_the_cache_room_holds_the_prompt_and_the_new_tokens_rounded_up_to_the_bu
 
 @pytest.mark.parametrize("model_dir", ["tiny_qwen2_dir", "tiny_llama_dir"])
 @pytest.mark.parametrize("cascade", [True, False])
-def test_a_bucketed_cache_samples_the_same_completions(model_dir, cascade, request):
+def test_a_bucketed_cache_samples_the_same_completions(model_dir, cascade, request, monkeypatch):
     """On CPU transformers compiles nothing, so `compiled=True` differs from the default only by
     the cache's bucketed length: the same rows, seeds and tokens must come out."""
+    from mrtpo.harness import rollout
     from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.tasks import get_task
+
+    buckets = []  # what each sample() asked prompt_cache for (the real one runs)
+    real = rollout.prompt_cache
+    monkeypatch.setattr(rollout, "prompt_cache", lambda *a, **kw: buckets.append(kw.get("bucket")) or real(*a, **kw))
 
     policy = load_policy(str(request.getfixturevalue(model_dir)), lora=True, lora_r=4, lora_dropout=0.0)
     task = get_task("toolcall")
@@ -34,6 +39,7 @@ def test_a_bucketed_cache_samples_the_same_completions(model_dir, cascade, reque
 
     plain = run(False)
     assert run(True) == plain and any(len(r) > 1 for r in plain)
+    assert buckets == [None, rollout.CACHE_BUCKET]
 
 
 def test_the_prompt_cache_takes_the_bucketed_length(tiny_llama_dir):
@@ -47,5 +53,6 @@ def test_the_prompt_cache_takes_the_bucketed_length(tiny_llama_dir):
     with torch.no_grad():
         _, _, exact = prompt_cache(model, prompts, 2, 0, max_new_tokens=12)
         _, _, bucketed = prompt_cache(model, prompts, 2, 0, max_new_tokens=12, bucket=256)
-    assert exact.layers[0].keys.shape[2] < 256 == bucketed.layers[0].keys.shape[2]
+    assert exact.layers[0].keys.shape[2] == 5 + 12  # 4 cached columns, the last prompt token, 12 new
+    assert bucketed.layers[0].keys.shape[2] == 256
     assert bucketed.layers[0].keys.shape[0] == 4  # each prompt's row repeated for its 2 completions
