@@ -155,7 +155,8 @@ def read_run(run_dir: Path, method: str, seed: int, steps: int) -> Run:
 
 
 def keep(run_dir: Path, kept: Path) -> None:
-    """Copy a finished run's record (KEPT_FILES) to `kept`, each file whole or not at all."""
+    """Copy a run's record (KEPT_FILES) to `kept`, each file whole or not at all (a finished run's;
+    gpu.py also keeps the runs its budget stopped, to compare them where they all got to)."""
     from mrtpo.textio import write_atomic
 
     kept.mkdir(parents=True, exist_ok=True)
