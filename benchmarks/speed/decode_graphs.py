@@ -98,10 +98,9 @@ def main(argv: list[str] | None = None) -> dict:
         def rollout(compiled: bool, batch: int, label: str, timed: bool = True):
             sync()
             t = time.perf_counter()
-            with policy.merged():
-                r = sample(policy, task, batches[batch], args.num_generations, temperature=0.7,
-                           max_new_tokens=args.max_new_tokens, compiled=compiled,
-                           logits_processor=[RowSeededSampling(0, 1, 0, 0.7, 1.0)])
+            r = sample(policy, task, batches[batch], args.num_generations, temperature=0.7,  # LoRA folded inside
+                       max_new_tokens=args.max_new_tokens, compiled=compiled,
+                       logits_processor=[RowSeededSampling(0, 1, 0, 0.7, 1.0)])
             sync()
             seconds = time.perf_counter() - t
             tokens = max(len(x) for x in r.response_ids)
