@@ -20,8 +20,8 @@ import torch
 
 LossType = Literal["dapo", "grpo", "dr_grpo"]
 
-#: the most nodes of one response trie in the update (`response_trie_hidden`); a prompt's
-#: responses beyond it start another trie
+#: the most nodes of one response trie in the update (`response_trie_hidden`): a prompt's
+#: responses beyond it start another trie (one response longer than this is a trie of its own)
 TRIE_NODES = 1024
 
 
@@ -118,7 +118,9 @@ def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.T
     decoder = decoder_of(model)
     arg = cache_kwarg(decoder)
     enc = encode_prompts(decoder, prompts, input_ids.device, arg, share_common=common_prefix)
-    if response_tries and takes_tree_mask(model.config):
+    # tries need a response token somewhere: with none, the padded rows below keep the graph
+    # (the log-probs of an all-empty micro-batch still backpropagate, to zero)
+    if response_tries and takes_tree_mask(model.config) and bool(attention_mask[:, cut + 1:].any()):
         return response_trie_hidden(model, decoder, arg, enc, input_ids, attention_mask, position_ids, inverse, t)
     select_rows(enc.cache, inverse)  # [U, ...] -> [N, ...]
     mask = torch.cat([enc.mask[inverse], attention_mask[:, cut:]], 1)  # [N, width + T + 1]
@@ -158,9 +160,7 @@ def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.T
     # one trie per prompt, of at most TRIE_NODES nodes: its attention is dense ([W, W] per head)
     tries = [build_tries(seqs, TRIE_NODES) for seqs in by_prompt]
     rows = [(p, tree) for p, ts in enumerate(tries) for tree in ts]  # one forward row per trie
-    width = max((len(tree.tokens) for _, tree in rows), default=0)
-    if not width:
-        return torch.zeros(n, t, model.config.hidden_size, dtype=dtype, device=device)
+    width = max(len(tree.tokens) for _, tree in rows)  # some row has a response (the caller's condition)
     ids = torch.zeros(len(rows), width, dtype=torch.long)  # [R, W]
     pos = torch.zeros(len(rows), width, dtype=torch.long)  # [R, W]
     tmask = torch.zeros(len(rows), width, width, dtype=torch.bool)  # [R, W, W]

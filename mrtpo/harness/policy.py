@@ -63,7 +63,11 @@ class Policy:
         again, one more product per projection, and leave rounding residue).
 
         Nested calls fold once: the trainer holds one `merged()` from sampling to the replay,
-        and the ones inside (`sample`, the replay's) get the folded model as it is."""
+        and the ones inside (`sample`, the replay's) get the folded model as it is. A nested
+        call with gradients on is refused: the folded model would give the adapter none."""
+        if self._folded and torch.is_grad_enabled():
+            raise RuntimeError("Policy.merged() with gradients on inside a fold: the adapter is folded into the "
+                               "weights there and would get no gradient; run this pass after the fold's block")
         if self._folded or not self.lora or self.dtype != torch.float32 or torch.is_grad_enabled():
             yield self.model
             return
@@ -71,9 +75,9 @@ class Policy:
 
         layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
         saved = [(m.get_base_layer().weight, m.get_base_layer().weight.detach().clone()) for m in layers]
-        self.model.merge_adapter()
-        self._folded = True
-        try:
+        try:  # the weights come back however far the fold got
+            self._folded = True
+            self.model.merge_adapter()
             yield self.model
         finally:
             self._folded = False

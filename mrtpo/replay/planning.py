@@ -48,7 +48,9 @@ class ReplayOptions:
       example, before each prompt's own question) is encoded once for all the groups;
     - `trunks`: all items in one group, and every row's context suffix nested by the
       beginnings it shares with others (`suffix_trunks`): each encoded once where that saves
-      `TRUNK_MIN_SAVED` tokens, the rest fed as tries. It takes the place of `suffixes`
+      `TRUNK_MIN_SAVED` tokens (`FORWARD_TOKENS` with tries off), the rest fed as tries. A run
+      of rows below the bar is not searched for longer trunks inside it (rows that share a
+      long beginning only within such a run get none). It takes the place of `suffixes`
       and `common` (one level of shared beginnings for the suffixes several responses share,
       and the beginning the groups' prefixes share), which apply with it off.
     """

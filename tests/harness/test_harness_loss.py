@@ -269,3 +269,48 @@ def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny
     half = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, dtype="bfloat16")
     with torch.no_grad(), half.merged() as model:
         assert not any(getattr(m, "merged", False) for m in model.modules())
+
+
+def test_a_fold_is_undone_when_its_block_raises_and_refuses_a_pass_with_gradients(tiny_qwen2_dir):
+    """An error inside nested folds leaves the weights as they were; a pass with gradients on
+    inside a fold (which would give the adapter no gradient) is refused."""
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    with pytest.raises(KeyError):
+        with torch.no_grad(), policy.merged(), policy.merged():
+            raise KeyError("inside")
+    for key, value in policy.model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert not any(getattr(m, "merged", False) for m in policy.model.modules())
+    with torch.no_grad(), policy.merged():
+        with torch.enable_grad(), pytest.raises(RuntimeError, match="no gradient"):
+            with policy.merged():
+                pass
+    with policy.merged():  # after the fold, with gradients on: the model as it is, nothing folded
+        assert not any(getattr(m, "merged", False) for m in policy.model.modules())
+
+
+def test_a_micro_batch_of_empty_responses_still_backpropagates_with_tries(tiny_qwen2_dir):
+    """Rows whose responses are all empty (no trie to build) take the padded rows, whose
+    log-probs stay on the graph: the loss backpropagates, to zero."""
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import Rollout
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    policy.model.train()
+    prompt = [5, 6, 7, 8, 9, 10]
+    roll = Rollout(examples=[None] * 2, prompts=[""] * 2, prompt_ids=[prompt, prompt], response_ids=[[], []],
+                   responses=["", ""], truncated=[False] * 2, group_size=2)
+    b = roll.batch(policy.pad_id)
+    t = b.response_mask.shape[1]
+    logp, _ = token_logps(policy.model, b.input_ids, b.attention_mask, b.position_ids, t, 0.7,
+                          share_prompts=True, response_tries=True)
+    assert logp.requires_grad
+    (logp * b.response_mask).sum().backward()
+    assert all(p.grad is not None and not p.grad.any() for p in policy.trainable_parameters())
