@@ -311,17 +311,19 @@ def suffix_trunks(singles: Sequence[Row], branches, items, tries: bool = True, m
     def room(row: Row) -> int:  # positions a trunk may cover: the context suffix but its last
         return len(row[2]) - len(items[row[0]].response_ids) - 1
 
-    def shared_len(run: Sequence[Row], depth: int) -> int:
-        return min(common_prefix([r[2][depth:] for r in run]), min(room(r) for r in run) - depth)
-
     def build(run: list[Row], shared: list[int], depth: int) -> Trunk:
         node = Trunk(shared, depth, [], [])
         i = 0
         while i < len(run):
-            j = i + 1
-            while j < len(run) and shared_len(run[i:j + 1], depth) >= min_shared:
-                j += 1
-            c = shared_len(run[i:j], depth) if j - i > 1 else 0
+            # grow run[i:j] while its rows share min_shared tokens past `depth`; sorted, the rows
+            # of a run share what its first and last share, so each step compares two rows
+            j, low_room, c = i + 1, room(run[i]), 0
+            while j < len(run):
+                low = min(low_room, room(run[j]))
+                both = min(common_prefix([run[i][2][depth:], run[j][2][depth:]]), low - depth)
+                if both < min_shared:
+                    break
+                j, low_room, c = j + 1, low, both
             if (j - i - 1) * c >= min_saved and c > 0:
                 node.kids.append(build(run[i:j], list(run[i][2][depth:depth + c]), depth + c))
             else:

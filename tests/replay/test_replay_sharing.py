@@ -57,3 +57,62 @@ def test_replay_hidden_gives_the_replays_own_distances(tiny_qwen2_dir, tiny_toke
         for n, (plan, h) in enumerate(zip(plans, hidden)):
             head_and_js(q, n, plan, h, head_of(model), 1.0, 256)
     assert (q - distances(model, items, shared_prefix=False)).abs().max() <= 1e-5
+
+
+def _trunks_by_definition(rows, items, min_shared, min_saved):
+    """`suffix_trunks`' tree by its definition: a run grows while all its rows share
+    `min_shared` tokens past the depth (within each row's room), comparing every row."""
+    from mrtpo.replay.planning import Trunk, common_prefix
+
+    def room(row):
+        return len(row[2]) - len(items[row[0]].response_ids) - 1
+
+    def shared_len(run, depth):
+        return min(common_prefix([r[2][depth:] for r in run]), min(room(r) for r in run) - depth)
+
+    def build(run, shared, depth):
+        node, i = Trunk(shared, depth, [], []), 0
+        while i < len(run):
+            j = i + 1
+            while j < len(run) and shared_len(run[i:j + 1], depth) >= min_shared:
+                j += 1
+            c = shared_len(run[i:j], depth) if j - i > 1 else 0
+            if (j - i - 1) * c >= min_saved and c > 0:
+                node.kids.append(build(run[i:j], list(run[i][2][depth:depth + c]), depth + c))
+            else:
+                node.rows.extend(run[i:j])
+            i = j
+        return node
+
+    return build(sorted(rows, key=lambda r: r[2]), [], 0)
+
+
+def test_suffix_trunks_match_their_definition_on_random_rows():
+    """The trunk tree, found comparing each run's first and last rows, is the one the
+    definition gives (every row of a run compared), on random rows that share beginnings at
+    several depths."""
+    import random
+    from types import SimpleNamespace
+
+    from mrtpo.replay.planning import suffix_trunks
+
+    rng = random.Random(0)
+    deepest = []
+    for trial in range(200):
+        stems = [[rng.randrange(3) for _ in range(rng.randrange(0, 40))] for _ in range(3)]
+        items, rows = [], []
+        for n in range(rng.randrange(1, 12)):
+            response = [rng.randrange(5) for _ in range(rng.randrange(1, 6))]
+            items.append(SimpleNamespace(response_ids=response))
+            for slot in range(rng.randrange(1, 3)):
+                suffix = rng.choice(stems) + [rng.randrange(3) for _ in range(rng.randrange(1, 30))]
+                rows.append((n, slot, suffix + response))
+        min_shared, min_saved = rng.choice([(1, 1), (4, 8), (16, 30)])
+        got = suffix_trunks(rows, [], items, min_shared=min_shared, min_saved=min_saved)
+        assert got == _trunks_by_definition(rows, items, min_shared, min_saved), trial
+        deepest.append(_depth(got))
+    assert sum(d >= 1 for d in deepest) > 100 and max(deepest) >= 3  # trunks, nested, not only flat rows
+
+
+def _depth(trunk) -> int:
+    return max((1 + _depth(k) for k in trunk.kids), default=0)
