@@ -85,7 +85,7 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          position_ids: torch.Tensor, num_response: int, common_prefix: bool = True,
-                         response_tries: bool = False) -> torch.Tensor | None:
+                         response_tries: bool = True) -> torch.Tensor | None:
     """Hidden states [N, T, H] at the positions predicting the last T tokens, each distinct
     prompt encoded once; None when no two rows share a prompt or a beginning (or sharing is not
     possible).
