@@ -313,17 +313,9 @@ def suffix_trunks(singles: Sequence[Row], branches, items, tries: bool = True, m
 
     def build(run: list[Row], shared: list[int], depth: int) -> Trunk:
         node = Trunk(shared, depth, [], [])
-        i = 0
+        rooms, i = [room(r) for r in run], 0
         while i < len(run):
-            # grow run[i:j] while its rows share min_shared tokens past `depth`; sorted, the rows
-            # of a run share what its first and last share, so each step compares two rows
-            j, low_room, c = i + 1, room(run[i]), 0
-            while j < len(run):
-                low = min(low_room, room(run[j]))
-                both = min(common_prefix([run[i][2][depth:], run[j][2][depth:]]), low - depth)
-                if both < min_shared:
-                    break
-                j, low_room, c = j + 1, low, both
+            j, c = run_end(run, i, depth, rooms, min_shared)
             if (j - i - 1) * c >= min_saved and c > 0:
                 node.kids.append(build(run[i:j], list(run[i][2][depth:depth + c]), depth + c))
             else:
@@ -332,6 +324,21 @@ def suffix_trunks(singles: Sequence[Row], branches, items, tries: bool = True, m
         return node
 
     return build(sorted(rows, key=lambda r: r[2]), [], 0)
+
+
+def run_end(run: Sequence[Row], i: int, depth: int, rooms: Sequence[int], min_shared: int) -> tuple[int, int]:
+    """(j, c): run[i:j] is the longest run from row i whose rows share `min_shared` or more
+    tokens past `depth`, within each row's room (`rooms[k]`: the positions row k's trunk may
+    cover), and c what they share (0 for one row). The rows are sorted, so a run shares what
+    its first and last rows share: each step compares two rows."""
+    j, low_room, c = i + 1, rooms[i], 0
+    while j < len(run):
+        low = min(low_room, rooms[j])
+        both = min(common_prefix([run[i][2][depth:], run[j][2][depth:]]), low - depth)
+        if both < min_shared:
+            break
+        j, low_room, c = j + 1, low, both
+    return j, c
 
 
 @dataclass

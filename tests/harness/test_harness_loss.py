@@ -234,18 +234,25 @@ def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
                                 batch.response_mask.shape[1]) is None
 
 
+def _policy_with_an_adapter(model_dir):
+    """A LoRA policy whose adapter changes the outputs (lora_B away from zero), and its weights."""
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(model_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return policy, {k: v.clone() for k, v in policy.model.state_dict().items()}
+
+
 def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny_qwen2_dir):
     """Policy.merged() folds LoRA into fp32 weights for no-grad passes: the same logits to float
     rounding, once for nested calls, the base weights bit-for-bit afterwards and the adapter's
     own outputs again, and no folding where it would round."""
     from mrtpo.harness.policy import load_policy
 
-    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
-    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    policy, before = _policy_with_an_adapter(tiny_qwen2_dir)
     ids = torch.tensor([[3, 5, 6, 7, 8, 9]])
     policy.model.eval()
     with torch.no_grad():
@@ -274,14 +281,7 @@ def test_merged_adapter_gives_the_adapters_outputs_and_restores_the_weights(tiny
 def test_a_fold_is_undone_when_its_block_raises_and_refuses_a_pass_with_gradients(tiny_qwen2_dir):
     """An error inside nested folds leaves the weights as they were; a pass with gradients on
     inside a fold (which would give the adapter no gradient) is refused."""
-    from mrtpo.harness.policy import load_policy
-
-    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
-    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    policy, before = _policy_with_an_adapter(tiny_qwen2_dir)
     with pytest.raises(KeyError):
         with torch.no_grad(), policy.merged(), policy.merged():
             raise KeyError("inside")

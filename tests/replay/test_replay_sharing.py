@@ -59,42 +59,29 @@ def test_replay_hidden_gives_the_replays_own_distances(tiny_qwen2_dir, tiny_toke
     assert (q - distances(model, items, shared_prefix=False)).abs().max() <= 1e-5
 
 
-def _trunks_by_definition(rows, items, min_shared, min_saved):
-    """`suffix_trunks`' tree by its definition: a run grows while all its rows share
-    `min_shared` tokens past the depth (within each row's room), comparing every row."""
-    from mrtpo.replay.planning import Trunk, common_prefix
 
-    def room(row):
-        return len(row[2]) - len(items[row[0]].response_ids) - 1
+def _run_end_by_definition(run, i, depth, rooms, min_shared):
+    """`run_end` by its definition: grow while every row of the run, compared with all the
+    others, shares `min_shared` tokens past `depth` within every row's room."""
+    from mrtpo.replay.planning import common_prefix
 
-    def shared_len(run, depth):
-        return min(common_prefix([r[2][depth:] for r in run]), min(room(r) for r in run) - depth)
+    def shared(k):  # what run[i:k] shares
+        return min(common_prefix([r[2][depth:] for r in run[i:k]]), min(rooms[i:k]) - depth)
 
-    def build(run, shared, depth):
-        node, i = Trunk(shared, depth, [], []), 0
-        while i < len(run):
-            j = i + 1
-            while j < len(run) and shared_len(run[i:j + 1], depth) >= min_shared:
-                j += 1
-            c = shared_len(run[i:j], depth) if j - i > 1 else 0
-            if (j - i - 1) * c >= min_saved and c > 0:
-                node.kids.append(build(run[i:j], list(run[i][2][depth:depth + c]), depth + c))
-            else:
-                node.rows.extend(run[i:j])
-            i = j
-        return node
-
-    return build(sorted(rows, key=lambda r: r[2]), [], 0)
+    j = i + 1
+    while j < len(run) and shared(j + 1) >= min_shared:
+        j += 1
+    return j, shared(j) if j - i > 1 else 0
 
 
-def test_suffix_trunks_match_their_definition_on_random_rows():
-    """The trunk tree, found comparing each run's first and last rows, is the one the
-    definition gives (every row of a run compared), on random rows that share beginnings at
-    several depths."""
+def test_run_end_matches_its_definition_and_suffix_trunks_nest():
+    """A run, found comparing its first and last rows, is the one the definition gives (every
+    row compared), on random sorted rows that share beginnings at several depths; the trunk
+    trees built from them nest."""
     import random
     from types import SimpleNamespace
 
-    from mrtpo.replay.planning import suffix_trunks
+    from mrtpo.replay.planning import run_end, suffix_trunks
 
     rng = random.Random(0)
     deepest = []
@@ -107,10 +94,16 @@ def test_suffix_trunks_match_their_definition_on_random_rows():
             for slot in range(rng.randrange(1, 3)):
                 suffix = rng.choice(stems) + [rng.randrange(3) for _ in range(rng.randrange(1, 30))]
                 rows.append((n, slot, suffix + response))
-        min_shared, min_saved = rng.choice([(1, 1), (4, 8), (16, 30)])
-        got = suffix_trunks(rows, [], items, min_shared=min_shared, min_saved=min_saved)
-        assert got == _trunks_by_definition(rows, items, min_shared, min_saved), trial
-        deepest.append(_depth(got))
+        run = sorted(rows, key=lambda r: r[2])
+        rooms = [len(r[2]) - len(items[r[0]].response_ids) - 1 for r in run]
+        min_shared = rng.choice([1, 4, 16])
+        # below a trunk of depth 2 (its rows all begin with its 2 tokens), and at the top
+        below = [(n, slot, [7, 7] + ids) for n, slot, ids in run]
+        for rs, room_of, depth in ((run, rooms, 0), (below, [x + 2 for x in rooms], 2)):
+            for i in range(len(rs)):
+                got = run_end(rs, i, depth, room_of, min_shared)
+                assert got == _run_end_by_definition(rs, i, depth, room_of, min_shared), (trial, depth, i)
+        deepest.append(_depth(suffix_trunks(rows, [], items, min_shared=min_shared, min_saved=8)))
     assert sum(d >= 1 for d in deepest) > 100 and max(deepest) >= 3  # trunks, nested, not only flat rows
 
 
