@@ -36,30 +36,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # gpu.py, beside this script
+sys.path.insert(0, str(Path(__file__).parent))  # gpu.py and timing.py, beside this script
+from gpu import build_policy  # noqa: E402
+from timing import sync  # noqa: E402
 
 SMOLLM2_SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                      num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
                      rms_norm_eps=1e-5, tie_word_embeddings=True)
 QUICK_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2)
-
-
-def build(path: Path, shape: dict, dtype: torch.dtype) -> None:
-    """A random-initialised Llama of `shape` with gpu.py's tokenizer, saved to `path`."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from gpu import tokenizer  # beside this script
-
-    from mrtpo.models.tiny import save_policy
-
-    tok, _ = tokenizer()
-    config = LlamaConfig(**shape, bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    save_policy(model, tok, path)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -82,7 +67,6 @@ def main(argv: list[str] | None = None) -> dict:
     from mrtpo.tasks import get_task
 
     cuda = args.device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     task = get_task("text2sql", demo=True)
     examples = task.load()[: args.batch_prompts * args.batches]
     doc: dict = {"schema": "mrtpo.decode-graphs/1", "device": torch.cuda.get_device_name() if cuda else "cpu",
@@ -90,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
                  args.batch_prompts * args.num_generations, "max_new_tokens": args.max_new_tokens, "runs": [],
                  "command": "python benchmarks/speed/decode_graphs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     with tempfile.TemporaryDirectory(prefix="mrtpo-decode-") as tmp:
-        build(Path(tmp), QUICK_SHAPE if args.quick else SMOLLM2_SHAPE, getattr(torch, args.dtype))
+        build_policy(Path(tmp), QUICK_SHAPE if args.quick else SMOLLM2_SHAPE, "Llama", args.dtype)
         policy = load_policy(tmp, lora=True, device=args.device, dtype=args.dtype)
         completions = {}
         batches = [examples[i:i + args.batch_prompts] for i in range(0, len(examples), args.batch_prompts)]

@@ -101,21 +101,26 @@ def tokenizer():
     return train_tokenizer(texts, vocab_size=RECIPES[TINY_MODEL].vocab_size), "trained here (mrtpo-tiny not cached)"
 
 
-def build_policy(path: Path, shape: dict) -> str:
+def build_policy(path: Path, shape: dict, architecture: str = "Qwen2", dtype: str = "bfloat16") -> str:
+    """A random-initialised `architecture` ("Qwen2" or "Llama") model of `shape` in `dtype`
+    with `tokenizer()`, saved to `path` -> what was built, in words."""
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    import transformers
+    from transformers import AutoModelForCausalLM
 
     from mrtpo.models.tiny import save_policy
 
     tok, where = tokenizer()
-    config = Qwen2Config(**shape, bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = getattr(transformers, f"{architecture}Config")(**shape, bos_token_id=None, eos_token_id=tok.eos_token_id,
+                                                            pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     save_policy(model, tok, path)
     n = sum(p.numel() for p in model.parameters())
-    return f"Qwen2 from_config, {n / 1e6:.0f}M parameters, vocabulary {shape['vocab_size']}, bf16; tokenizer {where}"
+    return (f"{architecture} from_config, {n / 1e6:.0f}M parameters, vocabulary {shape['vocab_size']}, {dtype}; "
+            f"tokenizer {where}")
 
 
 def train_steps(model: str, mrtpo: bool, args, out_dir: Path, **settings) -> dict:

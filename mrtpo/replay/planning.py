@@ -393,12 +393,18 @@ def trie_settings(config, tree_tokens: int, options: ReplayOptions = ReplayOptio
     return (tree_tokens if on else 0), attention_keys_per_token(config)
 
 
+def attention_of(config) -> str:
+    """The model's attention implementation ("eager" when the config names none, as
+    transformers reads it)."""
+    return getattr(config, "_attn_implementation", None) or "eager"
+
+
 def takes_tree_mask(config) -> bool:
     """Whether the model's forward takes a 4D mask as the whole of its attention pattern, as the
     response tries need: sdpa or eager attention (flash attention takes no 4D mask), and no
     sliding-window layer (transformers hands a 4D mask to every layer as given, so a window
     would be dropped). Otherwise the replay feeds a row per response."""
-    if (getattr(config, "_attn_implementation", None) or "eager") not in ("sdpa", "eager"):
+    if attention_of(config) not in ("sdpa", "eager"):
         return False
     types = getattr(config, "layer_types", None)
     if types is not None:

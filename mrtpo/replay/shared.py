@@ -18,8 +18,8 @@ from typing import Sequence
 import torch
 
 from mrtpo.replay.js import head_and_js
-from mrtpo.replay.planning import (CopiedPositions, ReplayGroup, ReplayOptions, Trunk, build_tries, cluster_suffixes,
-                                   forwards, split_branches, suffix_trunks, trie_settings, waves)
+from mrtpo.replay.planning import (CopiedPositions, ReplayGroup, ReplayOptions, Trunk, attention_of, build_tries,
+                                   cluster_suffixes, forwards, split_branches, suffix_trunks, trie_settings, waves)
 from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of, on_cache, output_cache, pack
 
 
@@ -64,7 +64,7 @@ def tree_attention_mask(cache_mask: torch.Tensor, tmask: torch.Tensor, config, d
     for a model on it the mask is 0 / the dtype's minimum instead of True / False."""
     width = tmask.shape[-1]
     mask = torch.cat([cache_mask[:, None].expand(-1, width, -1), tmask], 2)[:, None]  # [R, 1, W, C + W]
-    if (getattr(config, "_attn_implementation", None) or "eager") == "eager":
+    if attention_of(config) == "eager":
         mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
     return mask
 
