@@ -33,12 +33,20 @@ Each finished batch is appended to `--out` (JSONL, default benchmarks/out/one-st
 with the same settings reads those back and goes on from the next batch, so the script can be
 stopped and restarted, and `--batches` raised later. Settings other than the task's are
 `mrtpo train`'s for the model (a built-in brings its train defaults).
+
+`--combine A.jsonl B.jsonl ...` runs nothing: it summarises the batches of several such files
+whose settings are the same but the seed (runs with other seeds draw other prompts and
+completions, so their batches are independent and pool into one paired test; several can run
+at once, on one GPU or on several machines):
+
+    python benchmarks/experiments/one_step.py --combine runs/text2sql-seed*.jsonl --json pooled.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -275,6 +283,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="per-batch records (JSONL); default benchmarks/out/one-step/<task>-<model>-seed<k>.jsonl")
     ap.add_argument("--json", default=None, help="the summary (settings, rows, paired)")
     ap.add_argument("--png", default=None, help="the plot (needs matplotlib)")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="JSONL",
+                    help="run nothing: summarise the batches of these files (the same settings but the seed)")
     return ap
 
 
@@ -295,6 +305,9 @@ def config_for(args):
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
+    if args.combine:
+        records, settings = combine(args.combine)
+        return report(records, settings["methods"], settings, args)
     import random
 
     if args.threads:
@@ -368,12 +381,43 @@ def read_records(out: Path, settings: dict) -> list[dict]:
     return [json.loads(line) for line in lines[1:]]
 
 
+def combine(paths: list[str]) -> tuple[list[dict], dict]:
+    """(every batch of the files at `paths`, in order; their common settings with `seed` the list
+    of the files' seeds and `sources` naming each file's seed and batches). Files of the same seed,
+    or of other settings than the first's, are refused by name: their batches would not be
+    independent draws of one test."""
+    records, settings, sources = [], None, []
+    for name in paths:
+        path = Path(name)
+        lines = path.read_text().splitlines() if path.is_file() else []
+        if not lines:
+            raise SystemExit(f"--combine: {path} is not a batch file of one_step.py (missing or empty)")
+        head = {"dtype": "float32", **json.loads(lines[0]).get("settings", {})}
+        rest = {k: v for k, v in head.items() if k != "seed"}
+        if settings is None:
+            settings = rest
+        elif rest != settings:
+            diff = sorted(k for k in set(rest) | set(settings) if rest.get(k) != settings.get(k))
+            raise SystemExit(f"--combine: {path} was run with other settings than {paths[0]} "
+                             f"({', '.join(diff)}); pool only files that differ in the seed")
+        if any(s["seed"] == head.get("seed") for s in sources):
+            raise SystemExit(f"--combine: {path} has seed {head.get('seed')}, as an earlier file has: "
+                             "the same seed draws the same batches, which are not independent")
+        batches = [json.loads(line) for line in lines[1:]]
+        sources.append({"file": path.name, "seed": head.get("seed"), "batches": len(batches)})
+        records += batches
+    return records, {**settings, "seed": [s["seed"] for s in sources], "sources": sources}
+
+
 def append_record(out: Path, settings: dict, record: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.is_file():
         out.write_text(json.dumps({"settings": {k: v for k, v in settings.items() if k != "batches"}}) + "\n")
-    with out.open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND)
+    try:  # one write: a run killed at its budget leaves whole lines
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def common_rewards(records: list[dict], method: str) -> list[str]:

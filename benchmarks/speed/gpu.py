@@ -24,8 +24,9 @@ built directory: the same timed MRTPO and GDPO steps on toolcall with its train 
 (`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the roofline of one
 SmolLM2 step on the device (`benchmarks/speed/roofline.py --device cuda --dtype bfloat16`: the
 phase table the results page has for 2 CPU cores, against the GPU's own peaks), then the paired one-step
-test (`benchmarks/experiments/one_step.py` on text2sql, toolcall and instruct at once, every
-method, `--one-step-batches`, a pool of 32, float32, stopped at `--one-step-budget` seconds),
+test (`benchmarks/experiments/one_step.py` with the CPU runs' settings, one process per task of
+`--one-step-tasks` and seed of `--one-step-seeds`, all at once, stopped at `--one-step-budget`
+seconds, each task's seeds summarised together),
 then the paired learning runs of `benchmarks/learning/heldout.py` (GDPO, MRTPO and MRTPO with
 its weights shuffled, `--learning-seeds`, `--learning-steps` at B = 8 x G = 8, on text2sql's
 single-table questions with 100 held out, measured every 25 steps), each (method, seed) its own
@@ -353,42 +354,57 @@ HELDOUT = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
 #: the placement, not the reweighting, do the work?)
 LEARNING_METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
-ONE_STEP_TASKS = ("text2sql", "toolcall", "instruct")
+#: the CPU runs' methods (docs/results.md), so that the GPU's batches can pool with theirs
+ONE_STEP_METHODS = "gdpo,mrtpo,mrtpo-shuffled"
 
 
-def one_step_part(model: str, args, out: Path, tasks=ONE_STEP_TASKS) -> dict:
-    """benchmarks/experiments/one_step.py on each of `tasks`, all at once (a 135M model
-    leaves the GPU mostly idle), every method, `--one-step-batches` batches with a pool of 32,
-    stopped at `--one-step-budget` seconds. The script writes each batch as it finishes, so a
-    stopped task keeps its batches: a second call with `--batches` set to what was written
-    summarises them (`one-step-TASK-smollm2-135m.json` under `out`, with the per-batch JSONL)."""
+def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
+    """benchmarks/experiments/one_step.py with the settings of the CPU runs on the results page
+    (a pool of 16 per prompt; GDPO, MRTPO and MRTPO with its distances shuffled; float32), for
+    each task of `--one-step-tasks` and each seed of `--one-step-seeds`, every (task, seed) its
+    own process at 1 CPU thread, all at once (a 135M model leaves the GPU mostly idle, and each
+    process is bound by its own kernel launches), stopped at `--one-step-budget` seconds. Each
+    writes its batches as they finish (`one-step-TASK-seedS.jsonl` under `out`), so a stopped
+    process keeps them; then, per task, `one_step.py --combine` summarises every seed's batches
+    (other seeds draw other prompts and completions: independent batches of one paired test)
+    into `one-step-TASK-smollm2-135m-gpu.json`, loading no model. Returns {task: {"exits":
+    {seed: exit code}, "batches": {seed: batches written}, "summary": path or None}}."""
     script = Path(__file__).resolve().parents[1] / "experiments" / "one_step.py"
     out.mkdir(parents=True, exist_ok=True)
-    pool = "4" if args.smoke else "32"
+    tasks = tasks or [t for t in args.one_step_tasks.split(",") if t]
+    seeds = [s for s in str(args.one_step_seeds).split(",") if s]
 
-    def command(task: str, batches: int) -> list[str]:
+    def command(task: str, seed: str) -> list[str]:
         opts = ["-o", "demo=true"] if task in ("text2sql", "toolcall") else []
-        return [sys.executable, str(script), "--model", model, "--task", task, *opts, "--batches", str(batches),
-                "--pool", pool, "--device", args.device, "--seed", "0",
-                "--out", str(out / f"one-step-{task}.jsonl"), "--json", str(out / f"one-step-{task}-smollm2-135m.json"),
+        return [sys.executable, str(script), "--model", model, "--task", task, *opts,
+                "--batches", str(args.one_step_batches), "--pool", "4" if args.smoke else "16",
+                "--methods", ONE_STEP_METHODS, "--device", args.device, "--seed", seed, "--threads", "1",
+                "--out", str(out / f"one-step-{task}-seed{seed}.jsonl"),
                 *(["--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "8"] if args.smoke else [])]
 
-    procs = {t: subprocess.Popen(command(t, args.one_step_batches), stdout=open(out / f"{t}.log", "w"),
-                                 stderr=subprocess.STDOUT) for t in tasks}
+    procs = {(t, s): subprocess.Popen(command(t, s), stdout=open(out / f"{t}-seed{s}.log", "w"),
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+             for t in tasks for s in seeds}
     t0 = time.perf_counter()
-    done: dict = {}
-    for task, proc in procs.items():
+    for proc in procs.values():
         try:
             proc.wait(timeout=max(1.0, args.one_step_budget - (time.perf_counter() - t0)))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        path = out / f"one-step-{task}.jsonl"
-        written = max(0, len(path.read_text().splitlines()) - 1) if path.is_file() else 0
-        if proc.returncode != 0 and written:  # stopped by the budget: summarise what finished
-            subprocess.run(command(task, written), capture_output=True, text=True)
-        done[task] = {"exit": proc.returncode, "batches": written}
-        print(f"  one-step {task}: exit {proc.returncode}, {written} batches after "
+    done: dict = {}
+    for task in tasks:
+        files = [out / f"one-step-{task}-seed{s}.jsonl" for s in seeds]
+        written = {s: max(0, len(f.read_text().splitlines()) - 1) if f.is_file() else 0 for s, f in zip(seeds, files)}
+        summary = out / f"one-step-{task}-smollm2-135m-gpu.json"
+        kept = [str(f) for f, n in zip(files, written.values()) if n]
+        if kept:
+            proc = subprocess.run([sys.executable, str(script), "--combine", *kept, "--json", str(summary)],
+                                  capture_output=True, text=True)
+            (out / f"{task}-combine.log").write_text(proc.stdout + proc.stderr)
+        done[task] = {"exits": {s: procs[(task, s)].returncode for s in seeds}, "batches": written,
+                      "summary": str(summary) if kept and summary.is_file() else None}
+        print(f"  one-step {task}: {sum(written.values())} batches over seeds {', '.join(seeds)} after "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
     return done
 
@@ -425,9 +441,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--smollm2", nargs="+", default=None, metavar="FILE",
                     help="also SmolLM2-135M-Instruct: its wheel or GGUF (or its pieces, in order), or its built directory")
     ap.add_argument("--one-step-batches", type=int, default=60,
-                    help="batches of the paired one-step test on SmolLM2 per task (0: skip it)")
+                    help="batches of the paired one-step test on SmolLM2 per task and seed (0: skip it)")
+    ap.add_argument("--one-step-tasks", default="text2sql,instruct",
+                    help="the one-step test's tasks (toolcall's batches mostly have no credit to place)")
+    ap.add_argument("--one-step-seeds", default="1,2,3,4,5,6",
+                    help="one process per task and seed (seed 0 is the CPU runs' on the results page)")
     ap.add_argument("--one-step-budget", type=float, default=240.0,
-                    help="seconds the one-step tests may take, all tasks at once")
+                    help="seconds the one-step tests may take, all processes at once")
     ap.add_argument("--learning-steps", type=int, default=100, help="steps of each SmolLM2 learning run")
     ap.add_argument("--learning-seeds", default="0,1,2")
     ap.add_argument("--learning-budget", type=float, default=480.0,

@@ -1,5 +1,6 @@
-"""benchmarks/speed/gpu.py's one-step part, at smoke scale on CPU: one process per task, each
-writing its batches and a summary the results page reads, stopped at a budget."""
+"""benchmarks/speed/gpu.py's parts at smoke scale on CPU: the one-step test (one process per
+task and seed, each writing its batches, stopped at a budget, each task's seeds summarised
+together), the roofline, the learning runs and the decode-graphs part."""
 from __future__ import annotations
 
 import json
@@ -10,27 +11,36 @@ import pytest
 import benchmark_module
 
 
-def test_the_one_step_part_runs_a_task_and_summarises_it(tiny_qwen2_dir, tmp_path):
+def test_the_one_step_part_runs_each_seed_and_summarises_them_together(tiny_qwen2_dir, tmp_path):
     gpu = benchmark_module.load("gpu")
-    args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=1, one_step_budget=300.0)
-    done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path, tasks=("instruct",))
-    assert done == {"instruct": {"exit": 0, "batches": 1}}, (tmp_path / "instruct.log").read_text()[-2000:]
-    for task in done:
-        doc = json.loads((tmp_path / f"one-step-{task}-smollm2-135m.json").read_text())
-        assert doc["settings"]["task"] == task and doc["settings"]["batches"] == 1
-        assert doc["settings"]["dtype"] == "float32"
-        assert {"mrtpo", "gdpo", "mrtpo-shuffled"} <= {r["method"] for r in doc["rows"]}
+    args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=1, one_step_budget=300.0,
+                           one_step_tasks="instruct", one_step_seeds="1,2")
+    done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path)
+    logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("*.log")}
+    assert done["instruct"]["exits"] == {"1": 0, "2": 0} and done["instruct"]["batches"] == {"1": 1, "2": 1}, logs
+    doc = json.loads((tmp_path / "one-step-instruct-smollm2-135m-gpu.json").read_text())
+    assert doc["settings"]["task"] == "instruct" and doc["settings"]["batches"] == 2
+    assert doc["settings"]["seed"] == [1, 2] and doc["settings"]["dtype"] == "float32"
+    assert doc["settings"]["methods"] == gpu.ONE_STEP_METHODS.split(",")
+    assert {r["method"] for r in doc["rows"]} == {"mrtpo", "gdpo", "mrtpo-shuffled"}
 
 
-def test_a_stopped_task_keeps_and_summarises_its_batches(tiny_qwen2_dir, tmp_path):
+def test_stopped_processes_keep_their_batches(tiny_qwen2_dir, tmp_path):
     gpu = benchmark_module.load("gpu")
-    args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=50, one_step_budget=20.0)
-    done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path, tasks=("toolcall",))
-    for task, got in done.items():
-        assert got["batches"] < 50
-        if got["batches"]:  # stopped after some batches: they are summarised
-            doc = json.loads((tmp_path / f"one-step-{task}-smollm2-135m.json").read_text())
-            assert doc["settings"]["batches"] == got["batches"]
+    args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=100_000, one_step_budget=15.0,
+                           one_step_tasks="instruct", one_step_seeds="1")
+    done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path)
+    got = done["instruct"]
+    log = (tmp_path / "instruct-seed1.log").read_text()
+    assert "Traceback" not in log, log[-2000:]
+    assert got["exits"]["1"] != 0 and got["batches"]["1"] < 100_000  # stopped by the budget
+    lines = (tmp_path / "one-step-instruct-seed1.jsonl").read_text().splitlines() if got["batches"]["1"] else []
+    assert all(json.loads(x) for x in lines)  # whole lines only
+    if got["batches"]["1"]:  # stopped after some batches: they are summarised
+        doc = json.loads((tmp_path / "one-step-instruct-smollm2-135m-gpu.json").read_text())
+        assert doc["settings"]["batches"] == got["batches"]["1"]
+    else:
+        assert got["summary"] is None
 
 
 def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):

@@ -133,3 +133,30 @@ def test_rewards_that_vary_per_prompt_are_summarised_by_their_total(one_step):
             {"effects": {"gdpo": {"a": 0.1, "c": 0.2, "total": 0.3, "kl": 0.01}}}]
     assert one_step.common_rewards(recs, "gdpo") == ["a", "total"]
     assert one_step.common_rewards(recs[:1], "gdpo") == ["a", "b", "total"]
+
+
+def test_combine_pools_the_batches_of_other_seeds_and_refuses_what_would_not_pool(one_step, tiny_qwen2_dir,
+                                                                                  tmp_path):
+    """--combine: files that differ only in the seed pool into one summary (batches of each, in
+    order); the same seed twice, or other settings, are refused naming the file."""
+    harness_task.register()
+    base = ["--model", str(tiny_qwen2_dir), "--task", "harness-words", "--pool", "3", "--batch-prompts", "2",
+            "--num-generations", "2", "--max-new-tokens", "6", "--lr", "0.01", "--methods", "gdpo,mrtpo"]
+    for seed, batches in (("1", "2"), ("2", "1")):
+        one_step.main(base + ["--seed", seed, "--batches", batches, "--out", str(tmp_path / f"s{seed}.jsonl")])
+    one_step.main(base + ["--seed", "3", "--batches", "1", "--pool", "2", "--out", str(tmp_path / "other.jsonl")])
+    files = [str(tmp_path / "s1.jsonl"), str(tmp_path / "s2.jsonl")]
+    doc = one_step.main(["--combine", *files, "--json", str(tmp_path / "pooled.json")])
+    assert doc["settings"]["batches"] == 3 and doc["settings"]["seed"] == [1, 2]
+    assert doc["settings"]["sources"] == [{"file": "s1.jsonl", "seed": 1, "batches": 2},
+                                          {"file": "s2.jsonl", "seed": 2, "batches": 1}]
+    records = [json.loads(x) for f in files for x in open(f).read().splitlines()[1:]]
+    want = one_step.summarise(records, ["gdpo", "mrtpo"], one_step.common_rewards(records, "gdpo"))
+    assert (doc["rows"], doc["paired"]) == want
+    assert json.loads((tmp_path / "pooled.json").read_text())["settings"]["batches"] == 3
+    with pytest.raises(SystemExit, match="s1.jsonl has seed 1"):
+        one_step.main(["--combine", files[0], files[0]])
+    with pytest.raises(SystemExit, match=r"other.jsonl was run with other settings .*\(pool\)"):
+        one_step.main(["--combine", files[0], str(tmp_path / "other.jsonl")])
+    with pytest.raises(SystemExit, match="missing.jsonl is not a batch file"):
+        one_step.main(["--combine", files[0], str(tmp_path / "missing.jsonl")])

@@ -130,6 +130,12 @@ def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
     assert "| mrtpo - gdpo | total | +0.0300 [+0.0100, +0.0500] | a > b |" in text
     assert "| mrtpo - gdpo | format | +0.0100 [-0.0100, +0.0300] | no difference |" in text
     assert "2 of 30 batches had no credit to place" in text
+    assert "pooled from" not in text
+    doc["settings"]["sources"] = [{"file": "a.jsonl", "seed": 0, "batches": 20},
+                                  {"file": "b.jsonl", "seed": 1, "batches": 10}]
+    (results / "one-step-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    assert ("pooled from a.jsonl (seed 0, 20 batches); b.jsonl (seed 1, 10 batches)"
+            in page.render(results))
 
 
 def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
