@@ -327,12 +327,14 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     title = (f"{task}, {model_label(model_field(data))}, {settings.get('batches')} batches of "
              f"{settings.get('batch_prompts')} x {settings.get('num_generations')}, pool {settings.get('pool')} "
              f"per prompt, lr {settings.get('lr')}")
+    sources = settings.get("sources") or []  # `one_step.py --combine`: several seeds' batches pooled
+    pace = "" if sources else f"; {num(data.get('seconds_per_batch'), 0)} s a batch"  # pooled: each file's own
     notes = [f"{data.get('flat_batches', 0)} of {settings.get('batches')} batches had no credit to place "
-             f"(every group scored every reward alike); {num(data.get('seconds_per_batch'), 0)} s a batch"]
-    sources = settings.get("sources") or []
-    if sources:  # `one_step.py --combine`: several seeds' independent batches pooled
-        notes.append("pooled from " + "; ".join(f"{x.get('file')} (seed {x.get('seed')}, {x.get('batches')} batches)"
-                                                for x in sources))
+             f"(every group scored every reward alike){pace}"]
+    if sources:
+        notes.append("pooled from " + "; ".join(
+            f"{x.get('file')} (seed {x.get('seed')}, {x.get('batches')} batches, "
+            f"{num(x.get('seconds_per_batch'), 0)} s a batch)" for x in sources))
     verdicts = []
     for p in paired:
         if not all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) for k in ("low", "high")):

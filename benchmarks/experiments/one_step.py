@@ -383,7 +383,8 @@ def read_records(out: Path, settings: dict) -> list[dict]:
 
 def combine(paths: list[str]) -> tuple[list[dict], dict]:
     """(every batch of the files at `paths`, in order; their common settings with `seed` the list
-    of the files' seeds and `sources` naming each file's seed and batches). Files of the same seed,
+    of the files' seeds and `sources` naming each file's seed, batches and seconds a batch (the
+    files may come from other machines)). Files of the same seed,
     or of other settings than the first's, are refused by name: their batches would not be
     independent draws of one test."""
     records, settings, sources = [], None, []
@@ -404,7 +405,9 @@ def combine(paths: list[str]) -> tuple[list[dict], dict]:
             raise SystemExit(f"--combine: {path} has seed {head.get('seed')}, as an earlier file has: "
                              "the same seed draws the same batches, which are not independent")
         batches = [json.loads(line) for line in lines[1:]]
-        sources.append({"file": path.name, "seed": head.get("seed"), "batches": len(batches)})
+        seconds = [rec["seconds"]["batch"] for rec in batches]
+        sources.append({"file": path.name, "seed": head.get("seed"), "batches": len(batches),
+                        "seconds_per_batch": statistics.mean(seconds) if seconds else math.nan})
         records += batches
     return records, {**settings, "seed": [s["seed"] for s in sources], "sources": sources}
 

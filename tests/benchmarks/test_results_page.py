@@ -131,11 +131,14 @@ def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
     assert "| mrtpo - gdpo | format | +0.0100 [-0.0100, +0.0300] | no difference |" in text
     assert "2 of 30 batches had no credit to place" in text
     assert "pooled from" not in text
-    doc["settings"]["sources"] = [{"file": "a.jsonl", "seed": 0, "batches": 20},
-                                  {"file": "b.jsonl", "seed": 1, "batches": 10}]
+    assert "; 300 s a batch" in text
+    doc["settings"]["sources"] = [{"file": "a.jsonl", "seed": 0, "batches": 20, "seconds_per_batch": 125.0},
+                                  {"file": "b.jsonl", "seed": 1, "batches": 10, "seconds_per_batch": 20.0}]
     (results / "one-step-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
-    assert ("pooled from a.jsonl (seed 0, 20 batches); b.jsonl (seed 1, 10 batches)"
-            in page.render(results))
+    text = page.render(results)
+    assert ("pooled from a.jsonl (seed 0, 20 batches, 125 s a batch); b.jsonl (seed 1, 10 batches, 20 s a batch)"
+            in text)
+    assert "300 s a batch" not in text  # the pooled files' mean would mix machines
 
 
 def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
