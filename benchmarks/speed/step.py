@@ -17,7 +17,9 @@ policy and batch:
   (`harness.attention`), decoding's attention reading each prompt's keys and values once
   for its G rows (`harness.cascade`), decoding's vocabulary head with its weight packed once
   for MKL (`harness.packed`), the replay's context suffixes nested by the beginnings they
-  share (`ReplayOptions.trunks`), the update's responses fed as one token trie per prompt
+  share (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning
+  its prompts share instead of encoding it again (`Rollout.prompt_start`, while the weights
+  stand), the update's responses fed as one token trie per prompt
   (`loss.response_trie_hidden`: no padding, a shared beginning once), and the update's
   vocabulary head a slice of words at a time (`harness.head_logps`).
 
@@ -76,8 +78,9 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
         for name, flags in SETTINGS.items():
             options = ReplayOptions(common=flags["common_prefix"], trunks=flags["trunks"])
             with grouped_attention(flags["grouped"]):
-                qs[name], out[f"{name}_replay"] = timed(lambda: distances(model, items, cfg.temperature,
-                                                                          options=options))
+                qs[name], out[f"{name}_replay"] = timed(lambda: distances(
+                    model, items, cfg.temperature, options=options,
+                    known=rollouts[name].prompt_start))  # plain: None (no common beginning encoded)
     out["max_distance_difference"] = float((qs["fast"] - qs["plain"]).abs().max())
     batch = rollout.batch(policy.pad_id, policy.device)
     t = batch.response_mask.shape[1]

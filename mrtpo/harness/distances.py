@@ -132,7 +132,8 @@ def replay_distances(replayer: Replayer, task, rollout, scored, temperature: flo
                      credit: Credit | None = None) -> tuple[torch.Tensor, list[list[str]]]:
     """(q [N, K, T] on the batch's reward columns, blocks per completion; T = `length` or the
     longest completion). `credit` (advantages.Credit on the same rows and columns): skip the
-    pairs whose credit is 0. An empty completion is not replayed (q 0)."""
+    pairs whose credit is 0. An empty completion is not replayed (q 0). The prompts' common
+    beginning the rollout encoded (`Rollout.prompt_start`) is reused while the weights stand."""
     from mrtpo.replay import replay_onto_columns
 
     shape = (len(rollout.response_ids), len(scored.names), max(1, length or rollout.max_length))
@@ -149,7 +150,8 @@ def replay_distances(replayer: Replayer, task, rollout, scored, temperature: flo
         return torch.zeros(shape), blocks  # nothing to replay (every pair has zero credit)
     columns = [[scored.column(name) for name in scored.row_names[i]] for i in rows]
     with replayer.open() as model:
-        q = replay_onto_columns(model, items, columns, shape, temperature=temperature, rows=rows)  # [N, K, T]
+        q = replay_onto_columns(model, items, columns, shape, temperature=temperature, rows=rows,
+                                known=rollout.prompt_start)  # [N, K, T]
     return q, blocks
 
 

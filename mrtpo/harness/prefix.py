@@ -33,26 +33,31 @@ class Encoded:
     mask: torch.Tensor  # [U, width] 1 on real tokens
     common: int  # c: the columns every row shares
     width: int  # c + the longest rest
+    start: object = None  # plumbing.EncodedStart of the c common tokens (with keep_start), else None
 
 
 def encode_prompts(decoder, prompts: Sequence[Sequence[int]], device, cache_arg: str,
-                   share_common: bool = True) -> Encoded:
+                   share_common: bool = True, keep_start=None) -> Encoded:
     """Encode U >= 1 token sequences (prompts without their last token, say) as `Encoded`.
 
     `decoder`: the transformer body (`plumbing.decoder_of`); `cache_arg`: its KV-cache keyword
     (`plumbing.cache_kwarg`). `share_common=False`: every prompt is encoded whole (c = 0),
-    as the plain per-prompt sharing does (benchmarks measure what the common prefix buys)."""
-    from mrtpo.replay.plumbing import output_cache, select_rows
+    as the plain per-prompt sharing does (benchmarks measure what the common prefix buys).
+    `keep_start`: the model `decoder` belongs to; the common tokens' KV is then kept as
+    `Encoded.start` (the rollout's, for the replay to reuse)."""
+    from mrtpo.replay.plumbing import EncodedStart, output_cache, select_rows
 
     u = len(prompts)
     c = common_prefix(prompts) if share_common else 0
     rests = [list(p[c:]) for p in prompts]
     r = max(len(x) for x in rests)
-    cache = None
+    cache = start = None
     if c:
         ids = torch.as_tensor(list(prompts[0][:c]), dtype=torch.long, device=device)[None]  # [1, c]
         out = decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
         cache = output_cache(out)
+        if keep_start is not None:  # before select_rows, which replaces the one row's tensors
+            start = EncodedStart.of(keep_start, prompts[0][:c], cache)
         select_rows(cache, torch.zeros(u, dtype=torch.long, device=device))  # [1, ...] -> [U, ...]
     mask = torch.ones(u, c + r, dtype=torch.long, device=device)  # [U, c + r]
     if r:
@@ -66,7 +71,7 @@ def encode_prompts(decoder, prompts: Sequence[Sequence[int]], device, cache_arg:
         kwargs = {cache_arg: cache} if cache is not None else {}
         out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs)
         cache = output_cache(out)
-    return Encoded(cache=cache, mask=mask, common=c, width=c + r)
+    return Encoded(cache=cache, mask=mask, common=c, width=c + r, start=start)
 
 
 def prefix_layout(prompts: Sequence[Sequence[int]], pad_id: int, common: int, width: int,

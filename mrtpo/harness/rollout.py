@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -45,6 +46,10 @@ class Rollout:
     # N: each sampled token's log-prob under the model that sampled it, when it was not the
     # trained weights (--rollout-dtype bfloat16); the update's importance-sampling correction
     sampling_logps: list[list[float]] | None = None
+    # the prompts' common beginning (system text, worked example) as the sampling model encoded
+    # it (plumbing.EncodedStart): the replay takes it while the weights stand (None: no such
+    # beginning, or sampled from another model: --rollout-dtype)
+    prompt_start: object = None
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -101,10 +106,21 @@ def cache_room(width: int, max_new_tokens: int, bucket: int | None = None) -> in
     return -(-room // bucket) * bucket if bucket else room
 
 
+class PromptCache(NamedTuple):
+    """`prompt_cache`'s result."""
+
+    ids: torch.Tensor  # [B*G, P]
+    mask: torch.Tensor  # [B*G, P]
+    cache: object  # every prompt token but the last, each row repeated G times
+    start: object  # plumbing.EncodedStart of the prompts' common beginning, or None
+
+
 def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
-                 max_new_tokens: int | None = None, common_prefix: bool = True, bucket: int | None = None):
+                 max_new_tokens: int | None = None, common_prefix: bool = True,
+                 bucket: int | None = None) -> PromptCache:
     """The B prompts [B][P_b] as `generate` input with their KV cache: (ids [B*G, P], mask
-    [B*G, P], cache of every prompt token but the last, each row repeated `repeats` = G times).
+    [B*G, P], cache of every prompt token but the last, each row repeated `repeats` = G times,
+    the common beginning's KV as the replay can reuse it under the same weights).
 
     `generate` then runs only the last prompt token before decoding, instead of encoding every
     prompt G times; with `common_prefix` the beginning all prompts share is encoded once for
@@ -119,13 +135,14 @@ def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
 
     decoder, device = decoder_of(model), device_of(model)
     enc = encode_prompts(decoder, [x[:-1] for x in prompts], device, cache_kwarg(decoder),
-                         share_common=common_prefix)
+                         share_common=common_prefix, keep_start=model)
     ids, mask = prefix_layout(prompts, pad_id, enc.common, enc.width + 1)  # [B, P]
     cache = enc.cache
     cache.batch_repeat_interleave(repeats)
     if max_new_tokens is not None:
         cache = _static_copy(model, cache, enc.width, cache_room(enc.width, max_new_tokens, bucket))
-    return ids.to(device).repeat_interleave(repeats, 0), mask.to(device).repeat_interleave(repeats, 0), cache
+    return PromptCache(ids.to(device).repeat_interleave(repeats, 0), mask.to(device).repeat_interleave(repeats, 0),
+                       cache, enc.start)
 
 
 def _static_copy(model, cache, length: int, room: int):
@@ -228,14 +245,14 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
             if p > 1:  # each prompt encoded once for its G completions, their shared beginning once
                 from mrtpo.replay.plumbing import cache_kwarg, decoder_of
 
-                input_ids, attn, cache = prompt_cache(
+                input_ids, attn, cache, start = prompt_cache(
                     model, ids, g, policy.pad_id, common_prefix=common_prefix,
                     max_new_tokens=max_new_tokens if static_cache else None,
                     bucket=CACHE_BUCKET if compiled else None)  # [B*G, P]
                 kwargs = {cache_kwarg(decoder_of(model)): cache}
             else:
                 input_ids = torch.tensor(ids, device=policy.device).repeat_interleave(g, 0)  # [B*G, 1]
-                attn, kwargs = torch.ones_like(input_ids), {}
+                attn, kwargs, start = torch.ones_like(input_ids), {}, None
             from mrtpo.harness.cascade import shared_prompt_attention
             from mrtpo.harness.packed import packed_head
 
@@ -267,4 +284,5 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         truncated=truncated,
         group_size=g,
         sampling_logps=sampling_logps,
+        prompt_start=start,
     )

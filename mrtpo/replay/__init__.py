@@ -50,7 +50,8 @@ from mrtpo.replay.js import head_and_js, js_distance, js_distance_log_probs
 from mrtpo.replay.full import replay_full
 from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, groups_common, plan_item, replay_groups,
                                    replay_tokens, takes_tree_mask)
-from mrtpo.replay.plumbing import PaddingSide, cache_kwarg, decoder_of, device_of, head_of, output_cache
+from mrtpo.replay.plumbing import (EncodedStart, PaddingSide, cache_kwarg, decoder_of, device_of, head_of,
+                                   output_cache)
 from mrtpo.replay.shared import encode_start, replay_shared
 
 if TYPE_CHECKING:  # items are duck-typed: the package imports nothing of mrtpo's but itself
@@ -66,7 +67,8 @@ __all__ = [
 def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_max: int | None = None,
               length: int | None = None, shared_prefix: bool = True, chunk_tokens: int = 256,
               batch_tokens: int = 8192, padding_side: PaddingSide = "right",
-              tree_tokens: int = 1024, options: ReplayOptions = ReplayOptions()) -> torch.Tensor:
+              tree_tokens: int = 1024, options: ReplayOptions = ReplayOptions(),
+              known: EncodedStart | None = None) -> torch.Tensor:
     """Per-token JS distances `q [N, K, T]` (float32, on the model's device) of replayed responses.
 
     K = `k_max` or the largest number of rewards among `items`; T = `length` or the longest
@@ -83,7 +85,10 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
     is a trie alone); 0 feeds each response as its own row, as does a model that does not
     take a tree mask (`takes_tree_mask`: flash attention, sliding-window layers).
     `options` (`ReplayOptions`) switches the shared method's kinds of sharing off one by one;
-    every setting gives the same q.
+    every setting gives the same q. `known` (`plumbing.EncodedStart`, the rollout's): the KV of
+    a beginning the contexts share, encoded already; the shared method takes as much of it as
+    its contexts begin with, while the weights are the ones it was encoded under (the same q,
+    to float rounding).
 
     Peak extra memory of the shared-prefix method, beyond the weights (b = bytes per element
     of the model dtype, V = vocabulary, H = hidden size, KV = 2 * layers * kv_heads * head_dim,
@@ -133,11 +138,11 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
     try:
         with torch.no_grad():
             # the beginning every group's prefix shares (system text, worked example), once
-            start = encode_start(model, groups[0].prefix[:groups_common(groups, options)]) if shared_prefix else None
+            start = encode_start(model, groups[0].prefix[:groups_common(groups, options)], known) if shared_prefix else None
             for group in groups:
                 if shared_prefix:
                     replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens,
-                                  tree_tokens, options, start)
+                                  tree_tokens, options, start, known)
                 else:
                     replay_full(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:
@@ -147,7 +152,8 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
 
 def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]], shape: tuple[int, int, int],
                         temperature: float = 1.0, rows: Sequence[int] | None = None, chunk: int | None = None,
-                        on_progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+                        on_progress: Callable[[int, int], None] | None = None,
+                        known: EncodedStart | None = None) -> torch.Tensor:
     """q [N, K, T] = `shape` (float32, on the CPU) of a batch's reward columns: the step the
     trainer (mrtpo.harness.distances), the TRL integration and `mrtpo credit` share.
 
@@ -158,14 +164,15 @@ def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]]
     `columns[j]`: the column of each of item j's rewards, in its reward order; `rows[j]`: its
     row (default: j). T = `shape[2]` must cover the longest response. `chunk` replays that
     many items at a time and calls `on_progress(done, total)` after each (a progress display;
-    q is the same).
+    q is the same). `known`: the rollout's encoded prompt start (`distances`).
     """
     q = torch.zeros(shape)  # [N, K, T]
     rows = range(len(items)) if rows is None else rows
     step = chunk or max(1, len(items))
     for start in range(0, len(items), step):
         part = items[start:start + step]
-        q_part = distances(model, part, temperature=temperature, length=shape[2]).float().cpu()  # [c, K_part, T]
+        q_part = distances(model, part, temperature=temperature, length=shape[2],
+                           known=known).float().cpu()  # [c, K_part, T]
         for j, q_item in enumerate(q_part, start=start):
             for k, col in enumerate(columns[j]):
                 q[rows[j], col] = q_item[k]

@@ -2,12 +2,14 @@
 
 The decoder body and the vocabulary head of a causal LM, the name of the KV-cache argument
 and where a forward returns its cache (they changed in transformers 5), copies of a cache
-repeated over rows, and padded rows of token ids.
+repeated over rows, padded rows of token ids, and a beginning's KV kept for reuse under the same
+weights (`EncodedStart`).
 """
 from __future__ import annotations
 
 import copy
 import inspect
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import torch
@@ -118,3 +120,61 @@ def pack(seqs: Sequence[Sequence[int]], side: PaddingSide, device, start: int = 
         pos[r, off:off + len(s)] = torch.arange(start, start + len(s))
         offsets.append(off)
     return ids.to(device), mask.to(device), pos.to(device), offsets
+
+
+def weights_key(model) -> tuple:
+    """What says that `model`'s weights have not changed: the model, its dtype and the version
+    counters of all its parameters. An optimizer step, or any other in-place write autograd
+    sees, bumps them; folding a LoRA adapter into the weights and back (`Policy.merged`, peft's
+    merge) writes through `.data` and does not, which is right: the folded model computes the
+    same function, to float rounding."""
+    params = list(model.parameters())
+    return (id(model), params[0].dtype if params else None, tuple(p._version for p in params))
+
+
+@dataclass(frozen=True)
+class EncodedStart:
+    """The KV of a beginning of token ids [L], encoded once under weights `key` (`weights_key`):
+    per layer (keys, values), each [1, kv heads, L, head dim]. The rollout keeps its prompts'
+    common beginning (the system text, a worked example) so that the replay, under the same
+    weights, takes it instead of encoding it again (`reusable`)."""
+
+    ids: tuple[int, ...]
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    key: tuple
+
+    @classmethod
+    def of(cls, model, ids: Sequence[int], cache) -> "EncodedStart | None":
+        """The start `cache` (a one-row DynamicCache of `ids`, from `model`) holds; None when a
+        layer is other than a plain full-attention one (a sliding window keeps a part only)."""
+        from transformers.cache_utils import DynamicLayer
+
+        if cache is None or not ids or any(type(x) is not DynamicLayer for x in cache.layers):
+            return None
+        return cls(tuple(ids), tuple((x.keys, x.values) for x in cache.layers), weights_key(model))
+
+    def reusable(self, model, ids: Sequence[int]) -> int:
+        """How many of `ids`' first tokens this start holds for `model` as it stands: 0 unless
+        the weights are the ones it was encoded under."""
+        if self.key != weights_key(model):
+            return 0
+        n = min(len(self.ids), len(ids))
+        return next((i for i in range(n) if self.ids[i] != ids[i]), n)
+
+    def cache(self, length: int):
+        """A DynamicCache of the first `length` positions (views of this start's tensors; a
+        forward on it appends new tensors and leaves them as they are)."""
+        return self.extend(None, 0, length)
+
+    def extend(self, cache, start: int, k: int):
+        """A new one-row DynamicCache: `cache`'s `start` positions (None: none, start 0), then
+        this start's positions start .. start + k - 1 (`cache` is left as it is)."""
+        from transformers import DynamicCache
+
+        if cache is None:
+            parts = [(keys[:, :, start:start + k], values[:, :, start:start + k]) for keys, values in self.layers]
+        else:
+            parts = [(torch.cat([layer.keys, keys[:, :, start:start + k]], 2),
+                      torch.cat([layer.values, values[:, :, start:start + k]], 2))
+                     for layer, (keys, values) in zip(cache.layers, self.layers)]
+        return DynamicCache(ddp_cache_data=parts)

@@ -20,26 +20,36 @@ import torch
 from mrtpo.replay.js import head_and_js
 from mrtpo.replay.planning import (CopiedPositions, ReplayGroup, ReplayOptions, Trunk, attention_of, build_tries,
                                    cluster_suffixes, forwards, split_branches, suffix_trunks, trie_settings, waves)
-from mrtpo.replay.plumbing import cache_kwarg, decoder_of, head_of, on_cache, output_cache, pack
+from mrtpo.replay.plumbing import EncodedStart, cache_kwarg, decoder_of, head_of, on_cache, output_cache, pack
 
 
 def replay_shared(model, items, group: ReplayGroup, plans, q: torch.Tensor, temperature: float,
                   chunk_tokens: int, batch_tokens: int, tree_tokens: int,
-                  options: ReplayOptions = ReplayOptions(), start=None) -> None:
+                  options: ReplayOptions = ReplayOptions(), start=None, known: EncodedStart | None = None) -> None:
     """q[n] for the items of `group`, its prefix encoded once (see the module doc). `start`:
-    (cache, length) of the prefix's first `length` tokens, encoded already (`encode_start`)."""
-    SharedReplay(model, items, plans, q, batch_tokens, tree_tokens, options).run(group, temperature, chunk_tokens,
-                                                                                  start)
+    (cache, length) of the prefix's first `length` tokens, encoded already (`encode_start`).
+    `known`: the rollout's encoded prompt start; the prefix and the trunks take the KV of as
+    many of their first tokens as it holds (`SharedReplay.known_part`)."""
+    SharedReplay(model, items, plans, q, batch_tokens, tree_tokens, options, known).run(group, temperature,
+                                                                                         chunk_tokens, start)
 
 
-def encode_start(model, ids: Sequence[int]):
+def encode_start(model, ids: Sequence[int], known: EncodedStart | None = None):
     """(KV cache, length) of `ids` [L] encoded once: the beginning several groups' prefixes
-    share, which each group's `run` copies and goes on from (None for no ids)."""
+    share, which each group's `run` copies and goes on from (None for no ids). `known`: the KV
+    of a beginning encoded already (the rollout's prompts'); the first tokens it holds for
+    `model` as it stands are taken from it, and only the rest is encoded."""
     if not ids:
         return None
     decoder, device = decoder_of(model), next(model.parameters()).device
-    x = torch.as_tensor(list(ids), dtype=torch.long, device=device)[None]  # [1, L]
-    return output_cache(decoder(input_ids=x, attention_mask=torch.ones_like(x), use_cache=True)), len(ids)
+    done = known.reusable(model, ids) if known is not None else 0
+    if done == len(ids):
+        return known.cache(done), done
+    x = torch.as_tensor(list(ids[done:]), dtype=torch.long, device=device)[None]  # [1, L - done]
+    kwargs = {cache_kwarg(decoder): known.cache(done)} if done else {}
+    pos = torch.arange(done, len(ids), device=device)[None]  # [1, L - done]
+    mask = torch.ones(1, len(ids), dtype=torch.long, device=device)  # [1, L]
+    return output_cache(decoder(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs)), len(ids)
 
 
 def tree_mask(depth: Sequence[int], width: int) -> torch.Tensor:
@@ -74,8 +84,10 @@ class SharedReplay:
     states it computes land in `kept[(item, context)]` ([T, H] at the response positions)."""
 
     def __init__(self, model, items, plans, q: torch.Tensor, batch_tokens: int, tree_tokens: int,
-                 options: ReplayOptions) -> None:
+                 options: ReplayOptions, known: EncodedStart | None = None) -> None:
         self.items, self.plans, self.q = items, plans, q
+        self.model, self.known = model, known
+        self.prefix: list[int] = []  # the token ids of the group being run's prefix
         self.device = q.device
         self.decoder, self.head = decoder_of(model), head_of(model)
         self.config = model.config
@@ -89,9 +101,13 @@ class SharedReplay:
         given), then its rows wave by wave (`waves`: the hidden states kept for the JS step
         stay bounded), each wave's items through the head and JS."""
         prefix_len, prefix_cache = len(group.prefix), None
+        self.prefix = list(group.prefix)
         done = 0
         if start is not None:
             prefix_cache, done = copy.deepcopy(start[0]), start[1]
+        if prefix_len > done:
+            prefix_cache, k = self.known_part(prefix_cache, done, self.prefix[:done], self.prefix[done:])
+            done += k
         if prefix_len > done:
             prefix = torch.as_tensor(group.prefix[done:], dtype=torch.long, device=self.device)[None]  # [1, L - c]
             pos = torch.arange(done, prefix_len, device=self.device)[None]  # [1, L - c]
@@ -134,9 +150,24 @@ class SharedReplay:
                 self.run_cluster(shared, [branches[b] for b in members], kept, prefix_cache, prefix_len)
         return kept
 
-    def encode_on(self, cache, cache_len: int, tokens: list[int]):
+    def known_part(self, cache, cache_len: int, begin: Sequence[int], tokens: Sequence[int]) -> tuple[object, int]:
+        """(cache, k): `cache` (None, or `cache_len` positions holding the ids `begin`) followed
+        by the KV of the first k of `tokens` that the rollout's encoded start holds for the
+        model as it stands (`known`); (`cache`, 0) without one."""
+        if self.known is None or not tokens:
+            return cache, 0
+        k = self.known.reusable(self.model, [*begin, *tokens]) - cache_len
+        return (self.known.extend(cache, cache_len, k), k) if k > 0 else (cache, 0)
+
+    def encode_on(self, cache, cache_len: int, tokens: list[int], begin: Sequence[int] | None = None):
         """`tokens` [S0] encoded once on a copy of `cache` (`cache_len` positions; None: no cache)
-        -> the cache of all cache_len + S0 positions."""
+        -> the cache of all cache_len + S0 positions. `begin`: the ids `cache` holds; the first
+        tokens the rollout's encoded start holds are then taken from it (`known_part`)."""
+        if begin is not None:
+            cache, k = self.known_part(cache, cache_len, begin, tokens)
+            cache_len, tokens = cache_len + k, tokens[k:]
+            if not tokens:
+                return cache
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, S0]
         pos = torch.arange(cache_len, cache_len + len(tokens), device=self.device)[None]  # [1, S0]
         kwargs, mask = on_cache(self.cache_arg, cache, cache_len, 1, torch.ones_like(ids))  # [1, cache + S0]
@@ -184,16 +215,19 @@ class SharedReplay:
                 yield j, tree, hidden[r]
             del hidden
 
-    def run_trunk(self, trunk: Trunk, kept, cache, cache_len: int) -> None:
+    def run_trunk(self, trunk: Trunk, kept, cache, cache_len: int, begin: Sequence[int] | None = None) -> None:
         """`trunk.shared` encoded once on `cache` (`cache_len` positions: the group's prefix and
-        the trunks above), then its rows as tries and its kids on that cache."""
+        the trunks above, the ids `begin`; None: the group's prefix), then its rows as tries and
+        its kids on that cache."""
+        begin = self.prefix if begin is None else begin
         if trunk.shared:
-            cache = self.encode_on(cache, cache_len, trunk.shared)
+            cache = self.encode_on(cache, cache_len, trunk.shared, begin)
             cache_len += len(trunk.shared)
+            begin = [*begin, *trunk.shared]
         if trunk.rows:
             self.run_singles(trunk.rows, kept, cache, cache_len, trunk.depth)
         for kid in trunk.kids:
-            self.run_trunk(kid, kept, cache, cache_len)
+            self.run_trunk(kid, kept, cache, cache_len, begin)
 
     def run_singles(self, singles, kept, cache, cache_len: int, depth: int = 0) -> None:
         """Rows (item, slot, context suffix + response) past their first `depth` tokens (their

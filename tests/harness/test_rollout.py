@@ -51,8 +51,54 @@ def test_the_prompt_cache_takes_the_bucketed_length(tiny_llama_dir):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir))
     prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 10]]
     with torch.no_grad():
-        _, _, exact = prompt_cache(model, prompts, 2, 0, max_new_tokens=12)
-        _, _, bucketed = prompt_cache(model, prompts, 2, 0, max_new_tokens=12, bucket=256)
+        _, _, exact, _ = prompt_cache(model, prompts, 2, 0, max_new_tokens=12)
+        _, _, bucketed, _ = prompt_cache(model, prompts, 2, 0, max_new_tokens=12, bucket=256)
     assert exact.layers[0].keys.shape[2] == 5 + 12  # 4 cached columns, the last prompt token, 12 new
     assert bucketed.layers[0].keys.shape[2] == 256
     assert bucketed.layers[0].keys.shape[0] == 4  # each prompt's row repeated for its 2 completions
+
+
+def test_the_replay_takes_the_beginning_the_rollout_encoded(tiny_qwen2_dir):
+    """As the loop runs them (one fold from sampling to the replay): the rollout keeps its
+    prompts' common beginning (`Rollout.prompt_start`), the replay feeds the model fewer tokens
+    for it and gives the same distances as without it."""
+    import torch
+
+    from mrtpo.harness.distances import policy_replayer, replay_distances
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.harness.scoring import Scorer
+    from mrtpo.replay.planning import common_prefix
+    from mrtpo.replay.plumbing import decoder_of
+    from mrtpo.tasks import get_task
+
+    torch.manual_seed(0)
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    with torch.no_grad():  # an adapter away from zero, so that the fold matters
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape) * 0.05)
+    task = get_task("toolcall")
+    examples = task.load()[:2]
+    fed = []
+    hook = decoder_of(policy.model).register_forward_pre_hook(
+        lambda _m, args, kwargs: fed.append(kwargs["input_ids"].numel()), with_kwargs=True)
+    try:
+        with torch.no_grad(), policy.merged():
+            rollout = sample(policy, task, examples, 2, temperature=0.9, max_new_tokens=8,
+                             logits_processor=[RowSeededSampling(5, 1, 0, 0.9)])
+            scored = Scorer(task, 0).score(rollout.examples, rollout.responses)
+            start = rollout.prompt_start
+            assert start.ids == tuple(rollout.prompt_ids[0][:common_prefix([x[:-1] for x in rollout.prompt_ids])])
+            fed.clear()
+            known, _ = replay_distances(policy_replayer(policy), task, rollout, scored, 0.9)
+            fed_known = sum(fed)
+            rollout.prompt_start = None
+            fed.clear()
+            plain, _ = replay_distances(policy_replayer(policy), task, rollout, scored, 0.9)
+            fed_plain = sum(fed)
+    finally:
+        hook.remove()
+    assert plain.abs().max() > 0 and (known - plain).abs().max() <= 1e-5
+    assert fed_plain - fed_known >= len(start.ids) // 2, (fed_plain, fed_known, len(start.ids))
