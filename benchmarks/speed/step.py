@@ -9,13 +9,15 @@ policy and batch:
   whole at every new token; each prompt encoded on its own; the replay's suffixes shared one
   level deep; the update's responses as rows padded to the longest; key/value heads copied once per
   query head that reads them; every row reading its prompt's keys and values while decoding;
-  decoding's head re-packed by MKL at every token; the update's
+  decoding's head re-packed by MKL at every token; decoding through `generate`; the update's
   log-probs from [N, T, V] logits);
 - fast: a static KV cache written in place, the beginning every prompt shares (system
   text, worked example) encoded once for all of them, in the rollout, the replay
   (`ReplayOptions.common`) and the update, grouped key/value heads read in place
-  (`harness.attention`), decoding's attention reading each prompt's keys and values once
-  for its G rows (`harness.cascade`), decoding's vocabulary head with its weight packed once
+  (`harness.attention`), decoding without `generate` (`harness.decode`: the model's own
+  modules called directly, each prompt's keys and values kept once), decoding's attention
+  reading each prompt's keys and values once for its G rows (`harness.cascade`), decoding's
+  vocabulary head with its weight packed once
   for MKL (`harness.packed`), the replay's context suffixes nested by the beginnings they
   share (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning
   its prompts share instead of encoding it again (`Rollout.prompt_start`, while the weights
@@ -42,9 +44,9 @@ import torch
 from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
-                          cascade=False, trunks=False, response_tries=False),
+                          cascade=False, trunks=False, response_tries=False, lean=False),
             "fast": dict(static_cache=True, common_prefix=True, grouped=True, sliced_head=True, packed=True,
-                         cascade=True, trunks=True, response_tries=True)}  # `common_prefix` also switches the replay's
+                         cascade=True, trunks=True, response_tries=True, lean=True)}  # `common_prefix` also switches the replay's
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
@@ -66,6 +68,7 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
                 policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
                 max_new_tokens=cfg.max_new_tokens, static_cache=flags["static_cache"],
                 common_prefix=flags["common_prefix"], packed=flags["packed"], cascade=flags["cascade"],
+                lean=flags["lean"],
                 logits_processor=[RowSeededSampling(seed, 1, 0, cfg.temperature, cfg.top_p)]))  # the loop's sampler
     rollout = rollouts["plain"]
     out["same_completions"] = sum(a == b for a, b in zip(rollout.response_ids, rollouts["fast"].response_ids))

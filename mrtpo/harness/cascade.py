@@ -49,15 +49,42 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _part(query, key, value, mask, scale, use_kernel: bool = True):
     """Softmax attention of `query` [R, K, L, d] over `key`/`value` [R, K, S, d] with the
-    additive `mask` [R, 1, 1, S] -> (output [R, K, L, d], log-sum-exp of the masked, scaled
-    scores [R, K, L]). torch's CPU flash kernel returns both (and reads strided keys in
-    place); elsewhere, or without it, the same in plain products."""
+    additive `mask` [R, 1, 1, S] (None: every column) -> (output [R, K, L, d], log-sum-exp of
+    the masked, scaled scores [R, K, L]). torch's CPU flash kernel returns both (and reads
+    strided keys in place); elsewhere, or without it, the same in plain products."""
     flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if use_kernel and flash is not None and query.device.type == "cpu":
         return flash(query, key, value, attn_mask=mask, scale=scale)
-    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(mask)  # [R, K, L, S]
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(scale)  # [R, K, L, S]
+    if mask is not None:
+        scores.add_(mask)
     lse = torch.logsumexp(scores, -1)  # [R, K, L]
     return torch.matmul(torch.exp(scores.sub_(lse[..., None])), value), lse  # [R, K, L, d]
+
+
+def two_part_attention(query, prompt_keys, prompt_values, prompt_mask, own_keys, own_values, own_mask,
+                       scale: float) -> torch.Tensor:
+    """One decoding step's attention in two parts (module doc), merged by their log-sum-exps.
+
+    query [N, H, 1, d] for N = B x G rows, row i completion i % G of prompt i // G;
+    prompt_keys/values [B, K, W, d] with the additive prompt_mask [B, 1, 1, W]: each prompt's
+    columns once; own_keys/values [N, K, S, d] with the additive own_mask [N, 1, 1, S] (None:
+    every column): each row's own -> [N, 1, H, d] in the query's dtype."""
+    n, h, _, d = query.shape
+    b, kv_heads = prompt_keys.shape[:2]
+    g, rep = n // b, h // kv_heads
+    # the prompt's columns, once per prompt, for the G rows' queries together
+    q_prompt = query.reshape(b, g, kv_heads, rep, d).transpose(1, 2).reshape(b, kv_heads, g * rep, d)  # [B, K, G*rep, d]
+    out_p, lse_p = _part(q_prompt, prompt_keys, prompt_values, prompt_mask, scale)
+    out_p = out_p.reshape(b, kv_heads, g, rep, d).transpose(1, 2).reshape(n, kv_heads, rep, d)  # [N, K, rep, d]
+    lse_p = lse_p.reshape(b, kv_heads, g, rep).transpose(1, 2).reshape(n, kv_heads, rep)  # [N, K, rep]
+    # each row's own columns
+    out_s, lse_s = _part(query.reshape(n, kv_heads, rep, d), own_keys, own_values, own_mask,
+                         scale)  # [N, K, rep, d], [N, K, rep]
+    lse = torch.logaddexp(lse_p.float(), lse_s.float())  # [N, K, rep]
+    out = (out_p * torch.exp(lse_p - lse)[..., None].to(out_p.dtype)
+           + out_s * torch.exp(lse_s - lse)[..., None].to(out_s.dtype))  # [N, K, rep, d]
+    return out.reshape(n, 1, h, d).to(query.dtype)  # [N, 1, H, d]
 
 
 def cascade_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
@@ -74,24 +101,13 @@ def cascade_attention(module, query, key, value, attention_mask, dropout: float 
             or n % plan[0] or not 0 < plan[1] < columns):
         return _sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     g, w, memo = plan
-    b, rep = n // g, h // kv_heads
     scale = scaling if scaling is not None else d ** -0.5
     if not memo or memo[0] is not attention_mask or memo[1] != query.dtype:  # one step's mask serves every layer
         memo[:] = [attention_mask, query.dtype, _additive(attention_mask[::g, :, :, :w], query.dtype),
                    _additive(attention_mask[:, :, :, w:], query.dtype)]
     mask_p, mask_s = memo[2], memo[3]  # [B, 1, 1, W], [N, 1, 1, S - W]
-    # the prompt's columns, once per prompt, for the G rows' queries together
-    q_prompt = query.reshape(b, g, kv_heads, rep, d).transpose(1, 2).reshape(b, kv_heads, g * rep, d)  # [B, K, G*rep, d]
-    out_p, lse_p = _part(q_prompt, key[::g, :, :w], value[::g, :, :w], mask_p, scale)
-    out_p = out_p.reshape(b, kv_heads, g, rep, d).transpose(1, 2).reshape(n, kv_heads, rep, d)  # [N, K, rep, d]
-    lse_p = lse_p.reshape(b, kv_heads, g, rep).transpose(1, 2).reshape(n, kv_heads, rep)  # [N, K, rep]
-    # each row's own columns
-    out_s, lse_s = _part(query.reshape(n, kv_heads, rep, d), key[:, :, w:], value[:, :, w:], mask_s,
-                         scale)  # [N, K, rep, d], [N, K, rep]
-    lse = torch.logaddexp(lse_p.float(), lse_s.float())  # [N, K, rep]
-    out = (out_p * torch.exp(lse_p - lse)[..., None].to(out_p.dtype)
-           + out_s * torch.exp(lse_s - lse)[..., None].to(out_s.dtype))  # [N, K, rep, d]
-    return out.reshape(n, 1, h, d).to(query.dtype), None  # [N, 1, H, d]
+    return two_part_attention(query, key[::g, :, :w], value[::g, :, :w], mask_p, key[:, :, w:], value[:, :, w:],
+                              mask_s, scale), None  # [N, 1, H, d]
 
 
 def _register() -> None:

@@ -195,7 +195,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
            temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
            greedy: bool = False, logits_processor: list | None = None,
            static_cache: bool = True, common_prefix: bool = True, packed: bool = True, cascade: bool = True,
-           dtype: torch.dtype | None = None, compiled: bool = False) -> Rollout:
+           dtype: torch.dtype | None = None, compiled: bool = False, lean: bool = True) -> Rollout:
     """Sample `num_generations` completions for each example (greedy: one, argmax).
 
     `dtype`: sample from a copy of the policy in this dtype (`Policy.sampler`; None: the
@@ -207,7 +207,9 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     the fast paths of `prompt_cache`; `packed`: the vocabulary head's weight packed once for
     MKL on CPU (`harness.packed`); `cascade`: decoding attention reads each prompt's cached
     keys and values once for its G rows (`harness.cascade`). All on; the same completions,
-    tested; benchmarks switch them off to measure them.
+    tested; benchmarks switch them off to measure them. `lean`: on CPU, a Llama-shaped model
+    whose tokens are drawn by a processor (or greedily) decodes with `harness.decode` instead of
+    `generate` (the same completions, tested).
 
     `compiled`: let transformers compile the decoding steps (with the static cache, on a GPU:
     `torch.compile`'s "reduce-overhead", CUDA graphs), the cache's length rounded up to a
@@ -242,30 +244,16 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     policy.model.eval()
     try:
         with policy.sampler(dtype) as model:
-            if p > 1:  # each prompt encoded once for its G completions, their shared beginning once
-                from mrtpo.replay.plumbing import cache_kwarg, decoder_of
+            from mrtpo.harness.decode import supports
 
-                input_ids, attn, cache, start = prompt_cache(
-                    model, ids, g, policy.pad_id, common_prefix=common_prefix,
-                    max_new_tokens=max_new_tokens if static_cache else None,
-                    bucket=CACHE_BUCKET if compiled else None)  # [B*G, P]
-                kwargs = {cache_kwarg(decoder_of(model)): cache}
+            if lean and p > 1 and not sampled and not compiled and supports(model):
+                new, start = _decode(model, ids, g, max_new_tokens, stops, policy.pad_id, logits_processor or [],
+                                     common_prefix, packed)
             else:
-                input_ids = torch.tensor(ids, device=policy.device).repeat_interleave(g, 0)  # [B*G, 1]
-                attn, kwargs, start = torch.ones_like(input_ids), {}, None
-            from mrtpo.harness.cascade import shared_prompt_attention
-            from mrtpo.harness.packed import packed_head
-
-            with contextlib.ExitStack() as fast:
-                if packed:
-                    fast.enter_context(packed_head(model, input_ids.shape[0]))
-                if cascade and kwargs:  # rows g*G .. g*G+G-1 share the cache's prompt columns
-                    fast.enter_context(shared_prompt_attention(model, g, input_ids.shape[1] - 1))
-                out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
-                                     logits_processor=logits_processor, **kwargs)
+                new, start = _generate(model, ids, g, gen, policy.pad_id, logits_processor, static_cache,
+                                       common_prefix, packed, cascade, compiled, max_new_tokens)
     finally:
         policy.model.train(was_training)
-    new = out[:, p:].tolist()  # [B*G, <= max_new_tokens]
     stop_set = set(stops)
     response_ids, truncated = [], []
     for row in new:
@@ -286,3 +274,52 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         sampling_logps=sampling_logps,
         prompt_start=start,
     )
+
+
+def _generate(model, ids: list[list[int]], g: int, gen, pad_id: int, logits_processor, static_cache: bool,
+              common_prefix: bool, packed: bool, cascade: bool, compiled: bool, max_new_tokens: int):
+    """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start) through
+    transformers' `generate`, with the fast paths `sample` names."""
+    from mrtpo.harness.cascade import shared_prompt_attention
+    from mrtpo.harness.packed import packed_head
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
+
+    p = max(len(x) for x in ids)
+    if p > 1:  # each prompt encoded once for its G completions, their shared beginning once
+        input_ids, attn, cache, start = prompt_cache(
+            model, ids, g, pad_id, common_prefix=common_prefix,
+            max_new_tokens=max_new_tokens if static_cache else None,
+            bucket=CACHE_BUCKET if compiled else None)  # [B*G, P]
+        kwargs = {cache_kwarg(decoder_of(model)): cache}
+    else:
+        input_ids = torch.tensor(ids, device=device_of(model)).repeat_interleave(g, 0)  # [B*G, 1]
+        attn, kwargs, start = torch.ones_like(input_ids), {}, None
+    with contextlib.ExitStack() as fast:
+        if packed:
+            fast.enter_context(packed_head(model, input_ids.shape[0]))
+        if cascade and kwargs:  # rows g*G .. g*G+G-1 share the cache's prompt columns
+            fast.enter_context(shared_prompt_attention(model, g, input_ids.shape[1] - 1))
+        out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
+                             logits_processor=logits_processor, **kwargs)
+    return out[:, p:].tolist(), start
+
+
+def _decode(model, ids: list[list[int]], g: int, max_new_tokens: int, stops: list[int], pad_id: int,
+            processors: list, common_prefix: bool, packed: bool):
+    """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start) through
+    `harness.decode`: the prompts encoded once without their last token, as `prompt_cache`
+    does, their rows not repeated."""
+    from mrtpo.harness.decode import decode
+    from mrtpo.harness.packed import packed_head
+    from mrtpo.harness.prefix import encode_prompts, prefix_layout
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
+
+    device, decoder = device_of(model), decoder_of(model)
+    enc = encode_prompts(decoder, [x[:-1] for x in ids], device, cache_kwarg(decoder), share_common=common_prefix,
+                         keep_start=model)
+    input_ids, _ = prefix_layout(ids, pad_id, enc.common, enc.width + 1)  # [B, P]
+    input_ids = input_ids.to(device).repeat_interleave(g, 0)  # [B*G, P] what processors see
+    last = torch.tensor([x[-1] for x in ids], dtype=torch.long, device=device).repeat_interleave(g)  # [B*G]
+    with packed_head(model, last.shape[0]) if packed else contextlib.nullcontext():
+        new = decode(model, enc, last, input_ids, g, max_new_tokens, stops, pad_id, processors)  # [B*G, steps]
+    return new.tolist(), enc.start

@@ -1,0 +1,98 @@
+"""mrtpo.harness.decode: decoding without `generate` gives the completions `generate` gives, through
+`rollout.sample` (the trainer's seeded sampler, greedy decoding, stop tokens and the padding
+after them), and only for the decoders it knows."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrtpo.harness import decode
+from mrtpo.harness.distributed import RowSeededSampling
+from mrtpo.harness.policy import load_policy
+from mrtpo.harness.rollout import sample
+from mrtpo.tasks import get_task
+
+
+class StopAt:
+    """A logits processor that leaves row `row` nothing but `token` at decoding step `step`
+    (a stop token drawn mid-way), and every other score as it is."""
+
+    def __init__(self, row: int, step: int, token: int) -> None:
+        self.row, self.step, self.token, self.calls = row, step, token, 0
+
+    def __call__(self, input_ids, scores):
+        if self.calls == self.step:
+            scores = scores.clone()
+            keep = scores[self.row, self.token].clone()
+            scores[self.row] = float("-inf")
+            scores[self.row, self.token] = keep
+        self.calls += 1
+        return scores
+
+
+def _policy(model_dir):
+    torch.manual_seed(0)
+    policy = load_policy(str(model_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    with torch.no_grad():  # an adapter away from zero: the fold and the LoRA products matter
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape) * 0.05)
+    return policy
+
+
+@pytest.mark.parametrize("model_dir", ["tiny_qwen2_dir", "tiny_llama_dir"])
+def test_lean_decoding_samples_what_generate_samples(model_dir, request, monkeypatch):
+    policy = _policy(request.getfixturevalue(model_dir))
+    assert decode.supports(policy.model)
+    task = get_task("toolcall")
+    examples = task.load()[:2]  # prompts of other lengths, with a long common beginning
+    stop = policy.stop_ids[0]
+
+    def run(lean: bool, **kw):
+        if lean:  # the lean path never calls generate
+            monkeypatch.setattr(type(policy.model), "generate", lambda *a, **k: pytest.fail("generate called"))
+        try:
+            procs = [StopAt(row=1, step=2, token=stop), RowSeededSampling(5, 1, 0, 0.9, record_logps=True)]
+            out = sample(policy, task, examples, 3, temperature=0.9, max_new_tokens=10, lean=lean,
+                         logits_processor=procs, **kw)
+        finally:
+            monkeypatch.undo()
+        return out
+
+    plain, lean = run(False), run(True)
+    assert lean.response_ids == plain.response_ids and lean.truncated == plain.truncated
+    assert plain.response_ids[1][-1] == stop and len(plain.response_ids[1]) == 3  # stopped at step 2
+    assert any(len(r) == 10 for r in plain.response_ids)  # others ran to the end
+    for a, b in zip(plain.sampling_logps, lean.sampling_logps):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert lean.prompt_start is not None and lean.prompt_start.ids == plain.prompt_start.ids
+    greedy = [sample(policy, task, examples, 1, greedy=True, max_new_tokens=6, lean=lean).response_ids
+              for lean in (False, True)]
+    assert greedy[0] == greedy[1]
+
+
+def test_every_row_stopping_ends_decoding_early(tiny_llama_dir):
+    """When each row has drawn a stop token, decoding ends: no step past the last stop."""
+    policy = _policy(tiny_llama_dir)
+    task = get_task("toolcall")
+    stop = policy.stop_ids[0]
+    procs = [StopAt(row=r, step=s, token=stop) for r, s in ((0, 1), (1, 3))] + [RowSeededSampling(2, 1, 0, 1.0)]
+    out = sample(policy, task, task.load()[:1], 2, max_new_tokens=20, logits_processor=procs)
+    assert [len(r) for r in out.response_ids] == [2, 4] and out.truncated == [False, False]
+    assert procs[0].calls == 4  # decoding steps taken: the last row stopped at step 3
+
+
+def test_only_known_decoders_on_cpu_take_the_lean_path(tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_qwen2_dir))
+    assert decode.supports(model)
+    model.config.use_sliding_window = True  # a sliding window: generate's own cache handles it
+    assert not decode.supports(model)
+    model.config.use_sliding_window = False
+    model.generation_config.repetition_penalty = 1.2  # generate would add a processor for it
+    assert not decode.supports(model)
+    model.generation_config.repetition_penalty = 1.0
+    assert decode.supports(model)
+    model.config.model_type = "gemma2"
+    assert not decode.supports(model)
