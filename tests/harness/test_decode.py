@@ -96,3 +96,19 @@ def test_only_known_decoders_on_cpu_take_the_lean_path(tiny_qwen2_dir):
     assert decode.supports(model)
     model.config.model_type = "gemma2"
     assert not decode.supports(model)
+
+
+def test_a_folded_adapter_is_multiplied_by_its_base_layer_alone(tiny_llama_dir):
+    """Inside `Policy.merged()` (float32: the adapter folded) a LoRA projection is its base
+    layer's product; outside, the LoRA layer itself, which adds the adapter's products."""
+    policy = _policy(tiny_llama_dir)
+    proj = policy.model.get_decoder().layers[0].self_attn.q_proj
+    x = torch.randn(3, 1, proj.in_features)
+    with torch.no_grad():
+        assert decode._product(proj) is proj
+        want = proj(x)  # the base product plus the adapter's
+        with policy.merged():
+            folded = decode._product(proj)
+            assert folded is proj.get_base_layer()
+            assert torch.allclose(folded(x), want, atol=1e-5)  # the same function, folded
+        assert decode._product(proj) is proj  # unfolded again
