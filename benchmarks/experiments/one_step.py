@@ -407,7 +407,7 @@ def combine(paths: list[str]) -> tuple[list[dict], dict]:
         batches = [json.loads(line) for line in lines[1:]]
         seconds = [rec["seconds"]["batch"] for rec in batches]
         sources.append({"file": path.name, "seed": head.get("seed"), "batches": len(batches),
-                        "seconds_per_batch": statistics.mean(seconds) if seconds else math.nan})
+                        "seconds_per_batch": statistics.mean(seconds) if seconds else None})
         records += batches
     return records, {**settings, "seed": [s["seed"] for s in sources], "sources": sources}
 

@@ -399,11 +399,13 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
         summary = out / f"one-step-{task}-smollm2-135m-gpu.json"
         kept = [str(f) for f, n in zip(files, written.values()) if n]
         if kept:
+            summary.unlink(missing_ok=True)  # never report an earlier run's
             proc = subprocess.run([sys.executable, str(script), "--combine", *kept, "--json", str(summary)],
                                   capture_output=True, text=True)
             (out / f"{task}-combine.log").write_text(proc.stdout + proc.stderr)
+        combined = bool(kept) and proc.returncode == 0 and summary.is_file()
         done[task] = {"exits": {s: procs[(task, s)].returncode for s in seeds}, "batches": written,
-                      "summary": str(summary) if kept and summary.is_file() else None}
+                      "summary": str(summary) if combined else None}
         print(f"  one-step {task}: {sum(written.values())} batches over seeds {', '.join(seeds)} after "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
     return done

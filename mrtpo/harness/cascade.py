@@ -76,6 +76,10 @@ def two_part_attention(query, prompt_keys, prompt_values, prompt_mask, own_keys,
     # the prompt's columns, once per prompt, for the G rows' queries together
     q_prompt = query.reshape(b, g, kv_heads, rep, d).transpose(1, 2).reshape(b, kv_heads, g * rep, d)  # [B, K, G*rep, d]
     out_p, lse_p = _part(q_prompt, prompt_keys, prompt_values, prompt_mask, scale)
+    empty = torch.isneginf(prompt_mask).all(-1).reshape(b, 1, 1)  # [B, 1, 1] a prompt with no column (one token)
+    if bool(empty.any()):  # the flash kernel gives such rows a log-sum-exp of 0, not -inf: nothing to merge
+        lse_p = lse_p.masked_fill(empty, float("-inf"))
+        out_p = out_p.masked_fill(empty[..., None], 0.0)
     out_p = out_p.reshape(b, kv_heads, g, rep, d).transpose(1, 2).reshape(n, kv_heads, rep, d)  # [N, K, rep, d]
     lse_p = lse_p.reshape(b, kv_heads, g, rep).transpose(1, 2).reshape(n, kv_heads, rep)  # [N, K, rep]
     # each row's own columns

@@ -48,7 +48,7 @@ class Rollout:
     sampling_logps: list[list[float]] | None = None
     # the prompts' common beginning (system text, worked example) as the sampling model encoded
     # it (plumbing.EncodedStart): the replay takes it while the weights stand (None: no such
-    # beginning, or sampled from another model: --rollout-dtype)
+    # beginning; a bf16 copy's, --rollout-dtype, is never taken: another model)
     prompt_start: object = None
 
     def __len__(self) -> int:
@@ -209,7 +209,8 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     keys and values once for its G rows (`harness.cascade`). All on; the same completions,
     tested; benchmarks switch them off to measure them. `lean`: on CPU, a Llama-shaped model
     whose tokens are drawn by a processor (or greedily) decodes with `harness.decode` instead of
-    `generate` (the same completions, tested).
+    `generate` (the same completions, tested); `static_cache` and `cascade` are `generate`'s
+    settings, which that path does not take.
 
     `compiled`: let transformers compile the decoding steps (with the static cache, on a GPU:
     `torch.compile`'s "reduce-overhead", CUDA graphs), the cache's length rounded up to a

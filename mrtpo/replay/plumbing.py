@@ -123,13 +123,18 @@ def pack(seqs: Sequence[Sequence[int]], side: PaddingSide, device, start: int = 
 
 
 def weights_key(model) -> tuple:
-    """What says that `model`'s weights have not changed: the model, its dtype and the version
-    counters of all its parameters. An optimizer step, or any other in-place write autograd
-    sees, bumps them; folding a LoRA adapter into the weights and back (`Policy.merged`, peft's
-    merge) writes through `.data` and does not, which is right: the folded model computes the
-    same function, to float rounding."""
+    """What says that `model` computes what it computed: the model, its dtype, whether each of
+    its adapter layers is switched off (peft's `disable_adapter`), and the version counters of
+    all its parameters. torch's AdamW (for-loop and foreach), and any other in-place write
+    autograd sees, bump them; the fused AdamW does not, so a rollout's start must not outlive
+    an optimizer step (the trainer replays before it updates). Folding a LoRA adapter into the
+    weights and back (`Policy.merged`, peft's merge) writes through `.data` and does not bump
+    them either, which is right: the folded model computes the same function, to float
+    rounding."""
     params = list(model.parameters())
-    return (id(model), params[0].dtype if params else None, tuple(p._version for p in params))
+    switches = tuple(m.disable_adapters for m in model.modules()
+                     if isinstance(getattr(m, "disable_adapters", None), bool))
+    return (id(model), params[0].dtype if params else None, switches, tuple(p._version for p in params))
 
 
 @dataclass(frozen=True)
@@ -162,8 +167,8 @@ class EncodedStart:
         return next((i for i in range(n) if self.ids[i] != ids[i]), n)
 
     def cache(self, length: int):
-        """A DynamicCache of the first `length` positions (views of this start's tensors; a
-        forward on it appends new tensors and leaves them as they are)."""
+        """A DynamicCache of the first `length` positions (copies: a forward on it leaves
+        this start as it is)."""
         return self.extend(None, 0, length)
 
     def extend(self, cache, start: int, k: int):

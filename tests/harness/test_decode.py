@@ -112,3 +112,40 @@ def test_a_folded_adapter_is_multiplied_by_its_base_layer_alone(tiny_llama_dir):
             assert folded is proj.get_base_layer()
             assert torch.allclose(folded(x), want, atol=1e-5)  # the same function, folded
         assert decode._product(proj) is proj  # unfolded again
+
+
+class Record:
+    """A logits processor that keeps every step's scores and changes none."""
+
+    def __init__(self) -> None:
+        self.scores = []
+
+    def __call__(self, input_ids, scores):
+        self.scores.append(scores.clone())
+        return scores
+
+
+def test_a_one_token_prompt_beside_longer_ones_gets_its_own_logits(tiny_llama_dir):
+    """A one-token prompt has no cached column: its prompt part is empty and must add nothing
+    (torch's flash kernel gives an empty row a log-sum-exp of 0, which would shrink the row's
+    own part). The lean path's logits equal plain `generate`'s, as does the cascade path's."""
+    from transformers import GenerationConfig
+
+    from mrtpo.harness.rollout import _decode, _generate
+
+    policy = _policy(tiny_llama_dir)
+    model = policy.model
+    ids = [[10, 11, 12, 13], [20]]
+    gen = GenerationConfig(max_new_tokens=4, do_sample=False, eos_token_id=policy.stop_ids, pad_token_id=0)
+    got = {}
+    with torch.no_grad(), policy.merged():
+        for name, run in (("plain", lambda r: _generate(model, ids, 2, gen, 0, [r], False, False, False, False,
+                                                         False, 4)),
+                          ("cascade", lambda r: _generate(model, ids, 2, gen, 0, [r], True, True, True, True,
+                                                           False, 4)),
+                          ("lean", lambda r: _decode(model, ids, 2, 4, policy.stop_ids, 0, [r], True, True))):
+            rec = Record()
+            got[name] = (run(rec)[0], torch.stack(rec.scores))  # tokens, [steps, N, V]
+    for name in ("cascade", "lean"):
+        assert got[name][0] == got["plain"][0], name
+        assert (got[name][1] - got["plain"][1]).abs().max() <= 1e-4, name
