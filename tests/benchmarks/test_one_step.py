@@ -161,3 +161,12 @@ def test_combine_pools_the_batches_of_other_seeds_and_refuses_what_would_not_poo
         one_step.main(["--combine", files[0], str(tmp_path / "other.jsonl")])
     with pytest.raises(SystemExit, match="missing.jsonl is not a batch file"):
         one_step.main(["--combine", files[0], str(tmp_path / "missing.jsonl")])
+
+
+def test_combine_takes_a_file_that_stopped_before_its_first_batch(one_step, tmp_path):
+    """A run killed before any batch leaves its settings line alone: it pools as no batches."""
+    settings = {"model": "m", "task": "t", "pool": 2, "methods": ["gdpo", "mrtpo"], "seed": 1}
+    (tmp_path / "a.jsonl").write_text(json.dumps({"settings": settings}) + "\n")
+    records, got = one_step.combine([str(tmp_path / "a.jsonl")])
+    assert records == [] and got["sources"] == [{"file": "a.jsonl", "seed": 1, "batches": 0,
+                                                 "seconds_per_batch": None}]

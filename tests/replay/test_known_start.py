@@ -82,3 +82,19 @@ def test_a_start_holds_only_the_beginning_its_ids_share(tiny_qwen2_dir, tiny_tok
     assert longer.get_seq_length() == 9 and cache.get_seq_length() == 6
     for (k, v), layer in zip(start.layers, longer.layers):
         assert torch.equal(layer.keys, k[:, :, :9]) and torch.equal(layer.values, v[:, :, :9])
+
+
+def test_no_start_is_kept_from_a_cache_with_sliding_window_layers(tiny_qwen2_dir):
+    """A sliding-window layer keeps only its window: its cache is no beginning to reuse."""
+    from transformers import DynamicCache
+
+    model = _load(tiny_qwen2_dir)
+    keys = torch.zeros(1, 2, 5, 8)
+    plain = DynamicCache(ddp_cache_data=[(keys, keys)])
+    assert EncodedStart.of(model, [1, 2, 3, 4, 5], plain) is not None
+    model.config.sliding_window, model.config.layer_types = 4, ["sliding_attention"]
+    sliding = DynamicCache(config=model.config)
+    sliding.update(keys, keys, 0)
+    assert type(sliding.layers[0]).__name__ == "DynamicSlidingWindowLayer"
+    assert EncodedStart.of(model, [1, 2, 3, 4, 5], sliding) is None
+    assert EncodedStart.of(model, [], plain) is None and EncodedStart.of(model, [1], None) is None
