@@ -367,6 +367,11 @@ def main(argv: list[str] | None = None) -> dict:
     return report(done, methods, settings, args)
 
 
+def written_settings(head: dict) -> dict:
+    """The settings a batch file's first line records (files from before --dtype were float32)."""
+    return {"dtype": "float32", **head.get("settings", {})}
+
+
 def read_records(out: Path, settings: dict) -> list[dict]:
     """The batches a previous call with the same settings finished (all but `batches`)."""
     if not out.is_file():
@@ -374,8 +379,7 @@ def read_records(out: Path, settings: dict) -> list[dict]:
     lines = out.read_text().splitlines()
     head = json.loads(lines[0]) if lines else {}
     same = {k: v for k, v in settings.items() if k != "batches"}
-    written = {"dtype": "float32", **head.get("settings", {})}  # files from before --dtype were float32
-    if written != same:
+    if written_settings(head) != same:
         raise SystemExit(f"{out} holds batches of other settings ({head.get('settings')}); "
                          "pass another --out or remove it")
     return [json.loads(line) for line in lines[1:]]
@@ -393,7 +397,7 @@ def combine(paths: list[str]) -> tuple[list[dict], dict]:
         lines = path.read_text().splitlines() if path.is_file() else []
         if not lines:
             raise SystemExit(f"--combine: {path} is not a batch file of one_step.py (missing or empty)")
-        head = {"dtype": "float32", **json.loads(lines[0]).get("settings", {})}
+        head = written_settings(json.loads(lines[0]))
         rest = {k: v for k, v in head.items() if k != "seed"}
         if settings is None:
             settings = rest

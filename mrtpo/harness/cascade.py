@@ -42,7 +42,7 @@ def _sdpa(*args, **kwargs):
     return sdpa_attention_forward(*args, **kwargs)
 
 
-def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A boolean mask (True: attend) as the additive one torch's CPU flash kernel takes."""
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
@@ -107,8 +107,8 @@ def cascade_attention(module, query, key, value, attention_mask, dropout: float 
     g, w, memo = plan
     scale = scaling if scaling is not None else d ** -0.5
     if not memo or memo[0] is not attention_mask or memo[1] != query.dtype:  # one step's mask serves every layer
-        memo[:] = [attention_mask, query.dtype, _additive(attention_mask[::g, :, :, :w], query.dtype),
-                   _additive(attention_mask[:, :, :, w:], query.dtype)]
+        memo[:] = [attention_mask, query.dtype, additive(attention_mask[::g, :, :, :w], query.dtype),
+                   additive(attention_mask[:, :, :, w:], query.dtype)]
     mask_p, mask_s = memo[2], memo[3]  # [B, 1, 1, W], [N, 1, 1, S - W]
     return two_part_attention(query, key[::g, :, :w], value[::g, :, :w], mask_p, key[:, :, w:], value[:, :, w:],
                               mask_s, scale), None  # [N, 1, H, d]

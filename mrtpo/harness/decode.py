@@ -15,7 +15,7 @@ tokens, 2 threads; `benchmarks/speed/step.py` measures it with the other fast pa
   them (its layout: common beginning, padding, the prompt's rest), read by the G rows of
   the prompt together (`cascade.two_part_attention`);
 - each row's own keys and values (its prompt's last token, then its new tokens) in a buffer
-  of max_new_tokens + 1 columns written in place, read up to the current step (no mask:
+  of max_new_tokens columns written in place, read up to the current step (no mask:
   every row is at the same step).
 
 Only decoders it knows the layer of (`supports`: Llama and Qwen2 configurations with full
@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-from mrtpo.harness.cascade import two_part_attention
+from mrtpo.harness.cascade import additive, two_part_attention
 
 #: model types whose decoder layer is Llama's: norm, attention (q/k/v/o projections, rotary,
 #: grouped key/value heads), residual, norm, gated MLP, residual
@@ -96,8 +96,8 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
     prompt_k = [x.keys for x in encoded.cache.layers]  # per layer [B, K, W, d]
     prompt_v = [x.values for x in encoded.cache.layers]
     kv_heads, dtype, device = prompt_k[0].shape[1], prompt_k[0].dtype, last_ids.device
-    prompt_mask = _additive(encoded.mask, dtype)  # [B, 1, 1, W]
-    own_k = [torch.zeros(n, kv_heads, max_new_tokens + 1, d, dtype=dtype, device=device) for _ in layers]
+    prompt_mask = additive(encoded.mask.bool()[:, None, None, :], dtype)  # [B, 1, 1, W]
+    own_k = [torch.zeros(n, kv_heads, max_new_tokens, d, dtype=dtype, device=device) for _ in layers]
     own_v = [torch.zeros_like(x) for x in own_k]
     position = encoded.mask.sum(-1).repeat_interleave(group)  # [N] the last prompt token's position
     scale, act = attention.scaling, layers[0].mlp.act_fn
@@ -134,11 +134,6 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
         if not running.any():
             break
     return torch.stack(new, 1)  # [N, steps]
-
-
-def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B, W] 1/0 -> the additive mask [B, 1, 1, W] (0 where attended, -inf elsewhere)."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask == 0, float("-inf"))[:, None, None]
 
 
 def _product(module):

@@ -43,13 +43,20 @@ def encode_start(model, ids: Sequence[int], known: EncodedStart | None = None):
         return None
     decoder, device = decoder_of(model), next(model.parameters()).device
     done = known.reusable(model, ids) if known is not None else 0
+    cache = known.cache(done) if done else None
     if done == len(ids):
-        return known.cache(done), done
+        return cache, done
+    return encode_rest(decoder, cache_kwarg(decoder), cache, ids, done, device), len(ids)
+
+
+def encode_rest(decoder, cache_arg: str, cache, ids: Sequence[int], done: int, device):
+    """The one-row KV cache of all of `ids` [L]: the first `done` are in `cache` (None when
+    `done` is 0), which the rest, encoded on it, extends."""
     x = torch.as_tensor(list(ids[done:]), dtype=torch.long, device=device)[None]  # [1, L - done]
-    kwargs = {cache_kwarg(decoder): known.cache(done)} if done else {}
+    kwargs = {cache_arg: cache} if cache is not None else {}
     pos = torch.arange(done, len(ids), device=device)[None]  # [1, L - done]
     mask = torch.ones(1, len(ids), dtype=torch.long, device=device)  # [1, L]
-    return output_cache(decoder(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs)), len(ids)
+    return output_cache(decoder(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs))
 
 
 def tree_mask(depth: Sequence[int], width: int) -> torch.Tensor:
@@ -109,12 +116,7 @@ class SharedReplay:
             prefix_cache, k = self.known_part(prefix_cache, done, self.prefix[:done], self.prefix[done:])
             done += k
         if prefix_len > done:
-            prefix = torch.as_tensor(group.prefix[done:], dtype=torch.long, device=self.device)[None]  # [1, L - c]
-            pos = torch.arange(done, prefix_len, device=self.device)[None]  # [1, L - c]
-            kwargs = {self.cache_arg: prefix_cache} if prefix_cache is not None else {}
-            mask = torch.ones(1, prefix_len, dtype=torch.long, device=self.device)  # [1, L]
-            out = self.decoder(input_ids=prefix, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs)
-            prefix_cache = output_cache(out)
+            prefix_cache = encode_rest(self.decoder, self.cache_arg, prefix_cache, self.prefix, done, self.device)
         copied = CopiedPositions(self.options.copies)
         for wave in waves(group, self.items, 2 * self.batch_tokens):
             kept = self.wave_hidden(wave, prefix_cache, prefix_len)

@@ -50,11 +50,11 @@ def test_two_part_attention_equals_one_softmax_over_all_columns(seed, group, hea
 
 
 def test_the_cpu_kernel_and_the_plain_products_agree():
-    from mrtpo.harness.cascade import _additive, _part
+    from mrtpo.harness.cascade import _part, additive
 
     _, query, key, value, mask = _decode_inputs(4)
     q = query.reshape(query.shape[0], 2, 3, query.shape[-1])  # [N, K, rep, d]
-    add = _additive(mask, q.dtype)
+    add = additive(mask, q.dtype)
     kernel, plain = _part(q, key, value, add, 0.3), _part(q, key, value, add, 0.3, use_kernel=False)
     for a, b in zip(kernel, plain):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
