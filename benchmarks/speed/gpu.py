@@ -354,13 +354,16 @@ HELDOUT = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
 #: the placement, not the reweighting, do the work?)
 LEARNING_METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
-#: the CPU runs' methods (docs/results.md), so that the GPU's batches can pool with theirs
+#: the CPU runs' methods (docs/results.md), so that the GPU's batches can pool with theirs:
+#: toolcall's also ran the oracle (the spans of its JSON calls), which the other tasks do not define
 ONE_STEP_METHODS = "gdpo,mrtpo,mrtpo-shuffled"
+ONE_STEP_TASK_METHODS = {"toolcall": "gdpo,mrtpo,mrtpo-shuffled,oracle"}
 
 
 def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
     """benchmarks/experiments/one_step.py with the settings of the CPU runs on the results page
-    (a pool of 16 per prompt; GDPO, MRTPO and MRTPO with its distances shuffled; float32), for
+    (a pool of 16 per prompt; GDPO, MRTPO and MRTPO with its distances shuffled, and on toolcall
+    the oracle; float32), for
     each task of `--one-step-tasks` and each seed of `--one-step-seeds`, every (task, seed) its
     own process at 1 CPU thread, all at once (a 135M model leaves the GPU mostly idle, and each
     process is bound by its own kernel launches), stopped at `--one-step-budget` seconds. Each
@@ -374,15 +377,7 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
     tasks = tasks or [t for t in args.one_step_tasks.split(",") if t]
     seeds = [s for s in str(args.one_step_seeds).split(",") if s]
 
-    def command(task: str, seed: str) -> list[str]:
-        opts = ["-o", "demo=true"] if task in ("text2sql", "toolcall") else []
-        return [sys.executable, str(script), "--model", model, "--task", task, *opts,
-                "--batches", str(args.one_step_batches), "--pool", "4" if args.smoke else "16",
-                "--methods", ONE_STEP_METHODS, "--device", args.device, "--seed", seed, "--threads", "1",
-                "--out", str(out / f"one-step-{task}-seed{seed}.jsonl"),
-                *(["--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "8"] if args.smoke else [])]
-
-    procs = {(t, s): subprocess.Popen(command(t, s), stdout=open(out / f"{t}-seed{s}.log", "w"),
+    procs = {(t, s): subprocess.Popen(one_step_command(script, model, args, out, t, s), stdout=open(out / f"{t}-seed{s}.log", "w"),
                                       stderr=subprocess.STDOUT, start_new_session=True)
              for t in tasks for s in seeds}
     t0 = time.perf_counter()
@@ -409,6 +404,16 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
         print(f"  one-step {task}: {sum(written.values())} batches over seeds {', '.join(seeds)} after "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
     return done
+
+
+def one_step_command(script: Path, model: str, args, out: Path, task: str, seed: str) -> list[str]:
+    """The one_step.py command of one (task, seed) of the one-step part, with the CPU runs' settings."""
+    opts = ["-o", "demo=true"] if task in ("text2sql", "toolcall") else []
+    return [sys.executable, str(script), "--model", model, "--task", task, *opts,
+            "--batches", str(args.one_step_batches), "--pool", "4" if args.smoke else "16",
+            "--methods", ONE_STEP_TASK_METHODS.get(task, ONE_STEP_METHODS), "--device", args.device, "--seed", seed,
+            "--threads", "1", "--out", str(out / f"one-step-{task}-seed{seed}.jsonl"),
+            *(["--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "8"] if args.smoke else [])]
 
 
 #: the parts a run can leave out with --skip (a device lease may not hold them all)

@@ -4,6 +4,7 @@ together), the roofline, the learning runs and the decode-graphs part."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +24,19 @@ def test_the_one_step_part_runs_each_seed_and_summarises_them_together(tiny_qwen
     assert doc["settings"]["seed"] == [1, 2] and doc["settings"]["dtype"] == "float32"
     assert doc["settings"]["methods"] == gpu.ONE_STEP_METHODS.split(",")
     assert {r["method"] for r in doc["rows"]} == {"mrtpo", "gdpo", "mrtpo-shuffled"}
+
+
+def test_each_task_runs_its_cpu_runs_methods_so_their_batches_pool(tmp_path):
+    """The GPU's batches carry the methods of the task's CPU run (toolcall's also ran the
+    oracle), or `--combine` refuses to pool them."""
+    gpu = benchmark_module.load("gpu")
+    args = SimpleNamespace(smoke=False, device="cuda", one_step_batches=5)
+    results = benchmark_module.BENCHMARKS / "results"
+    for task in ("text2sql", "instruct", "toolcall"):
+        command = gpu.one_step_command(Path("one_step.py"), "smollm2-135m", args, tmp_path, task, "7")
+        cpu = json.loads((results / f"one-step-{task}-smollm2-135m.batches.jsonl").read_text().splitlines()[0])
+        assert command[command.index("--methods") + 1].split(",") == cpu["settings"]["methods"], task
+        assert command[command.index("--pool") + 1] == str(cpu["settings"]["pool"]), task
 
 
 def test_stopped_processes_keep_their_batches(tiny_qwen2_dir, tmp_path):
