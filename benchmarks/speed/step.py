@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     from mrtpo.models.default import resolve_model
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options, args.max_new_tokens)
+    torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy in every run
     policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                          lora_dropout=0.0, device="cpu", dtype="float32")
     with torch.no_grad():  # an adapter away from its zero start: its gradients are all non-trivial

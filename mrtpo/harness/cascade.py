@@ -63,21 +63,25 @@ def _part(query, key, value, mask, scale, use_kernel: bool = True):
 
 
 def two_part_attention(query, prompt_keys, prompt_values, prompt_mask, own_keys, own_values, own_mask,
-                       scale: float) -> torch.Tensor:
+                       scale: float, some_empty: bool = True) -> torch.Tensor:
     """One decoding step's attention in two parts (module doc), merged by their log-sum-exps.
 
     query [N, H, 1, d] for N = B x G rows, row i completion i % G of prompt i // G;
     prompt_keys/values [B, K, W, d] with the additive prompt_mask [B, 1, 1, W]: each prompt's
     columns once; own_keys/values [N, K, S, d] with the additive own_mask [N, 1, 1, S] (None:
-    every column): each row's own -> [N, 1, H, d] in the query's dtype."""
+    every column): each row's own -> [N, 1, H, d] in the query's dtype. `some_empty`: whether
+    a prompt may have no column (all of its mask -inf); False, when the caller knows, saves
+    the check (a decoding step's layers share one mask)."""
     n, h, _, d = query.shape
     b, kv_heads = prompt_keys.shape[:2]
     g, rep = n // b, h // kv_heads
     # the prompt's columns, once per prompt, for the G rows' queries together
     q_prompt = query.reshape(b, g, kv_heads, rep, d).transpose(1, 2).reshape(b, kv_heads, g * rep, d)  # [B, K, G*rep, d]
     out_p, lse_p = _part(q_prompt, prompt_keys, prompt_values, prompt_mask, scale)
-    empty = torch.isneginf(prompt_mask).all(-1).reshape(b, 1, 1)  # [B, 1, 1] a prompt with no column (one token)
-    if bool(empty.any()):  # the flash kernel gives such rows a log-sum-exp of 0, not -inf: nothing to merge
+    empty = torch.isneginf(prompt_mask).all(-1).reshape(b, 1, 1) if some_empty else None  # [B, 1, 1]
+    # a prompt with no column (one token): the flash kernel gives its rows a log-sum-exp of 0,
+    # not -inf, so they would merge an output of nothing
+    if empty is not None and bool(empty.any()):
         lse_p = lse_p.masked_fill(empty, float("-inf"))
         out_p = out_p.masked_fill(empty[..., None], 0.0)
     out_p = out_p.reshape(b, kv_heads, g, rep, d).transpose(1, 2).reshape(n, kv_heads, rep, d)  # [N, K, rep, d]

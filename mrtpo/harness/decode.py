@@ -4,12 +4,16 @@ On 2 CPU cores a decoding step of SmolLM2 (8 rows) took 75 ms through `generate`
 model's forward, of which the 210 matrix products of the layers take about 32 ms and the
 head 6 ms: the rest is Python and small tensor operations (the attention mask and positions
 rebuilt at every step, the cache classes, keyword plumbing through 30 layers, the stopping
-criteria). `decode` runs the same computation with the model's own modules (its norms, its
-projections, its rotary embedding and `apply_rotary_pos_emb`; a LoRA projection whose adapter
-is folded in is its base layer, as peft computes it then), so each token's logits are the
-model's own to float rounding, and draws each token with the same logits processors as
-`generate` does: 0.80-0.90x of the rollout's time on SmolLM2 (text2sql, 2 x 4, 64 new
-tokens, 2 threads; `benchmarks/speed/step.py` measures it with the other fast paths). It keeps
+criteria). `decode` runs the same computation with the model's own weights and Llama's
+arithmetic (its RMS norm as torch's fused `rms_norm` in float32; its rotary embedding, applied
+to a layer's queries and keys together; a LoRA projection whose adapter is folded in is its
+base layer, as peft computes it then), so each token's logits are the model's own to float
+rounding, and draws each token with the same logits processors as `generate` does: 0.80-0.90x
+of the rollout's time on SmolLM2 (text2sql, 2 x 4, 64 new tokens, 2 threads;
+`benchmarks/speed/step.py` measures it with the other fast paths). The projections of one
+input are one product (q, k and v; gate and up), with the weights stacked and packed once per
+decoding for MKL (`packed.packed_linear`): 0.85x of this path's time at 2 threads and 0.79x
+at 1 (the same completions). It keeps
 
 - each prompt's keys and values once, [B, K, W, d], as `prefix.encode_prompts` encoded
   them (its layout: common beginning, padding, the prompt's rest), read by the G rows of
@@ -25,9 +29,10 @@ take this path; `rollout.sample` sends the rest through `generate`.
 """
 from __future__ import annotations
 
-import sys
+from typing import Callable, NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from mrtpo.harness.cascade import additive, two_part_attention
 
@@ -76,7 +81,7 @@ def supports(model) -> bool:
 
 @torch.no_grad()
 def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, group: int, max_new_tokens: int,
-           stops: list[int], pad_id: int, processors: list) -> torch.Tensor:
+           stops: list[int], pad_id: int, processors: list, packed: bool = True) -> torch.Tensor:
     """Decode N = B x G rows from B encoded prompts -> their new tokens [N, <= max_new_tokens].
 
     `encoded`: `prefix.encode_prompts` of the B prompts without their last token (its cache
@@ -85,45 +90,45 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
     `group` = G. Each step feeds every row one token, lets `processors` turn its float32
     logits into scores and takes their argmax; a row that has drawn a stop token gets
     `pad_id` from then on; decoding ends when every row has stopped or after max_new_tokens
-    (as `generate` with those stop ids and greedy decoding after the processors)."""
+    (as `generate` with those stop ids and greedy decoding after the processors). `packed`:
+    the layers' projections multiply by weights packed once for MKL (`packed.packed_linear`)."""
     body = model.get_decoder()
     head = model.get_output_embeddings()
-    layers = list(body.layers)
-    attention = layers[0].self_attn
-    rope = sys.modules[type(attention).__module__].apply_rotary_pos_emb
-    d = attention.head_dim
+    attention = body.layers[0].self_attn
+    d, half = attention.head_dim, attention.head_dim // 2
     n = last_ids.shape[0]
+    layers = [_parts(x, n, packed) for x in body.layers]
     prompt_k = [x.keys for x in encoded.cache.layers]  # per layer [B, K, W, d]
     prompt_v = [x.values for x in encoded.cache.layers]
     kv_heads, dtype, device = prompt_k[0].shape[1], prompt_k[0].dtype, last_ids.device
+    heads = model.config.num_attention_heads
+    rotated = (heads + kv_heads) * d  # the queries' and keys' columns of a layer's qkv product
     prompt_mask = additive(encoded.mask.bool()[:, None, None, :], dtype)  # [B, 1, 1, W]
+    some_empty = bool(torch.isneginf(prompt_mask).all(-1).any())  # a one-token prompt: no cached column
     own_k = [torch.zeros(n, kv_heads, max_new_tokens, d, dtype=dtype, device=device) for _ in layers]
     own_v = [torch.zeros_like(x) for x in own_k]
     position = encoded.mask.sum(-1).repeat_interleave(group)  # [N] the last prompt token's position
-    scale, act = attention.scaling, layers[0].mlp.act_fn
-    linears = [tuple(_product(m) for m in (x.self_attn.q_proj, x.self_attn.k_proj, x.self_attn.v_proj,
-                                            x.self_attn.o_proj, x.mlp.gate_proj, x.mlp.up_proj, x.mlp.down_proj))
-               for x in layers]
+    scale = attention.scaling
+    final_norm = _norm(body.norm)
     stop = torch.tensor(stops, dtype=torch.long, device=device)
     running = torch.ones(n, dtype=torch.bool, device=device)  # [N]
     token, sequence, new = last_ids, input_ids, []
     for t in range(max_new_tokens):
         h = body.embed_tokens(token[:, None])  # [N, 1, H]
-        cos, sin = body.rotary_emb(h, (position + t)[:, None])  # [N, 1, d] each
-        for i, (layer, (q_proj, k_proj, v_proj, o_proj, gate, up, down)) in enumerate(zip(layers, linears)):
-            x = layer.input_layernorm(h)
-            q = q_proj(x).view(n, 1, -1, d).transpose(1, 2)  # [N, heads, 1, d]
-            k = k_proj(x).view(n, 1, -1, d).transpose(1, 2)  # [N, K, 1, d]
-            v = v_proj(x).view(n, 1, -1, d).transpose(1, 2)  # [N, K, 1, d]
-            q, k = rope(q, k, cos, sin)
-            own_k[i][:, :, t] = k[:, :, 0]
-            own_v[i][:, :, t] = v[:, :, 0]
-            out = two_part_attention(q, prompt_k[i], prompt_v[i], prompt_mask, own_k[i][:, :, :t + 1],
-                                     own_v[i][:, :, :t + 1], None, scale)  # [N, 1, heads, d]
-            h = h + o_proj(out.reshape(n, 1, -1))
-            x = layer.post_attention_layernorm(h)
-            h = h + down(act(gate(x)) * up(x))  # the gated MLP, as LlamaMLP computes it
-        logits = head(body.norm(h)[:, -1]).to(dtype=torch.float32, copy=True)  # [N, V]
+        cos, sin = body.rotary_emb(h, (position + t)[:, None])  # [N, 1, d] each: every head alike
+        for i, x in enumerate(layers):
+            qkv = x.qkv(x.norm_in(h))  # [N, 1, (heads + 2K) d]
+            qk = qkv[:, 0, :rotated].view(n, -1, d)  # [N, heads + K, d]
+            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), -1) * sin  # Llama's rotary embedding
+            own_k[i][:, :, t] = qk[:, heads:]
+            own_v[i][:, :, t] = qkv[:, 0, rotated:].view(n, kv_heads, d)
+            out = two_part_attention(qk[:, :heads, None], prompt_k[i], prompt_v[i], prompt_mask,
+                                     own_k[i][:, :, :t + 1], own_v[i][:, :, :t + 1], None, scale,
+                                     some_empty)  # [N, 1, heads, d]
+            h = h + x.o(out.reshape(n, 1, -1))
+            gate, up = x.gate_up(x.norm_post(h)).split(x.width, -1)  # [N, 1, I] each
+            h = h + x.down(x.act(gate) * up)  # the gated MLP, as LlamaMLP computes it
+        logits = head(final_norm(h)[:, -1]).to(dtype=torch.float32, copy=True)  # [N, V]
         scores = logits
         for proc in processors:
             scores = proc(sequence, scores)
@@ -134,6 +139,46 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
         if not running.any():
             break
     return torch.stack(new, 1)  # [N, steps]
+
+
+class _Parts(NamedTuple):
+    """What one decoder layer computes with, as plain callables (no module call per use)."""
+    norm_in: Callable
+    qkv: Callable  # [N, 1, H] -> [N, 1, (heads + 2K) d]: queries, keys, values
+    o: Callable
+    norm_post: Callable
+    gate_up: Callable  # [N, 1, H] -> [N, 1, 2I]: the gate's, then the up projection's
+    width: int  # I
+    down: Callable
+    act: Callable
+
+
+def _parts(layer, rows: int, packed: bool) -> _Parts:
+    """`layer`'s norms, activation and projections (`_product`), those of one input as one
+    product: packed for MKL when `packed` and MKL can take them, else one call each, joined."""
+    from mrtpo.harness.packed import packed_linear
+
+    attn, mlp = layer.self_attn, layer.mlp
+
+    def joined(modules):
+        products = [_product(m) for m in modules]
+        fused = packed_linear(products, rows) if packed else None
+        return fused or (lambda x: torch.cat([p(x) for p in products], -1))
+
+    return _Parts(_norm(layer.input_layernorm), joined([attn.q_proj, attn.k_proj, attn.v_proj]),
+                  joined([attn.o_proj]), _norm(layer.post_attention_layernorm),
+                  joined([mlp.gate_proj, mlp.up_proj]), mlp.intermediate_size, joined([mlp.down_proj]), mlp.act_fn)
+
+
+def _norm(module) -> Callable:
+    """An RMS norm of Llama's kind (the float32 variance, then the weight) as torch's fused
+    `rms_norm` when its weight is float32 (the same arithmetic in one call: one op instead of
+    six, equal on SmolLM2's hidden states; tested against `generate`), else the module."""
+    weight, eps = getattr(module, "weight", None), getattr(module, "variance_epsilon", None)
+    if weight is None or eps is None or weight.dtype != torch.float32:
+        return module
+    shape = (weight.shape[-1],)
+    return lambda x: F.rms_norm(x, shape, weight, eps) if x.dtype == torch.float32 else module(x)
 
 
 def _product(module):

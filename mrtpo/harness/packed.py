@@ -1,4 +1,5 @@
-"""Decoding's vocabulary head with its weight packed once for MKL, on CPU.
+"""Decoding's products with their weights packed once for MKL, on CPU: the vocabulary head, and
+on the lean decoding path (`harness.decode`) every layer's projections.
 
 Each decoding step multiplies a few rows (B x G, 8 in SmolLM2's train settings) by the head's
 [V, H] weight (49,152 x 576, 113 MB in float32). For so few rows MKL's sgemm re-packs the
@@ -12,6 +13,14 @@ it is made again when the weight changes (its version counter moves, as it does 
 full-weight training steps it). Logits equal `F.linear`'s to
 float rounding (tested). Other devices, dtypes, builds without MKL, heads with a bias or
 wrapped by an adapter, and calls with another row count keep the plain product.
+
+The layers' projections (`packed_linear`, several of one input stacked into one product) are
+packed at the start of each decoding and dropped after it: their weights change with every
+step of training, and the adapter's fold writes them through `.data`, which moves no version
+counter, so a kept copy could not tell it is stale. Measured on SmolLM2's 210 projections for
+8 rows (2 threads): 56 -> 40 ms a decoding step for the products alone, after 0.17 s of
+packing. With the lean path's other trims (`harness.decode`) 0.85x of its decoding at 2
+threads and 0.79x at 1 (text2sql, 2 x 4, 64 new tokens, the same completions).
 """
 from __future__ import annotations
 
@@ -68,3 +77,29 @@ def packed_head(model, rows: int) -> Iterator[bool]:
         yield True
     finally:
         del head.forward
+
+
+def packed_linear(modules: list[torch.nn.Module], rows: int):
+    """The products of `modules`, projections of one input, as one product for inputs of `rows`
+    rows ([rows, ..., in] -> [rows, ..., sum of outs], each module's outputs in turn) with their
+    weights stacked and packed for MKL now; None unless each is a plain float32 `nn.Linear`
+    on a CPU torch with MKL (all with a bias or none). Each output column is its own module's
+    product (tested equal). The packed copy lives as long as the returned function: for
+    weights that stay fixed meanwhile (one rollout's decoding). Inputs of another row count
+    or dtype take `F.linear`; gradients are not kept."""
+    biases = [m.bias for m in modules]
+    if (rows < 1 or any(type(m) is not torch.nn.Linear or not can_pack(m.weight) for m in modules)
+            or len({b is None for b in biases}) != 1):
+        return None
+    with torch.no_grad():
+        weight = torch.cat([m.weight.detach() for m in modules]) if len(modules) > 1 else modules[0].weight.detach()
+        bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+
+    def product(x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # [M, in]
+        if flat.shape[0] != rows or x.dtype != torch.float32:
+            return F.linear(x, weight, bias)
+        return torch.ops.mkl._mkl_linear(flat.contiguous(), packed, weight, bias, rows).view(*x.shape[:-1], -1)
+
+    return product

@@ -205,8 +205,9 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     `logits_processor`: extra transformers logits processors, e.g. the loop's per-row seeded
     sampling (mrtpo.harness.distributed.RowSeededSampling). `static_cache`, `common_prefix`:
     the fast paths of `prompt_cache`; `packed`: the vocabulary head's weight packed once for
-    MKL on CPU (`harness.packed`); `cascade`: decoding attention reads each prompt's cached
-    keys and values once for its G rows (`harness.cascade`). All on; the same completions,
+    MKL on CPU, and on the lean path every layer's projections too (`harness.packed`);
+    `cascade`: decoding attention reads each prompt's cached keys and values once for its G
+    rows (`harness.cascade`). All on; the same completions,
     tested; benchmarks switch them off to measure them. `lean`: on CPU, a Llama-shaped model
     whose tokens are drawn by a processor (or greedily) decodes with `harness.decode` instead of
     `generate` (the same completions, tested); `static_cache` and `cascade` are `generate`'s
@@ -322,5 +323,6 @@ def _decode(model, ids: list[list[int]], g: int, max_new_tokens: int, stops: lis
     input_ids = input_ids.to(device).repeat_interleave(g, 0)  # [B*G, P] what processors see
     last = torch.tensor([x[-1] for x in ids], dtype=torch.long, device=device).repeat_interleave(g)  # [B*G]
     with packed_head(model, last.shape[0]) if packed else contextlib.nullcontext():
-        new = decode(model, enc, last, input_ids, g, max_new_tokens, stops, pad_id, processors)  # [B*G, steps]
+        new = decode(model, enc, last, input_ids, g, max_new_tokens, stops, pad_id, processors,
+                     packed)  # [B*G, steps]
     return new.tolist(), enc.start

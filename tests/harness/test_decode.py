@@ -59,8 +59,11 @@ def test_lean_decoding_samples_what_generate_samples(model_dir, request, monkeyp
             monkeypatch.undo()
         return out
 
-    plain, lean = run(False), run(True)
+    plain, lean, unpacked = run(False), run(True), run(True, packed=False)
     assert lean.response_ids == plain.response_ids and lean.truncated == plain.truncated
+    assert unpacked.response_ids == plain.response_ids  # each projection its own product, joined
+    for a, b in zip(plain.sampling_logps, unpacked.sampling_logps):
+        assert a == pytest.approx(b, abs=1e-5)
     assert plain.response_ids[1][-1] == stop and len(plain.response_ids[1]) == 3  # stopped at step 2
     assert any(len(r) == 10 for r in plain.response_ids)  # others ran to the end
     for a, b in zip(plain.sampling_logps, lean.sampling_logps):

@@ -1,10 +1,11 @@
-"""Decoding's vocabulary head with an MKL-packed weight (mrtpo.harness.packed)."""
+"""Decoding's products with MKL-packed weights (mrtpo.harness.packed): the vocabulary head, and
+the layers' projections stacked into one product per input (`packed_linear`)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mrtpo.harness.packed import _PACKED, can_pack, packed_head
+from mrtpo.harness.packed import _PACKED, can_pack, packed_head, packed_linear
 
 needs_mkl = pytest.mark.skipif(not can_pack(torch.zeros(1, 1)), reason="this torch build has no MKL packed products")
 
@@ -98,3 +99,36 @@ def test_a_packed_head_does_not_stop_the_bf16_sampler_copy(tiny_qwen2_dir):
         roll = sample(policy, task, examples, 2, temperature=0.9, max_new_tokens=6, dtype=dtype,
                       logits_processor=[RowSeededSampling(3, 1, 0, 0.9)])
         assert len(roll) == 4
+
+
+@needs_mkl
+def test_stacked_projections_give_each_projections_product(tiny_qwen2_dir):
+    """A Qwen2 layer's q, k, v (with biases) and its gate and up (without) as one packed product
+    each: every module's columns equal its own product; another row count takes the plain one."""
+    from transformers import AutoModelForCausalLM
+
+    layer = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir).model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    x = torch.randn(6, 1, attn.q_proj.in_features, generator=torch.Generator().manual_seed(0))  # [rows, 1, H]
+    with torch.no_grad():
+        for modules in ([attn.q_proj, attn.k_proj, attn.v_proj], [mlp.gate_proj, mlp.up_proj], [attn.o_proj]):
+            product = packed_linear(modules, rows=6)
+            plain = torch.cat([m(x) for m in modules], -1)  # [rows, 1, sum of outs]
+            torch.testing.assert_close(product(x), plain, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(product(x[:4]), plain[:4], atol=1e-5, rtol=1e-5)
+        assert attn.q_proj.bias is not None and mlp.gate_proj.bias is None  # both kinds were stacked
+
+
+def test_only_plain_float32_linears_of_one_kind_are_stacked(tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    from mrtpo.harness.policy import load_policy
+
+    layer = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir).model.layers[0]
+    attn = layer.self_attn
+    assert packed_linear([attn.q_proj, attn.o_proj], rows=0) is None  # no rows
+    assert packed_linear([attn.q_proj, attn.o_proj], rows=2) is None  # a bias beside none
+    assert packed_linear([layer.mlp.gate_proj.to(torch.bfloat16)], rows=2) is None
+    lora = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0).model
+    wrapped = lora.get_decoder().layers[0].self_attn.q_proj  # an unfolded adapter: three products, not one
+    assert packed_linear([wrapped], rows=2) is None
