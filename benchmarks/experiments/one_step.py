@@ -397,7 +397,10 @@ def combine(paths: list[str]) -> tuple[list[dict], dict]:
         lines = path.read_text().splitlines() if path.is_file() else []
         if not lines:
             raise SystemExit(f"--combine: {path} is not a batch file of one_step.py (missing or empty)")
-        head = written_settings(json.loads(lines[0]))
+        head = written_settings(_line(path, lines, 0))
+        if not {"task", "methods", "seed"} <= set(head):
+            raise SystemExit(f"--combine: {path}'s first line holds no run settings (task, methods, seed): "
+                             "pass the batch files one_step.py wrote with --out, not its --json summaries")
         rest = {k: v for k, v in head.items() if k != "seed"}
         if settings is None:
             settings = rest
@@ -408,12 +411,26 @@ def combine(paths: list[str]) -> tuple[list[dict], dict]:
         if any(s["seed"] == head.get("seed") for s in sources):
             raise SystemExit(f"--combine: {path} has seed {head.get('seed')}, as an earlier file has: "
                              "the same seed draws the same batches, which are not independent")
-        batches = [json.loads(line) for line in lines[1:]]
+        batches = [_line(path, lines, i) for i in range(1, len(lines))]
         seconds = [rec["seconds"]["batch"] for rec in batches]
         sources.append({"file": path.name, "seed": head.get("seed"), "batches": len(batches),
                         "seconds_per_batch": statistics.mean(seconds) if seconds else None})
         records += batches
     return records, {**settings, "seed": [s["seed"] for s in sources], "sources": sources}
+
+
+def _line(path: Path, lines: list[str], i: int) -> dict:
+    """Line i of a batch file as the JSON object it must be; anything else is refused naming the
+    file and line."""
+    try:
+        value = json.loads(lines[i])
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--combine: {path} line {i + 1} is not JSON ({exc.msg}): "
+                         "not a batch file of one_step.py, or damaged") from None
+    if not isinstance(value, dict) or (i > 0 and not {"effects", "seconds"} <= set(value)):
+        raise SystemExit(f"--combine: {path} line {i + 1} is not a {'batch' if i else 'settings'} record "
+                         "of one_step.py")
+    return value
 
 
 def append_record(out: Path, settings: dict, record: dict) -> None:

@@ -15,11 +15,12 @@ policy and batch:
   text, worked example) encoded once for all of them, in the rollout, the replay
   (`ReplayOptions.common`) and the update, grouped key/value heads read in place
   (`harness.attention`), decoding without `generate` (`harness.decode`: the model's own
-  modules called directly, each prompt's keys and values kept once), decoding's attention
+  weights with Llama's arithmetic called directly, each prompt's keys and values kept once), decoding's attention
   reading each prompt's keys and values once for its G rows (`harness.cascade`), decoding's
-  vocabulary head with its weight packed once
-  for MKL (`harness.packed`), the replay's context suffixes nested by the beginnings they
-  share (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning
+  vocabulary head with its weight packed once for MKL and, on the lean path, each layer's
+  projections of one input stacked into one product packed once per rollout
+  (`harness.packed`), the replay's context suffixes nested by the beginnings they share
+  (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning
   its prompts share instead of encoding it again (`Rollout.prompt_start`, while the weights
   stand), the update's responses fed as one token trie per prompt
   (`loss.response_trie_hidden`: no padding, a shared beginning once), and the update's

@@ -170,3 +170,22 @@ def test_combine_takes_a_file_that_stopped_before_its_first_batch(one_step, tmp_
     records, got = one_step.combine([str(tmp_path / "a.jsonl")])
     assert records == [] and got["sources"] == [{"file": "a.jsonl", "seed": 1, "batches": 0,
                                                  "seconds_per_batch": None}]
+
+
+def test_combine_refuses_what_is_not_a_batch_file_naming_file_and_line(one_step, tmp_path):
+    """A summary passed for a batch file, a damaged line, or a line that is no batch record: one
+    line naming the file (and line), not a KeyError or a JSON traceback."""
+    settings = {"model": "m", "task": "t", "pool": 2, "methods": ["gdpo", "mrtpo"], "seed": 1}
+    batch = {"effects": {"gdpo": {"total": 0.1, "kl": 0.0}}, "seconds": {"batch": 1.0}, "flat": False}
+    cases = {
+        "summary.json": json.dumps({"settings": {"task": "t"}, "rows": []}) + "\n",  # --json's output
+        "damaged.jsonl": json.dumps({"settings": settings}) + "\n" + json.dumps(batch) + "\n{\"effects\": {\n",
+        "other.jsonl": json.dumps({"settings": settings}) + "\n" + json.dumps([1, 2]) + "\n",
+    }
+    want = {"summary.json": "summary.json's first line holds no run settings",
+            "damaged.jsonl": "damaged.jsonl line 3 is not JSON",
+            "other.jsonl": "other.jsonl line 2 is not a batch record"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SystemExit, match=want[name]):
+            one_step.combine([str(tmp_path / name)])
