@@ -8,9 +8,12 @@ phases and timed on their own:
 
 - prefill: the B distinct prompts through the model once (their KV cache, as the rollout does:
   the beginning they all share once, then each prompt's rest);
-- decode: the rest of generation, G completions per prompt, one token per row per forward;
+- decode: the rest of generation, G completions per prompt, one token per row per forward,
+  drawn by the loop's per-row seeded sampler (on CPU the lean decoding path the trainer takes);
 - score: the verifiers (no model);
-- replay: MRTPO's teacher-forced replay of every (completion, reward) pair;
+- replay: MRTPO's teacher-forced replay of every (completion, reward) pair (its tokens: those
+  it feeds through the first layer, counted by a hook, so the rollout's encoded start that
+  it takes instead of encoding it again is not counted);
 - forward / backward: the update's log-probabilities with gradients (the prompts encoded as the
   prefill does, once for their group), then the backward pass;
 - optimizer: AdamW over the LoRA parameters.
@@ -31,6 +34,7 @@ of each phase goes to prompt tokens. Nothing is asserted: these are measured fig
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -83,11 +87,29 @@ def forward_flops(s: dict, tokens: int, context: float, logits: int) -> float:
     return 2 * s["body"] * tokens + 4 * s["layers"] * s["width"] * context * tokens + 2 * s["width"] * s["vocab"] * logits
 
 
+@contextlib.contextmanager
+def fed_tokens(model):
+    """Within the block, counts the token positions every forward feeds through the decoder's
+    first layer (padding included: it costs what a token costs); yields a one-item list."""
+    from mrtpo.replay.plumbing import decoder_of
+
+    count = [0]
+
+    def hook(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]  # [B, L, H]
+        count[0] += hidden.shape[:-1].numel()
+
+    handle = decoder_of(model).layers[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield count
+    finally:
+        handle.remove()
+
+
 def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     """The step's phases as rows (name, tokens, prompt_tokens, flops, bytes, seconds)."""
     from mrtpo.advantages import estimate, place
-    from mrtpo.contexts import build_item, model_positions
-    from mrtpo.replay import replay_tokens
+    from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.distances import policy_replayer, replay_distances
     from mrtpo.harness.loss import policy_loss, token_logps
     from mrtpo.replay.planning import common_prefix
@@ -103,7 +125,9 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
         _, t_prefill = timed(lambda: prompt_cache(model, ids, G, policy.pad_id, max_new_tokens=cfg.max_new_tokens))
     torch.manual_seed(0)
     rollout, t_sample = timed(lambda: sample(policy, task, examples, G, temperature=cfg.temperature,
-                                             top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens))
+                                             top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                             logits_processor=[RowSeededSampling(0, 1, 0, cfg.temperature, cfg.top_p)]))
+    # (the loop's sampler: on CPU the lean decoding path, as the trainer takes it)
     new = sum(len(r) for r in rollout.response_ids)
     steps = rollout.max_length
     common = common_prefix([x[:-1] for x in ids])
@@ -111,10 +135,10 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     scorer = Scorer(task, 0)
     scored, t_score = timed(lambda: scorer.score(rollout.examples, rollout.responses))
     credit = estimate(scored.scores, G, "gdpo", weights=scored.weights, floors=scored.floors)
-    (q, _), t_replay = timed(lambda: replay_distances(policy_replayer(policy), task, rollout, scored, cfg.temperature))
-    items = [build_item(task, policy.tokenizer, ex, r, v, model_positions(policy.model))
-             for ex, r, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if r]
-    fed = replay_tokens(items, model=policy.model)  # what the shared replay feeds through the body
+    with fed_tokens(policy.model) as fed:  # what the shared replay feeds through the body, its reuse of the
+        (q, _), t_replay = timed(lambda: replay_distances(  # rollout's encoded start included
+            policy_replayer(policy), task, rollout, scored, cfg.temperature))
+    fed = fed[0]
     mask = rollout.response_mask()
     adv = place(credit, q, mask)
     batch = rollout.batch(policy.pad_id, policy.device)

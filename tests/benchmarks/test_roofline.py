@@ -23,3 +23,22 @@ def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
     nd = doc["sizes"]["without_lora_dropout"]  # the train settings' dropout, then the update without it
     assert nd["lora_dropout"] > 0 and nd["forward"] > 0 and nd["backward"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["schema"] == "mrtpo.roofline/1"
+
+
+def test_fed_tokens_counts_what_goes_through_the_first_layer(tiny_qwen2_dir):
+    """The replay's token count: every position a forward feeds the first decoder layer, a
+    cached beginning not at all."""
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    roofline = benchmark_module.load("roofline")
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
+    ids = torch.arange(1, 13).view(2, 6)  # [2, 6]
+    with torch.no_grad(), roofline.fed_tokens(model) as fed:
+        cache = DynamicCache()
+        model(input_ids=ids[:, :4], past_key_values=cache, use_cache=True)  # 8 positions
+        model(input_ids=ids[:, 4:], past_key_values=cache, use_cache=True)  # 4 more on the cache
+    assert fed == [12]
+    with torch.no_grad():
+        model(input_ids=ids)
+    assert fed == [12]  # the hook is gone after the block
