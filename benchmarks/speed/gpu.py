@@ -377,8 +377,9 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
     tasks = tasks or [t for t in args.one_step_tasks.split(",") if t]
     seeds = [s for s in str(args.one_step_seeds).split(",") if s]
 
-    procs = {(t, s): subprocess.Popen(one_step_command(script, model, args, out, t, s), stdout=open(out / f"{t}-seed{s}.log", "w"),
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+    procs = {(t, s): subprocess.Popen(one_step_command(script, model, args, out, t, s),
+                                      stdout=open(out / f"{t}-seed{s}.log", "w"), stderr=subprocess.STDOUT,
+                                      start_new_session=True)
              for t in tasks for s in seeds}
     t0 = time.perf_counter()
     for proc in procs.values():

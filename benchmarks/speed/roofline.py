@@ -124,10 +124,10 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     with torch.no_grad(), policy.merged() as model:
         _, t_prefill = timed(lambda: prompt_cache(model, ids, G, policy.pad_id, max_new_tokens=cfg.max_new_tokens))
     torch.manual_seed(0)
+    sampler = RowSeededSampling(0, 1, 0, cfg.temperature, cfg.top_p)  # the loop's: on CPU the lean decoding path
     rollout, t_sample = timed(lambda: sample(policy, task, examples, G, temperature=cfg.temperature,
                                              top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                             logits_processor=[RowSeededSampling(0, 1, 0, cfg.temperature, cfg.top_p)]))
-    # (the loop's sampler: on CPU the lean decoding path, as the trainer takes it)
+                                             logits_processor=[sampler]))
     new = sum(len(r) for r in rollout.response_ids)
     steps = rollout.max_length
     common = common_prefix([x[:-1] for x in ids])
@@ -135,9 +135,10 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     scorer = Scorer(task, 0)
     scored, t_score = timed(lambda: scorer.score(rollout.examples, rollout.responses))
     credit = estimate(scored.scores, G, "gdpo", weights=scored.weights, floors=scored.floors)
-    with fed_tokens(policy.model) as fed:  # what the shared replay feeds through the body, its reuse of the
-        (q, _), t_replay = timed(lambda: replay_distances(  # rollout's encoded start included
-            policy_replayer(policy), task, rollout, scored, cfg.temperature))
+    # what the shared replay feeds through the body (not the rollout's encoded start it takes)
+    with fed_tokens(policy.model) as fed:
+        (q, _), t_replay = timed(lambda: replay_distances(policy_replayer(policy), task, rollout, scored,
+                                                          cfg.temperature))
     fed = fed[0]
     mask = rollout.response_mask()
     adv = place(credit, q, mask)

@@ -111,11 +111,12 @@ def cascade_attention(module, query, key, value, attention_mask, dropout: float 
     g, w, memo = plan
     scale = scaling if scaling is not None else d ** -0.5
     if not memo or memo[0] is not attention_mask or memo[1] != query.dtype:  # one step's mask serves every layer
-        memo[:] = [attention_mask, query.dtype, additive(attention_mask[::g, :, :, :w], query.dtype),
-                   additive(attention_mask[:, :, :, w:], query.dtype)]
-    mask_p, mask_s = memo[2], memo[3]  # [B, 1, 1, W], [N, 1, 1, S - W]
+        mask_p = additive(attention_mask[::g, :, :, :w], query.dtype)
+        memo[:] = [attention_mask, query.dtype, mask_p, additive(attention_mask[:, :, :, w:], query.dtype),
+                   bool(torch.isneginf(mask_p).all(-1).any())]
+    mask_p, mask_s, some_empty = memo[2:]  # [B, 1, 1, W], [N, 1, 1, S - W], a prompt with no column
     return two_part_attention(query, key[::g, :, :w], value[::g, :, :w], mask_p, key[:, :, w:], value[:, :, w:],
-                              mask_s, scale), None  # [N, 1, H, d]
+                              mask_s, scale, some_empty), None  # [N, 1, H, d]
 
 
 def _register() -> None:

@@ -163,9 +163,11 @@ def _parts(layer, rows: int, packed: bool) -> _Parts:
     def joined(modules):
         products = [_product(m) for m in modules]
         fused = packed_linear(products, rows) if packed else None
-        if fused is not None or len(products) > 1:
-            return fused or (lambda x: torch.cat([p(x) for p in products], -1))
-        return products[0]
+        if fused is not None:
+            return fused
+        if len(products) == 1:
+            return products[0]
+        return lambda x: torch.cat([p(x) for p in products], -1)
 
     return _Parts(_norm(layer.input_layernorm), joined([attn.q_proj, attn.k_proj, attn.v_proj]),
                   joined([attn.o_proj]), _norm(layer.post_attention_layernorm),

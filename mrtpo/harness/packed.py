@@ -67,10 +67,9 @@ def packed_head(model, rows: int) -> Iterator[bool]:
     weight, version = head.weight, head.weight._version
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1]).contiguous()  # [M, H]
-        if flat.shape[0] != rows or x.dtype != torch.float32 or weight._version != version:
+        if weight._version != version:  # written meanwhile: the packed copy is stale
             return F.linear(x, weight)
-        return torch.ops.mkl._mkl_linear(flat, packed, weight, None, rows).reshape(*x.shape[:-1], -1)  # [..., V]
+        return _product(x, packed, weight, None, rows)  # [..., V]
 
     head.forward = types.MethodType(forward, head)
     try:
@@ -96,10 +95,13 @@ def packed_linear(modules: list[torch.nn.Module], rows: int):
         bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
         packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
 
-    def product(x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])  # [M, in]
-        if flat.shape[0] != rows or x.dtype != torch.float32:
-            return F.linear(x, weight, bias)
-        return torch.ops.mkl._mkl_linear(flat.contiguous(), packed, weight, bias, rows).view(*x.shape[:-1], -1)
+    return lambda x: _product(x, packed, weight, bias, rows)
 
-    return product
+
+def _product(x: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor, bias, rows: int) -> torch.Tensor:
+    """x [..., in] times the `rows`-row packed copy of `weight` [out, in] (+ bias) -> [..., out];
+    inputs of another row count or dtype take `F.linear`."""
+    flat = x.reshape(-1, x.shape[-1])  # [M, in]
+    if flat.shape[0] != rows or x.dtype != torch.float32:
+        return F.linear(x, weight, bias)
+    return torch.ops.mkl._mkl_linear(flat.contiguous(), packed, weight, bias, rows).view(*x.shape[:-1], -1)
