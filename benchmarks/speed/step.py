@@ -17,7 +17,7 @@ policy and batch:
   (`harness.attention`), decoding without `generate` (`harness.decode`: the model's own
   weights with Llama's arithmetic called directly, each prompt's keys and values kept once), decoding's attention
   reading each prompt's keys and values once for its G rows (`harness.cascade`), decoding's
-  vocabulary head with its weight packed once for MKL and, on the lean path, each layer's
+  vocabulary head with its weight packed once (for MKL on Intel CPUs, oneDNN on others) and, on the lean path, each layer's
   projections of one input stacked into one product packed once per rollout
   (`harness.packed`), the replay's context suffixes nested by the beginnings they share
   (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning

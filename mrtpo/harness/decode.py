@@ -12,7 +12,7 @@ rounding, and draws each token with the same logits processors as `generate` doe
 of the rollout's time on SmolLM2 (text2sql, 2 x 4, 64 new tokens, 2 threads;
 `benchmarks/speed/step.py` measures it with the other fast paths). The projections of one
 input are one product (q, k and v; gate and up), with the weights stacked and packed once per
-decoding for MKL (`packed.packed_linear`): 0.85x of this path's time at 2 threads and 0.79x
+decoding (`packed.packed_linear`: for MKL or oneDNN, by the CPU): 0.85x of this path's time at 2 threads and 0.79x
 at 1 (the same completions). It keeps
 
 - each prompt's keys and values once, [B, K, W, d], as `prefix.encode_prompts` encoded
@@ -91,7 +91,7 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
     logits into scores and takes their argmax; a row that has drawn a stop token gets
     `pad_id` from then on; decoding ends when every row has stopped or after max_new_tokens
     (as `generate` with those stop ids and greedy decoding after the processors). `packed`:
-    the layers' projections multiply by weights packed once for MKL (`packed.packed_linear`)."""
+    the layers' projections multiply by weights packed once (`packed.packed_linear`)."""
     body = model.get_decoder()
     head = model.get_output_embeddings()
     attention = body.layers[0].self_attn
@@ -155,7 +155,7 @@ class _Parts(NamedTuple):
 
 def _parts(layer, rows: int, packed: bool) -> _Parts:
     """`layer`'s norms, activation and projections (`_product`), those of one input as one
-    product: packed for MKL when `packed` and MKL can take them, else one call each, joined."""
+    product: packed (MKL or oneDNN) when `packed` and the library can take them, else one call each, joined."""
     from mrtpo.harness.packed import packed_linear
 
     attn, mlp = layer.self_attn, layer.mlp

@@ -1,17 +1,32 @@
-"""Decoding's products with MKL-packed weights (mrtpo.harness.packed): the vocabulary head, and
-the layers' projections stacked into one product per input (`packed_linear`)."""
+"""Decoding's products with packed weights (mrtpo.harness.packed): the vocabulary head, and the
+layers' projections stacked into one product per input (`packed_linear`), each for both
+packing libraries (MKL, oneDNN) where this torch build has them."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mrtpo.harness.packed import _PACKED, can_pack, packed_head, packed_linear
+from mrtpo.harness.packed import _PACKED, BACKENDS, backend_for, can_pack, default_backend, packed_head, packed_linear
 
-needs_mkl = pytest.mark.skipif(not can_pack(torch.zeros(1, 1)), reason="this torch build has no MKL packed products")
+needs_packing = pytest.mark.skipif(not can_pack(torch.zeros(1, 1)), reason="this torch build packs no weights")
+each_backend = pytest.mark.parametrize("backend", [
+    pytest.param(name, marks=pytest.mark.skipif(not BACKENDS[name].available(), reason=f"no {name} in this torch build"))
+    for name in BACKENDS])
 
 
-@needs_mkl
-def test_packed_logits_equal_the_plain_product_and_the_head_is_restored(tiny_qwen2_dir):
+def test_the_backend_follows_the_cpus_vendor():
+    """MKL on Intel CPUs and unknown ones; oneDNN on others (MKL's small products are slow
+    there); the other one where the build lacks the first choice."""
+    have = [name for name in BACKENDS if BACKENDS[name].available()]
+    intel, amd = backend_for("GenuineIntel"), backend_for("AuthenticAMD")
+    assert intel == ("mkl" if "mkl" in have else (have or [None])[0])
+    assert amd == ("onednn" if "onednn" in have else (have or [None])[0])
+    assert backend_for("") == intel
+    assert default_backend() in (intel, amd)
+
+
+@each_backend
+def test_packed_logits_equal_the_plain_product_and_the_head_is_restored(tiny_qwen2_dir, backend):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
@@ -19,7 +34,7 @@ def test_packed_logits_equal_the_plain_product_and_the_head_is_restored(tiny_qwe
     x = torch.randn(6, 1, head.in_features, generator=torch.Generator().manual_seed(0))  # [rows, 1, H]
     with torch.no_grad():
         plain = head(x)
-        with packed_head(model, rows=6) as on:
+        with packed_head(model, rows=6, backend=backend) as on:
             assert on
             packed = head(x)
             other_rows = head(x[:4])  # another row count: the plain product
@@ -30,22 +45,27 @@ def test_packed_logits_equal_the_plain_product_and_the_head_is_restored(tiny_qwe
     assert sliced.shape == (6, 1, head.out_features)
 
 
-@needs_mkl
-def test_the_packed_weight_is_kept_until_the_weight_changes(tiny_qwen2_dir):
+@each_backend
+def test_the_packed_weight_is_kept_until_the_weight_changes(tiny_qwen2_dir, backend):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
     head = model.get_output_embeddings()
     x = torch.randn(2, head.in_features)
     with torch.no_grad():
-        with packed_head(model, rows=2):
+        with packed_head(model, rows=2, backend=backend):
             first = _PACKED[head][1]
-        with packed_head(model, rows=2):
+        with packed_head(model, rows=2, backend=backend):
             assert _PACKED[head][1] is first  # packed once, reused by the next rollout
         head.weight.mul_(2.0)  # a trained head: its version moves
-        with packed_head(model, rows=2):
+        with packed_head(model, rows=2, backend=backend):
             assert _PACKED[head][1] is not first
             torch.testing.assert_close(head(x), x @ head.weight.t(), atol=1e-5, rtol=1e-5)
+        other = next((name for name in BACKENDS if name != backend and BACKENDS[name].available()), None)
+        if other is not None:
+            with packed_head(model, rows=2, backend=other):
+                assert _PACKED[head][0][0] == other  # the other library's packing is not taken for its own
+                torch.testing.assert_close(head(x), x @ head.weight.t(), atol=1e-5, rtol=1e-5)
 
 
 def test_nothing_is_packed_with_gradients_other_dtypes_or_a_bias(tiny_qwen2_dir):
@@ -63,7 +83,7 @@ def test_nothing_is_packed_with_gradients_other_dtypes_or_a_bias(tiny_qwen2_dir)
             assert not on
 
 
-@needs_mkl
+@needs_packing
 def test_sampling_with_the_packed_head_draws_the_same_completions(tiny_qwen2_dir):
     from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.policy import load_policy
@@ -83,7 +103,7 @@ def test_sampling_with_the_packed_head_draws_the_same_completions(tiny_qwen2_dir
         assert on  # the LoRA policy's merged model has its head packed, as `sample` does
 
 
-@needs_mkl
+@needs_packing
 def test_a_packed_head_does_not_stop_the_bf16_sampler_copy(tiny_qwen2_dir):
     """A float32 rollout (held-out before step 1) packs the head; --rollout-dtype bfloat16
     then deep-copies the merged model for its sampler, which must not meet the packed weight."""
@@ -101,8 +121,8 @@ def test_a_packed_head_does_not_stop_the_bf16_sampler_copy(tiny_qwen2_dir):
         assert len(roll) == 4
 
 
-@needs_mkl
-def test_stacked_projections_give_each_projections_product(tiny_qwen2_dir):
+@each_backend
+def test_stacked_projections_give_each_projections_product(tiny_qwen2_dir, backend):
     """A Qwen2 layer's q, k, v (with biases) and its gate and up (without) as one packed product
     each: every module's columns equal its own product; another row count takes the plain one."""
     from transformers import AutoModelForCausalLM
@@ -111,8 +131,10 @@ def test_stacked_projections_give_each_projections_product(tiny_qwen2_dir):
     attn, mlp = layer.self_attn, layer.mlp
     x = torch.randn(6, 1, attn.q_proj.in_features, generator=torch.Generator().manual_seed(0))  # [rows, 1, H]
     with torch.no_grad():
+        for m in (attn.q_proj, attn.k_proj, attn.v_proj):  # biases away from their zero start
+            m.bias.copy_(torch.randn(m.bias.shape, generator=torch.Generator().manual_seed(1)))
         for modules in ([attn.q_proj, attn.k_proj, attn.v_proj], [mlp.gate_proj, mlp.up_proj], [attn.o_proj]):
-            product = packed_linear(modules, rows=6)
+            product = packed_linear(modules, rows=6, backend=backend)
             plain = torch.cat([m(x) for m in modules], -1)  # [rows, 1, sum of outs]
             torch.testing.assert_close(product(x), plain, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(product(x[:4]), plain[:4], atol=1e-5, rtol=1e-5)
