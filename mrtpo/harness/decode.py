@@ -12,8 +12,8 @@ rounding, and draws each token with the same logits processors as `generate` doe
 of the rollout's time on SmolLM2 (text2sql, 2 x 4, 64 new tokens, 2 threads;
 `benchmarks/speed/step.py` measures it with the other fast paths). The projections of one
 input are one product (q, k and v; gate and up), with the weights stacked and packed once per
-decoding (`packed.packed_linear`: for MKL or oneDNN, by the CPU): 0.85x of this path's time at 2 threads and 0.79x
-at 1 (the same completions). It keeps
+decoding (`packed.packed_linear`: for MKL or oneDNN, by the CPU): 0.85x of this path's time at
+2 threads and 0.79x at 1 (the same completions). It keeps
 
 - each prompt's keys and values once, [B, K, W, d], as `prefix.encode_prompts` encoded
   them (its layout: common beginning, padding, the prompt's rest), read by the G rows of
@@ -155,7 +155,8 @@ class _Parts(NamedTuple):
 
 def _parts(layer, rows: int, packed: bool) -> _Parts:
     """`layer`'s norms, activation and projections (`_product`), those of one input as one
-    product: packed (MKL or oneDNN) when `packed` and the library can take them, else one call each, joined."""
+    product: packed (MKL or oneDNN) when `packed` and the library can take them, else one call
+    each, joined."""
     from mrtpo.harness.packed import packed_linear
 
     attn, mlp = layer.self_attn, layer.mlp

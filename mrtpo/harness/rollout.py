@@ -205,7 +205,8 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     `logits_processor`: extra transformers logits processors, e.g. the loop's per-row seeded
     sampling (mrtpo.harness.distributed.RowSeededSampling). `static_cache`, `common_prefix`:
     the fast paths of `prompt_cache`; `packed`: the vocabulary head's weight packed once on
-    CPU (MKL or oneDNN, by the CPU), and on the lean path every layer's projections too (`harness.packed`);
+    CPU (MKL or oneDNN, by the CPU), and on the lean path every layer's projections too
+    (`harness.packed`);
     `cascade`: decoding attention reads each prompt's cached keys and values once for its G
     rows (`harness.cascade`). All on; the same completions,
     tested; benchmarks switch them off to measure them. `lean`: on CPU, a Llama-shaped model

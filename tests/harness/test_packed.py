@@ -10,7 +10,8 @@ from mrtpo.harness.packed import _PACKED, BACKENDS, backend_for, can_pack, defau
 
 needs_packing = pytest.mark.skipif(not can_pack(torch.zeros(1, 1)), reason="this torch build packs no weights")
 each_backend = pytest.mark.parametrize("backend", [
-    pytest.param(name, marks=pytest.mark.skipif(not BACKENDS[name].available(), reason=f"no {name} in this torch build"))
+    pytest.param(name, marks=pytest.mark.skipif(not BACKENDS[name].available(),
+                                                reason=f"no {name} in this torch build"))
     for name in BACKENDS])
 
 
