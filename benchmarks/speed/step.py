@@ -19,7 +19,7 @@ policy and batch:
   reading each prompt's keys and values once for its G rows (`harness.cascade`), decoding's
   vocabulary head with its weight packed once (for MKL on Intel CPUs, oneDNN on others) and, on the lean path, each layer's
   projections of one input stacked into one product packed once per rollout
-  (`harness.packed`), the replay's context suffixes nested by the beginnings they share
+  (`harness.packed`; where oneDNN packs them, a stopped row leaves the products), the replay's context suffixes nested by the beginnings they share
   (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning
   its prompts share instead of encoding it again (`Rollout.prompt_start`, while the weights
   stand), the update's responses fed as one token trie per prompt

@@ -21,8 +21,10 @@ made once and kept for the module (beside it, so that copies of the model do not
 it is made again when the weight changes (its version counter moves, as it does when
 full-weight training steps it). Logits equal `F.linear`'s to
 float rounding (tested, for each backend). Other devices, dtypes, builds without the
-library, heads with a bias or wrapped by an adapter, and calls with another row count keep
-the plain product.
+library, heads with a bias or wrapped by an adapter keep the plain product, and so do calls
+with another row count where the library's packed weight serves only the count it was packed
+for (MKL's; oneDNN's serves any, each row's output the same bitwise, so decoding can drop the
+rows that have stopped).
 
 The layers' projections (`packed_linear`, several of one input stacked into one product) are
 packed at the start of each decoding and dropped after it: their weights change with every
@@ -53,20 +55,23 @@ class Backend(NamedTuple):
     """A library that packs a float32 weight [out, in] for `rows`-row inputs, and multiplies by it."""
     available: Callable[[], bool]
     pack: Callable  # (weight, rows) -> packed
-    product: Callable  # (x [rows, in] contiguous, packed, weight, bias, rows) -> [rows, out]
+    product: Callable  # (x [M, in] contiguous, packed, weight, bias, rows) -> [M, out]
+    any_rows: bool  # whether the packed weight serves inputs of any row count M, not only `rows`
 
 
 BACKENDS = {
     "mkl": Backend(lambda: torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
                    and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"),
                    lambda weight, rows: torch.ops.mkl._mkl_reorder_linear_weight(weight, rows),
-                   lambda x, packed, weight, bias, rows: torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)),
+                   lambda x, packed, weight, bias, rows: torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows),
+                   False),  # another row count: torch's op falls back to the unpacked product
     "onednn": Backend(lambda: torch.backends.mkldnn.is_available() and _x86()
                       and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                       and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"),
                       lambda weight, rows: torch.ops.mkldnn._reorder_linear_weight(weight, rows),
                       lambda x, packed, weight, bias, rows: torch.ops.mkldnn._linear_pointwise(
-                          x, packed, bias, "none", [], "")),
+                          x, packed, bias, "none", [], ""),
+                      True),  # a row's output does not depend on the row count (tested bitwise)
 }
 
 
@@ -98,6 +103,14 @@ def backend_for(vendor: str) -> str | None:
 def default_backend() -> str | None:
     """`backend_for` this machine's CPU."""
     return backend_for(cpu_vendor())
+
+
+def packs_any_rows(backend: str | None = None) -> bool:
+    """Whether `backend`'s (None: `default_backend()`'s) packed weights serve inputs of any row
+    count at the packed speed (oneDNN's), so that decoding can drop the rows that have stopped
+    (`harness.decode`); MKL's serve only the count they were packed for."""
+    backend = backend or default_backend()
+    return backend is not None and BACKENDS[backend].any_rows
 
 
 def can_pack(weight: torch.Tensor, backend: str | None = None) -> bool:
@@ -151,8 +164,9 @@ def packed_linear(modules: list[torch.nn.Module], rows: int, backend: str | None
     is a plain float32 `nn.Linear` on the CPU and the backend is in this torch build (all with
     a bias or none). Each output column is its own module's
     product (tested equal). The packed copy lives as long as the returned function: for
-    weights that stay fixed meanwhile (one rollout's decoding). Inputs of another row count
-    or dtype take `F.linear`; gradients are not kept."""
+    weights that stay fixed meanwhile (one rollout's decoding). Inputs of another dtype, or of
+    another row count where the backend cannot serve it (`packs_any_rows`), take `F.linear`;
+    gradients are not kept."""
     biases = [m.bias for m in modules]
     backend = backend or default_backend()
     if (rows < 1 or any(type(m) is not torch.nn.Linear or not can_pack(m.weight, backend) for m in modules)
@@ -169,8 +183,10 @@ def packed_linear(modules: list[torch.nn.Module], rows: int, backend: str | None
 def _product(x: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor, bias, rows: int,
              backend: str) -> torch.Tensor:
     """x [..., in] times the `rows`-row copy of `weight` [out, in] that `backend` packed (+ bias)
-    -> [..., out]; inputs of another row count or dtype take `F.linear`."""
+    -> [..., out]; inputs of another dtype, or of another row count where the backend's packed
+    weight serves only `rows` (`Backend.any_rows`), take `F.linear`."""
     flat = x.reshape(-1, x.shape[-1])  # [M, in]
-    if flat.shape[0] != rows or x.dtype != torch.float32:
+    m = flat.shape[0]
+    if x.dtype != torch.float32 or m == 0 or (m != rows and not BACKENDS[backend].any_rows):
         return F.linear(x, weight, bias)
     return BACKENDS[backend].product(flat.contiguous(), packed, weight, bias, rows).view(*x.shape[:-1], -1)

@@ -85,6 +85,34 @@ def test_every_row_stopping_ends_decoding_early(tiny_llama_dir):
     assert procs[0].calls == 4  # decoding steps taken: the last row stopped at step 3
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_stopped_rows_leave_the_products_where_the_library_allows(tiny_llama_dir, packed):
+    """After a row stops, later steps feed the running rows alone (unpacked products, or
+    packed by a library that serves any row count), with the completions `generate` gives;
+    MKL's packed products keep every row."""
+    from mrtpo.harness.packed import packs_any_rows
+
+    policy = _policy(tiny_llama_dir)
+    task = get_task("toolcall")
+    stop = policy.stop_ids[0]
+    fed = []  # rows fed at each decoding step
+    hook = policy.model.get_decoder().embed_tokens.register_forward_hook(
+        lambda m, args, out: fed.append(args[0].shape[0]) if args[0].shape[1] == 1 else None)
+
+    def run(lean):
+        procs = [StopAt(row=2, step=1, token=stop), RowSeededSampling(3, 1, 0, 1.0)]
+        return sample(policy, task, task.load()[:1], 4, max_new_tokens=6, lean=lean, packed=packed,
+                      logits_processor=procs)
+
+    try:
+        lean = run(True)
+    finally:
+        hook.remove()
+    assert lean.response_ids == run(False).response_ids and len(lean.response_ids[2]) == 2
+    dropped = not packed or packs_any_rows()
+    assert len(fed) > 2 and fed[:2] == [4, 4] and fed[2:] == [3 if dropped else 4] * (len(fed) - 2)
+
+
 def test_only_known_decoders_on_cpu_take_the_lean_path(tiny_qwen2_dir):
     from transformers import AutoModelForCausalLM
 
