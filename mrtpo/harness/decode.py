@@ -126,37 +126,31 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
     # stopped rows leave the products (R running rows of N) unless the packed products take a
     # fixed row count (MKL's: fewer rows would fall back to unpacked products, slower)
     drop_stopped = not packed or packs_any_rows()
-    alive = None  # [R] the running rows once some have stopped (None: all N)
+    keep = slice(None)  # the running rows: all N, then [R] indices once some have stopped
     token, sequence, new = last_ids, input_ids, []
     for t in range(max_new_tokens):
-        rows = token if alive is None else token[alive]  # [R]
+        rows = token[keep]  # [R]
         r = rows.shape[0]
         h = body.embed_tokens(rows[:, None])  # [R, 1, H]
-        at = position + t if alive is None else position[alive] + t  # [R]
-        cos, sin = body.rotary_emb(h, at[:, None])  # [R, 1, d] each: every head alike
+        cos, sin = body.rotary_emb(h, (position[keep] + t)[:, None])  # [R, 1, d] each: every head alike
         for i, x in enumerate(layers):
             qkv = x.qkv(x.norm_in(h))  # [R, 1, (heads + 2K) d]
             qk = qkv[:, 0, :rotated].view(r, -1, d)  # [R, heads + K, d]
             qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), -1) * sin  # Llama's rotary embedding
+            own_k[i][keep, :, t] = qk[:, heads:]
+            own_v[i][keep, :, t] = qkv[:, 0, rotated:].view(r, kv_heads, d)
             q = qk[:, :heads, None]  # [R, heads, 1, d]
-            if alive is None:
-                own_k[i][:, :, t] = qk[:, heads:]
-                own_v[i][:, :, t] = qkv[:, 0, rotated:].view(n, kv_heads, d)
-            else:  # the attention runs on all N rows (a prompt's G rows together), stopped ones on zeros
-                own_k[i][alive, :, t] = qk[:, heads:]
-                own_v[i][alive, :, t] = qkv[:, 0, rotated:].view(r, kv_heads, d)
-                q = q.new_zeros(n, heads, 1, d).index_copy_(0, alive, q)  # [N, heads, 1, d]
+            if r < n:  # the attention runs on all N rows (a prompt's G rows together), stopped ones on zeros
+                q = q.new_zeros(n, heads, 1, d).index_copy_(0, keep, q)  # [N, heads, 1, d]
             out = two_part_attention(q, prompt_k[i], prompt_v[i], prompt_mask,
                                      own_k[i][:, :, :t + 1], own_v[i][:, :, :t + 1], None, scale,
-                                     some_empty)  # [N, 1, heads, d]
-            if alive is not None:
-                out = out[alive]  # [R, 1, heads, d]
+                                     some_empty)[keep]  # [R, 1, heads, d]
             h = h + x.o(out.reshape(r, 1, -1))
             gate, up = x.gate_up(x.norm_post(h)).split(x.width, -1)  # [R, 1, I] each
             h = h + x.down(x.act(gate) * up)  # the gated MLP, as LlamaMLP computes it
         logits = head(final_norm(h)[:, -1]).to(dtype=torch.float32, copy=True)  # [R, V]
-        if alive is not None:  # stopped rows: any scores (their token is padding)
-            logits = logits.new_zeros(n, logits.shape[1]).index_copy_(0, alive, logits)  # [N, V]
+        if r < n:  # stopped rows: any scores (their token is padding)
+            logits = logits.new_zeros(n, logits.shape[1]).index_copy_(0, keep, logits)  # [N, V]
         scores = logits
         for proc in processors:
             scores = proc(sequence, scores)
@@ -166,8 +160,8 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
         running &= ~torch.isin(token, stop)
         if not running.any():
             break
-        if drop_stopped and not running.all() and (alive is None or int(running.sum()) < alive.shape[0]):
-            alive = running.nonzero().squeeze(1)  # [R]
+        if drop_stopped and int(running.sum()) < r:
+            keep = running.nonzero().squeeze(1)  # [R]
     return torch.stack(new, 1)  # [N, steps]
 
 
