@@ -344,6 +344,8 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     `weights_from` (full-weight resume) loads the model weights from a checkpoint directory
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
+    A LoRA policy on CPU draws its adapter's dropout masks with `harness.dropout.SparseDropout`
+    (torch's distribution, only the dropped positions drawn; the saved adapter is peft's).
     """
     from mrtpo.harness.attention import prefer_grouped_attention
     from mrtpo.loading import Refused, auto_model
@@ -379,6 +381,8 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     if lora:
         from peft import LoraConfig, get_peft_model
 
+        from mrtpo.harness.dropout import use_sparse_dropout
+
         targets = list(lora_target_modules)
         config = LoraConfig(
             r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias="none",
@@ -391,6 +395,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
                 net = get_peft_model(net, config)
         except ValueError as exc:  # e.g. a target module name that matches nothing
             raise PolicyLoadError(f"--lora-target-modules {targets}: {exc}") from exc
+        use_sparse_dropout(net)  # on CPU: the dropped positions drawn, not a number per element
         if base_name:  # what saved adapters name as their base (peft would write the local path)
             net.peft_config["default"].base_model_name_or_path = base_name
     return Policy(net, tok, dev, dt, lora, reference)

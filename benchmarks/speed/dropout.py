@@ -1,0 +1,132 @@
+"""The update's LoRA dropout: torch's (peft's `nn.Dropout`) against the sparse draw, side by side.
+
+`mrtpo train` keeps TRL's LoRA dropout of 0.05, so every update's forward draws a mask for the
+input of each of the 210 LoRA projections of SmolLM2. On CPU the policy now draws only the
+dropped positions (`mrtpo.harness.dropout.SparseDropout`: the same distribution, other masks).
+This script times one update's forward and backward (`loss.token_logps` with the fast paths,
+as the trainer runs it; a loss that weighs every position differently) on the same rollout
+with three copies of the same policy: dropout off, peft's dropout, the sparse one; alternated
+for `--repeats` rounds (the order reversed every other round), medians. The dropout itself
+does not change what is compared, only its masks: the rows' gradients differ by their masks
+whichever module draws them, so no gradient is compared here (tests/harness/test_dropout.py
+tests the distribution).
+
+    python benchmarks/speed/dropout.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+        [--repeats 6] [--threads 2] [--json benchmarks/results/speed-dropout-smollm2-135m.json]
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
+
+SETTINGS = ("off", "torch", "sparse")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = step_parser(__doc__)
+    ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.dropout import SparseDropout
+    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import sample
+    from mrtpo.models.builtin import builtin_name
+    from mrtpo.models.default import resolve_model
+
+    cfg, task, task_args, examples = train_setup(args.model, args.task, args.options)
+    rate = cfg.lora_dropout if cfg.lora_dropout > 0 else 0.05
+    policies = {}
+    for name in SETTINGS:
+        torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy three times
+        policies[name] = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r,
+                                     lora_alpha=cfg.lora_alpha, lora_dropout=0.0 if name == "off" else rate,
+                                     device="cpu", dtype="float32")
+    base = policies["off"]
+    with torch.no_grad():  # an adapter away from its zero start
+        g = torch.Generator().manual_seed(args.seed)
+        for pname, p in base.model.named_parameters():
+            if "lora_B" in pname:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    for name in ("torch", "sparse"):
+        policies[name].model.load_state_dict(base.model.state_dict())
+    for module in policies["torch"].model.modules():  # peft's own dropout back in the torch copy
+        table = getattr(module, "lora_dropout", None)
+        if isinstance(table, torch.nn.ModuleDict):
+            for key, drop in list(table.items()):
+                if isinstance(drop, SparseDropout):
+                    table[key] = torch.nn.Dropout(drop.p)
+    kinds = {name: sorted({type(m).__name__ for m in pol.model.modules()
+                           if type(m).__name__ in ("Dropout", "SparseDropout", "Identity")})
+             for name, pol in policies.items()}
+    torch.manual_seed(args.seed)
+    rollout = sample(base, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
+                     max_new_tokens=cfg.max_new_tokens,
+                     logits_processor=[RowSeededSampling(args.seed, 1, 0, cfg.temperature, cfg.top_p)])
+    batch = rollout.batch(base.pad_id, base.device)
+    t = batch.response_mask.shape[1]
+    weights = torch.linspace(-1.0, 1.0, t)  # [T]
+
+    def one(policy) -> tuple[float, float]:
+        policy.model.train()
+        policy.model.zero_grad(set_to_none=True)
+        (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                                   batch.position_ids, t, cfg.temperature, share_prompts=True))
+        _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
+        policy.model.zero_grad(set_to_none=True)
+        return fwd, bwd
+
+    rounds = []
+    for r in range(args.repeats):
+        out = {}
+        for name in (SETTINGS if r % 2 == 0 else SETTINGS[::-1]):
+            out[f"{name}_forward"], out[f"{name}_backward"] = one(policies[name])
+            out[f"{name}_total"] = out[f"{name}_forward"] + out[f"{name}_backward"]
+        rounds.append(out)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in out.items()), flush=True)
+    med = {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
+    saved = [x["torch_total"] - x["sparse_total"] for x in rounds]  # per round, paired
+    mean, low, high = interval(saved)  # 95%
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip() or None
+    name = builtin_name(args.model) or args.model
+    tokens = int(batch.attention_mask.sum())
+    rows = [[s, round(med[f"{s}_forward"], 2), round(med[f"{s}_backward"], 2), round(med[f"{s}_total"], 2),
+             round(med[f"{s}_total"] / med["torch_total"], 2)] for s in SETTINGS]
+    print(f"one update of {args.task} on {name} ({tokens} tokens in the batch, dropout {rate}), "
+          f"{torch.get_num_threads()} threads, medians of {args.repeats} rounds")
+    for row in rows:
+        print(f"{row[0]:<8} forward {row[1]:>6.2f}  backward {row[2]:>6.2f}  total {row[3]:>6.2f}  "
+              f"/ torch's {row[4]:.2f}")
+    print(f"paired saving of the sparse dropout: {mean:.2f} s per update, 95% interval [{low:.2f}, {high:.2f}]")
+    doc = {"schema": "mrtpo.table/1", "section": "speed", "model": name,
+           "title": f"the update's LoRA dropout ({rate}): torch's against the sparse draw, {args.task}, "
+                    f"{cfg.batch_prompts} x {cfg.num_generations}, {torch.get_num_threads()} threads",
+           "command": "python benchmarks/speed/dropout.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "columns": ["dropout", "forward s", "backward s", "update s", "/ torch's"], "rows": rows,
+           "notes": [f"medians of {args.repeats} rounds, the three settings alternated on the same policy and "
+                     f"rollout ({tokens} tokens); {cpu_name()}, load average {load:.2f} before the run",
+                     f"paired saving of the sparse draw against torch's: {mean:.2f} s per update "
+                     f"(mean of {len(saved)} rounds, 95% interval [{low:.2f}, {high:.2f}] s)",
+                     "the masks differ (another random stream), their distribution does not: "
+                     "tests/harness/test_dropout.py"],
+           "settings": step_settings(cfg, task_args), "modules": kinds, "rounds": rounds, "commit": commit}
+    write_result(args.json, doc)
+    return doc
+
+
+if __name__ == "__main__":
+    main()
