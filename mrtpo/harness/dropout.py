@@ -50,9 +50,9 @@ def dropped_positions(n: int, p: float, draws: int | None = None,
         draws = int(n * p + 6.0 * math.sqrt(n * p * (1.0 - p))) + 16
     log_keep = math.log1p(-p)
 
-    def gaps(count: int) -> torch.Tensor:  # [count] float64, each >= 1
-        u = 1.0 - torch.rand(count, dtype=torch.float64, generator=generator)  # (0, 1]
-        return torch.floor(torch.log(u) / log_keep) + 1.0
+    def gaps(count: int) -> torch.Tensor:  # [count] float64, each >= 1: log(1 - u) for u in [0, 1)
+        u = torch.rand(count, dtype=torch.float64, generator=generator)
+        return u.neg_().log1p_().div_(log_keep).floor_().add_(1.0)
 
     ends = gaps(draws).cumsum_(0)  # [draws] 1-based positions of the dropped elements
     while float(ends[-1]) <= n:  # the draws fell short of n: continue the same process
@@ -61,13 +61,35 @@ def dropped_positions(n: int, p: float, draws: int | None = None,
     return ends[:inside].long() - 1  # [k]
 
 
+class _Drop(torch.autograd.Function):
+    """y = x / (1 - p) with the flat positions `dropped` zeroed; the gradient likewise (one
+    pass over the elements each way, no mask tensor kept)."""
+
+    @staticmethod
+    def forward(ctx, x, dropped, scale):
+        ctx.save_for_backward(dropped)
+        ctx.scale = scale
+        return _scaled_without(x, dropped, scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (dropped,) = ctx.saved_tensors
+        return _scaled_without(grad, dropped, ctx.scale), None, None
+
+
+def _scaled_without(x: torch.Tensor, dropped: torch.Tensor, scale: float) -> torch.Tensor:
+    """x * scale, contiguous, with the flat positions `dropped` [k] set to zero."""
+    out = torch.mul(x, scale).contiguous()  # a new tensor: x is never written
+    out.view(-1).index_fill_(0, dropped, 0.0)
+    return out
+
+
 def sparse_dropout(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
     """x with each element dropped (zero) with probability p and the rest scaled by 1/(1-p),
-    as `F.dropout(x, p, training=True)` does, the mask drawn as `dropped_positions` -> x's shape."""
-    n = x.numel()
-    scale = torch.full((n,), 1.0 / (1.0 - p), dtype=x.dtype, device=x.device)  # [n]
-    scale.index_fill_(0, dropped_positions(n, p, generator=generator).to(x.device), 0.0)
-    return x * scale.view(x.shape)
+    as `F.dropout(x, p, training=True)` does, the mask drawn as `dropped_positions` (over x's
+    elements in row-major order) -> x's shape, contiguous."""
+    dropped = dropped_positions(x.numel(), p, generator=generator).to(x.device)  # [k]
+    return _Drop.apply(x, dropped, 1.0 / (1.0 - p))
 
 
 class SparseDropout(torch.nn.Module):

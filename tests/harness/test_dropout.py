@@ -60,6 +60,11 @@ def test_sparse_dropout_matches_torch_dropout_in_distribution_and_gradient():
     torch.testing.assert_close(x.grad, kept.float() / (1.0 - p), rtol=0, atol=0)
     half = sparse_dropout(x.detach().bfloat16(), p)
     assert half.dtype == torch.bfloat16 and half.shape == x.shape
+    xt = x.detach().t().requires_grad_(True)  # a transposed view: dropped over its elements alike
+    yt = sparse_dropout(xt, p)
+    yt.backward(torch.ones_like(yt))
+    assert yt.shape == xt.shape and torch.equal(xt.grad == 0, yt == 0)
+    torch.testing.assert_close(yt[yt != 0], (xt * (1.0 / (1.0 - p)))[yt != 0], rtol=0, atol=0)
 
 
 def test_module_is_dropout_in_train_mode_only():
