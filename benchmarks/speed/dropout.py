@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
            "command": "python benchmarks/speed/dropout.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "columns": ["dropout", "forward s", "backward s", "update s", "/ torch's"], "rows": rows,
            "notes": [f"medians of {args.repeats} rounds, the three settings alternated on the same policy and "
-                     f"rollout ({tokens} tokens); {cpu_name()}, load average {load:.2f} before the run",
+                     f"rollout ({tokens} prompt and completion tokens in its rows); {cpu_name()}, load average {load:.2f} before the run",
                      f"paired saving of the sparse draw against torch's: {mean:.2f} s per update "
                      f"(mean of {len(saved)} rounds, 95% interval [{low:.2f}, {high:.2f}] s)",
                      "the masks differ (another random stream), their distribution does not: "
