@@ -16,14 +16,13 @@ tests the distribution).
 """
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
+from timing import cpu_name, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
@@ -32,13 +31,7 @@ SETTINGS = ("off", "torch", "sparse")
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = step_parser(__doc__)
-    ap.add_argument("--repeats", type=int, default=6)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load = os.getloadavg()[0]
+    args, load = parse_step_args(step_parser(__doc__, repeats=6), argv)
     from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.dropout import SparseDropout
     from mrtpo.harness.loss import token_logps

@@ -18,12 +18,11 @@ completions came out the same. Written as a `mrtpo.table/1` file for the results
 """
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 
 import torch
-from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
+from timing import cpu_name, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
@@ -86,13 +85,7 @@ def rest_of_step(policy, task, rollout, cfg) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = step_parser(__doc__)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load = os.getloadavg()[0]
+    args, load = parse_step_args(step_parser(__doc__, repeats=3), argv)
     from mrtpo.harness.policy import load_policy
     from mrtpo.models.builtin import builtin_name
     from mrtpo.models.default import resolve_model

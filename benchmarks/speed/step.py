@@ -37,12 +37,11 @@ Medians over rounds; the ratio is fast over plain.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 
 import torch
-from timing import cpu_name, step_parser, step_settings, timed, train_setup, write_result
+from timing import cpu_name, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
                           cascade=False, trunks=False, response_tries=False, lean=False),
@@ -115,14 +114,9 @@ def one_round(policy, task, examples, cfg, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = step_parser(__doc__)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = step_parser(__doc__, repeats=3)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load = os.getloadavg()[0]  # another job on the cores slows both settings alike, but says how to read them
+    args, load = parse_step_args(ap, argv)
     from mrtpo.harness.policy import load_policy
     from mrtpo.models.builtin import builtin_name
     from mrtpo.models.default import resolve_model

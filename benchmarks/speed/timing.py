@@ -135,9 +135,10 @@ def train_setup(model: str, task_name: str, options: list[str] | None, max_new_t
     return cfg, task, task_args, task.load()[: cfg.batch_prompts]
 
 
-def step_parser(doc: str):
-    """The arguments every one-step speed script takes (--model, --task, -o, --threads, --json);
-    the script adds its own."""
+def step_parser(doc: str, repeats: int | None = None):
+    """The arguments every one-step speed script takes (--model, --task, -o, --threads, --json),
+    with `repeats`: also --repeats (that default) and --seed (0), for scripts that alternate
+    settings over rounds; the script adds its own."""
     import argparse
 
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -146,7 +147,21 @@ def step_parser(doc: str):
     ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    if repeats is not None:
+        ap.add_argument("--repeats", type=int, default=repeats)
+        ap.add_argument("--seed", type=int, default=0)
     return ap
+
+
+def parse_step_args(ap, argv: list[str] | None):
+    """(`ap`'s arguments, the 1-minute load average before the run), with --threads applied:
+    another job on the cores slows every setting alike, but says how to read the times."""
+    import os
+
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args, os.getloadavg()[0]
 
 
 def step_settings(cfg, task_args: dict) -> dict:
