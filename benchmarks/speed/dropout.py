@@ -33,7 +33,6 @@ SETTINGS = ("off", "torch", "sparse")
 def main(argv: list[str] | None = None) -> dict:
     args, load = parse_step_args(step_parser(__doc__, repeats=6), argv)
     from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.dropout import SparseDropout
     from mrtpo.harness.loss import token_logps
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy three times
         policies[name] = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r,
                                      lora_alpha=cfg.lora_alpha, lora_dropout=0.0 if name == "off" else rate,
-                                     device="cpu", dtype="float32")
+                                     device="cpu", dtype="float32", sparse_dropout=name != "torch")
     base = policies["off"]
     with torch.no_grad():  # an adapter away from its zero start
         g = torch.Generator().manual_seed(args.seed)
@@ -56,12 +55,6 @@ def main(argv: list[str] | None = None) -> dict:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.01)
     for name in ("torch", "sparse"):
         policies[name].model.load_state_dict(base.model.state_dict())
-    for module in policies["torch"].model.modules():  # peft's own dropout back in the torch copy
-        table = getattr(module, "lora_dropout", None)
-        if isinstance(table, torch.nn.ModuleDict):
-            for key, drop in list(table.items()):
-                if isinstance(drop, SparseDropout):
-                    table[key] = torch.nn.Dropout(drop.p)
     kinds = {name: sorted({type(m).__name__ for m in pol.model.modules()
                            if type(m).__name__ in ("Dropout", "SparseDropout", "Identity")})
              for name, pol in policies.items()}

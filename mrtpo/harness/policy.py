@@ -338,14 +338,16 @@ def vocabulary_problem(name: str, tokenizer, model) -> str | None:
 def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
                 lora_dropout: float = 0.05, lora_target_modules=("all-linear",), device: str = "auto",
                 dtype: str = "auto", gradient_checkpointing: bool = False, keep_reference: bool = False,
-                weights_from: str | Path | None = None, base_name: str | None = None) -> Policy:
+                weights_from: str | Path | None = None, base_name: str | None = None,
+                sparse_dropout: bool = True) -> Policy:
     """Load tokenizer and model, move them to the device, wrap with LoRA when asked.
 
     `weights_from` (full-weight resume) loads the model weights from a checkpoint directory
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
     saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
     A LoRA policy on CPU draws its adapter's dropout masks with `harness.dropout.SparseDropout`
-    (torch's distribution, only the dropped positions drawn; the saved adapter is peft's).
+    (torch's distribution, only the dropped positions drawn; the saved adapter is peft's)
+    unless `sparse_dropout` is False (peft's `nn.Dropout`: benchmarks time one against the other).
     """
     from mrtpo.harness.attention import prefer_grouped_attention
     from mrtpo.loading import Refused, auto_model
@@ -395,7 +397,8 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
                 net = get_peft_model(net, config)
         except ValueError as exc:  # e.g. a target module name that matches nothing
             raise PolicyLoadError(f"--lora-target-modules {targets}: {exc}") from exc
-        use_sparse_dropout(net)  # on CPU: the dropped positions drawn, not a number per element
+        if sparse_dropout:
+            use_sparse_dropout(net)  # on CPU: the dropped positions drawn, not a number per element
         if base_name:  # what saved adapters name as their base (peft would write the local path)
             net.peft_config["default"].base_model_name_or_path = base_name
     return Policy(net, tok, dev, dt, lora, reference)

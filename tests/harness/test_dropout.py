@@ -109,3 +109,7 @@ def test_load_policy_swaps_peft_dropout_on_cpu(tiny_llama_dir, tmp_path):
     assert LoraConfig.from_pretrained(tmp_path / "adapter").lora_dropout == 0.05
     plain = load_policy(str(tiny_llama_dir), lora=True, lora_r=4, lora_dropout=0.0, device="cpu")
     assert not any(isinstance(m, SparseDropout) for m in plain.model.modules())
+    peft_own = load_policy(str(tiny_llama_dir), lora=True, lora_r=4, lora_dropout=0.05, device="cpu",
+                           sparse_dropout=False)
+    assert not any(isinstance(m, SparseDropout) for m in peft_own.model.modules())
+    assert any(type(m) is torch.nn.Dropout for m in peft_own.model.modules())
