@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import cpu_name, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
@@ -47,14 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
         policies[name] = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r,
                                      lora_alpha=cfg.lora_alpha, lora_dropout=0.0 if name == "off" else rate,
                                      device="cpu", dtype="float32", sparse_dropout=name != "torch")
+        move_adapter(policies[name], args.seed)
     base = policies["off"]
-    with torch.no_grad():  # an adapter away from its zero start
-        g = torch.Generator().manual_seed(args.seed)
-        for pname, p in base.model.named_parameters():
-            if "lora_B" in pname:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
-    for name in ("torch", "sparse"):
-        policies[name].model.load_state_dict(base.model.state_dict())
     kinds = {name: sorted({type(m).__name__ for m in pol.model.modules()
                            if type(m).__name__ in ("Dropout", "SparseDropout", "Identity")})
              for name, pol in policies.items()}

@@ -22,7 +22,7 @@ import statistics
 import sys
 
 import torch
-from timing import cpu_name, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
@@ -94,11 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy in every run
     policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                          lora_dropout=0.0, device="cpu", dtype="float32")
-    with torch.no_grad():  # an adapter away from its zero start, as after some training
-        g = torch.Generator().manual_seed(args.seed)
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    move_adapter(policy, args.seed)
     rollouts(policy, task, examples, cfg, args.seed, list(DTYPES))  # warm-up: the bf16 copy is made here
     rounds = []
     for r in range(args.repeats):

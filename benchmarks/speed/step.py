@@ -41,7 +41,7 @@ import statistics
 import sys
 
 import torch
-from timing import cpu_name, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
                           cascade=False, trunks=False, response_tries=False, lean=False),
@@ -125,11 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy in every run
     policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                          lora_dropout=0.0, device="cpu", dtype="float32")
-    with torch.no_grad():  # an adapter away from its zero start: its gradients are all non-trivial
-        g = torch.Generator().manual_seed(args.seed)
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    move_adapter(policy, args.seed)  # its gradients all non-trivial
     rounds = [one_round(policy, task, examples, cfg, args.seed + r) for r in range(args.repeats)]
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     phases = ("rollout", "replay", "forward", "backward", "total")

@@ -164,6 +164,17 @@ def parse_step_args(ap, argv: list[str] | None):
     return args, os.getloadavg()[0]
 
 
+def move_adapter(policy, seed: int) -> None:
+    """Set every LoRA B matrix of `policy` to seeded noise (0.01 x normal): an adapter away from
+    its zero start, as after some training, so that its gradients are all non-trivial and
+    folding it changes the weights. The same seed gives the same adapter."""
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed)
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+
+
 def step_settings(cfg, task_args: dict) -> dict:
     """The train settings a speed result was measured with, as its JSON records them."""
     return {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
