@@ -14,6 +14,7 @@ GRPOTrainer so numbers carry over:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import torch
@@ -23,6 +24,29 @@ LossType = Literal["dapo", "grpo", "dr_grpo"]
 #: the most nodes of one response trie in the update (`response_trie_hidden`): a prompt's
 #: responses beyond it start another trie (one response longer than this is a trie of its own)
 TRIE_NODES = 1024
+
+
+@dataclass(frozen=True)
+class ResponseStates:
+    """The hidden states at the positions that predict response tokens, each distinct one
+    once: `states` [M, H], and `index` [N, T], the row of `states` that row n's position t
+    reads. Positions in one trie node (responses that begin alike) or past a response's end
+    (the zero state) share a row, so the vocabulary head runs once for each
+    (`head_logps.chosen_logps(rows=)`)."""
+
+    states: torch.Tensor  # [M, H]
+    index: torch.Tensor  # [N, T] long
+
+    @classmethod
+    def of_rows(cls, hidden: torch.Tensor) -> "ResponseStates":
+        """One row of states per position of hidden [N, T, H]."""
+        n, t, h = hidden.shape
+        return cls(hidden.reshape(n * t, h), torch.arange(n * t, device=hidden.device).view(n, t))
+
+    def dense(self) -> torch.Tensor:
+        """[N, T, H]: each position's hidden state."""
+        n, t = self.index.shape
+        return self.states.index_select(0, self.index.view(-1)).view(n, t, -1)
 
 
 def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -45,24 +69,27 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     response's end (padding) then get a zero hidden state: their log-probs are finite and
     carry no gradient, and the loss masks them as it always does.
     `sliced_head`: a bias-free linear head goes through `head_logps.chosen_logps`, a slice of
-    the vocabulary at a time, instead of materializing [N, T, V] logits (the same values and
-    gradients to float rounding, tested; benchmarks switch it off to measure it).
+    the vocabulary at a time, instead of materializing [N, T, V] logits, and once for each
+    distinct hidden state (a trie node several responses share, the zero state of padding)
+    rather than once per position (the same values and gradients to float rounding, tested;
+    benchmarks switch it off to measure it).
     """
     from mrtpo.harness.head_logps import chosen_logps
     from mrtpo.replay.plumbing import decoder_of, head_of, plain_linear_head
 
     t = num_response
     targets = input_ids[:, -t:]  # [N, T]
-    hidden = (shared_prompt_hidden(model, input_ids, attention_mask, position_ids, t, common_prefix,
-                                   response_tries) if share_prompts else None)  # [N, T, H]
+    shared = (shared_prompt_hidden(model, input_ids, attention_mask, position_ids, t, common_prefix,
+                                   response_tries) if share_prompts else None)  # ResponseStates or None
     weight = plain_linear_head(model) if sliced_head else None  # [V, H]
     if weight is not None:
-        if hidden is None:
+        if shared is None:
             hidden = decoder_of(model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                        use_cache=False).last_hidden_state[:, -t - 1:-1]  # [N, T, H]
-        return chosen_logps(hidden, weight, targets, temperature, with_entropy)
-    if hidden is not None:
-        logits = head_of(model)(hidden)  # [N, T, V]
+            return chosen_logps(hidden, weight, targets, temperature, with_entropy)
+        return chosen_logps(shared.states, weight, targets, temperature, with_entropy, rows=shared.index)
+    if shared is not None:
+        logits = head_of(model)(shared.dense())  # [N, T, V]
     else:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     logits_to_keep=t + 1, use_cache=False)
@@ -85,10 +112,10 @@ def token_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          position_ids: torch.Tensor, num_response: int, common_prefix: bool = True,
-                         response_tries: bool = True) -> torch.Tensor | None:
-    """Hidden states [N, T, H] at the positions predicting the last T tokens, each distinct
-    prompt encoded once; None when no two rows share a prompt or a beginning (or sharing is not
-    possible).
+                         response_tries: bool = True) -> ResponseStates | None:
+    """Hidden states (`ResponseStates`: [N, T] positions) at the positions predicting the last
+    T tokens, each distinct prompt encoded once; None when no two rows share a prompt or a
+    beginning (or sharing is not possible).
 
     The batch is left-padded prompts then responses (rollout.Batch). Its columns before the
     last prompt column are the prefix: the G rows of one prompt hold the same prefix ids and
@@ -126,13 +153,13 @@ def shared_prompt_hidden(model, input_ids: torch.Tensor, attention_mask: torch.T
     mask = torch.cat([enc.mask[inverse], attention_mask[:, cut:]], 1)  # [N, width + T + 1]
     hidden = decoder(input_ids=input_ids[:, cut:], attention_mask=mask, position_ids=position_ids[:, cut:],
                      use_cache=True, **{arg: enc.cache}).last_hidden_state  # [N, T + 1, H]
-    return hidden[:, :t]  # [N, T, H]
+    return ResponseStates.of_rows(hidden[:, :t])  # [N, T] positions
 
 
 def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.Tensor,
                          attention_mask: torch.Tensor, position_ids: torch.Tensor, inverse: torch.Tensor,
-                         t: int) -> torch.Tensor:
-    """Hidden states [N, T, H] at the positions predicting each row's response tokens, with
+                         t: int) -> ResponseStates:
+    """Hidden states ([N, T] positions) at the positions predicting each row's response tokens, with
     each distinct prompt's rows fed on its cache (`enc`, U rows: `prefix.encode_prompts`) as
     one token trie: row r feeds its last prompt token and its response but the last token
     (the positions that predict a response token), the rows of one prompt share at least that
@@ -140,7 +167,8 @@ def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.T
     each node see its prompt and its own ancestors only, so every node computes what it
     computes in its own row (causal attention): the same hidden states, to float rounding, and
     autograd sums a shared node's gradient over the rows that read it, as the rows' copies
-    would add up. Positions past a row's end get zeros (no gradient). LoRA dropout, in
+    would add up; the states keep each node once, and positions past a row's end read a zero
+    state (no gradient). LoRA dropout, in
     training mode, draws one mask per node, so rows share it where they share a beginning (as
     they share their prompt's), and a seeded run draws other masks than the padded rows did.
     `inverse` [N]: each row's prompt; `t`: T, the response columns at the batch's end."""
@@ -181,7 +209,9 @@ def response_trie_hidden(model, decoder, cache_arg: str, enc, input_ids: torch.T
     for i, (_, tree) in enumerate(rows):
         for r, path in zip(tree.members, tree.paths):
             index[r, :len(path)] = i * width + torch.as_tensor(path)
-    return flat.index_select(0, index.view(-1).to(device)).view(n, t, -1)  # [N, T, H]
+    used = torch.unique(index)  # [M] the nodes some position reads (no trie's padding), sorted
+    return ResponseStates(flat.index_select(0, used.to(device)),
+                          torch.searchsorted(used, index).to(device))  # [M, H], [N, T]
 
 
 def _checkpointing(model) -> bool:

@@ -98,3 +98,27 @@ def test_token_logps_with_the_sliced_head_equal_the_plain_logits(tiny_qwen2_dir,
 
     for a, c in zip(run(True), run(False)):
         torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)
+
+
+def test_positions_that_share_a_hidden_row_equal_their_own_rows():
+    """`rows`: positions reading one hidden row (with the same target twice, and with other
+    targets) give what each position's own copy of the row gives, values, entropies and
+    gradients (summed over the positions that share a row)."""
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(4, 8, generator=g)  # [M, H]
+    weight = torch.randn(61, 8, generator=g)  # [V, H]
+    rows = torch.tensor([[0, 1, 1, 3], [0, 3, 1, 3]])  # [N, T]: row 2 unread; (1, 60), (3, 0) twice
+    targets = torch.tensor([[5, 60, 60, 0], [7, 33, 60, 0]])  # [N, T]
+    upstream = torch.randn(2, 4, generator=g)
+
+    def run(fn):
+        h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        logp, ent = fn(h, w)
+        (logp * upstream).sum().backward()
+        return logp.detach(), ent, h.grad, w.grad
+
+    shared = run(lambda h, w: chosen_logps(h, w, targets, 0.7, with_entropy=True, slice_width=16, rows=rows))
+    copied = run(lambda h, w: chosen_logps(h[rows], w, targets, 0.7, with_entropy=True, slice_width=16))
+    for a, b in zip(shared, copied):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert shared[0].shape == (2, 4) and float(shared[2][2].abs().sum()) == 0.0
