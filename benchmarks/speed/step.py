@@ -24,7 +24,8 @@ policy and batch:
   its prompts share instead of encoding it again (`Rollout.prompt_start`, while the weights
   stand), the update's responses fed as one token trie per prompt
   (`loss.response_trie_hidden`: no padding, a shared beginning once), and the update's
-  vocabulary head a slice of words at a time (`harness.head_logps`).
+  vocabulary head a slice of words at a time (`harness.head_logps`), once per trie node
+  rather than once per [N, T] position (`loss.ResponseStates`).
 
 Both settings start each round from the same seed, and the script checks that they give the
 same results: the same completions, distances, log-probs and LoRA gradients to float rounding (it prints the

@@ -42,7 +42,7 @@ class _ChosenLogps(torch.autograd.Function):
             s = _slice_logits(hidden, weight, lo, slice_width, temperature)  # [M, Vs]
             new_max = torch.maximum(run_max, s.amax(-1))  # [M]
             scale = torch.exp(run_max - new_max)  # [M]
-            e = torch.exp(s - new_max[:, None])  # [M, Vs]
+            e = torch.sub(s, new_max[:, None]).exp_()  # [M, Vs]
             run_sum = run_sum * scale + e.sum(-1)
             if with_entropy:
                 run_dot = run_dot * scale + (e * s).sum(-1)
@@ -68,7 +68,7 @@ class _ChosenLogps(torch.autograd.Function):
         g_rows = torch.zeros(hidden.shape[0], device=hidden.device).index_add_(0, rows, g)  # [M] summed per row
         for lo in range(0, weight.shape[0], width):
             s = _slice_logits(hidden, weight, lo, width, t)  # [M, Vs]
-            gs = torch.exp(s - logz[:, None]).mul_(-g_rows[:, None])  # [M, Vs] -g p
+            gs = torch.sub(s, logz[:, None]).exp_().mul_(-g_rows[:, None])  # [M, Vs] -g p
             at = ((targets >= lo) & (targets < lo + s.shape[1])).nonzero()[:, 0]  # targets in this slice
             gs.index_put_((rows[at], targets[at] - lo), g[at], accumulate=True)  # two positions may share both
             gs = gs.div_(t).to(hidden.dtype)  # d loss / d (hidden @ W_slice^T)
@@ -84,7 +84,7 @@ class _ChosenLogps(torch.autograd.Function):
 def _slice_logits(hidden, weight, lo: int, width: int, temperature: float) -> torch.Tensor:
     """hidden [M, H] against words lo .. lo + width -> float32 logits / temperature [M, Vs]."""
     s = (hidden @ weight[lo:lo + width].t()).float()  # [M, Vs]
-    return s / temperature if temperature != 1.0 else s
+    return s.div_(temperature) if temperature != 1.0 else s  # s is the product's own output
 
 
 def chosen_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
