@@ -87,22 +87,25 @@ def interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]
 @torch.no_grad()
 def sequence_logps(policy, rollout, temperature: float, rows_per_pass: int = 32) -> torch.Tensor:
     """log pi(y | x) of every completion under the policy as it stands, at the sampling
-    temperature -> [N]. Each pass holds completions of one prompt (its prefix shared)."""
+    temperature -> [N]. Each pass holds up to `rows_per_pass` completions, whole groups when
+    a group fits: each prompt is encoded once for its completions and the beginning the
+    prompts share (system text, worked example) once for the pass (`loss.token_logps`)."""
     from mrtpo.harness.loss import token_logps
 
     out = torch.zeros(len(rollout))
     batch = rollout.batch(policy.pad_id, policy.device)
     t = batch.response_mask.shape[1]
+    step = max(rows_per_pass // rollout.group_size, 1) * rollout.group_size if rows_per_pass >= rollout.group_size \
+        else rows_per_pass
     was = policy.model.training
     policy.model.eval()
     try:
-        with policy.merged() as model:
-            for g in range(0, len(rollout), rollout.group_size):
-                for i in range(g, g + rollout.group_size, rows_per_pass):
-                    b = batch.rows(slice(i, min(i + rows_per_pass, g + rollout.group_size)))
-                    logp, _ = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
-                                          temperature, share_prompts=True)  # [n, T]
-                    out[i:i + len(logp)] = (logp * b.response_mask).sum(-1).cpu()
+        with torch.no_grad(), policy.merged() as model:
+            for i in range(0, len(rollout), step):
+                b = batch.rows(slice(i, min(i + step, len(rollout))))
+                logp, _ = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
+                                      temperature, share_prompts=True)  # [n, T]
+                out[i:i + len(logp)] = (logp * b.response_mask).sum(-1).cpu()
     finally:
         policy.model.train(was)
     return out

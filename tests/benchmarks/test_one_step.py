@@ -43,6 +43,36 @@ def test_effects_are_importance_weighted_changes(one_step):
     assert same == {"format": 0.0, "kl": 0.0}
 
 
+@pytest.mark.parametrize("rows_per_pass", [32, 3, 2])
+def test_sequence_logps_are_each_completions_own_sum(one_step, tiny_qwen2_dir, rows_per_pass):
+    """Passes of several prompts' groups (their shared beginning once), of one group, and of
+    two rows (a group cut): every completion's log-probability is the sum over its tokens of
+    a forward of its own prompt and completion."""
+    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.rollout import Rollout
+
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.normal_(0, 0.1, generator=g)
+    common = torch.randint(3, 300, (6,), generator=g).tolist()
+    prompts = [common + torch.randint(3, 300, (k,), generator=g).tolist() for k in (3, 5)]
+    responses = [torch.randint(3, 300, (k,), generator=g).tolist() for k in (4, 6, 2, 5, 1, 3)]
+    roll = Rollout(examples=[None] * 6, prompts=[""] * 6, prompt_ids=[prompts[i // 3] for i in range(6)],
+                   response_ids=responses, responses=[""] * 6, truncated=[False] * 6, group_size=3)
+    got = one_step.sequence_logps(policy, roll, 0.7, rows_per_pass=rows_per_pass)
+    for i in range(6):
+        own = Rollout(examples=[None], prompts=[""], prompt_ids=[roll.prompt_ids[i]], response_ids=[responses[i]],
+                      responses=[""], truncated=[False], group_size=1)
+        b = own.batch(policy.pad_id)
+        with torch.no_grad(), policy.merged() as model:
+            model.eval()
+            logp, _ = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, len(responses[i]), 0.7)
+        assert float(got[i]) == pytest.approx(float(logp.sum()), abs=1e-4)
+
+
 def test_every_method_steps_from_the_same_start_and_a_rerun_goes_on(one_step, tiny_qwen2_dir, tmp_path):
     harness_task.register()  # graded rewards: a random tiny model's groups spread, so there is credit
     args = ["--model", str(tiny_qwen2_dir), "--task", "harness-words", "--pool", "3", "--batch-prompts", "2",
