@@ -19,8 +19,8 @@ gradient (when it is trained) the transposed products.
 
 Positions that read the same hidden state (`rows`: the update's trie nodes that several
 responses share, and the zero state of every position past a response's end) go through the
-head once: their log-normaliser is one row's, and the backward sums their g into that row. The values and gradients are those of
-the plain computation to float rounding (tested).
+head once: their log-normaliser is one row's, and the backward sums their g into that row.
+The values and gradients are those of the plain computation to float rounding (tested).
 """
 from __future__ import annotations
 
