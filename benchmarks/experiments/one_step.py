@@ -95,12 +95,11 @@ def sequence_logps(policy, rollout, temperature: float, rows_per_pass: int = 32)
     out = torch.zeros(len(rollout))
     batch = rollout.batch(policy.pad_id, policy.device)
     t = batch.response_mask.shape[1]
-    step = max(rows_per_pass // rollout.group_size, 1) * rollout.group_size if rows_per_pass >= rollout.group_size \
-        else rows_per_pass
+    step = rows_per_pass // rollout.group_size * rollout.group_size or rows_per_pass  # whole groups, if one fits
     was = policy.model.training
     policy.model.eval()
     try:
-        with torch.no_grad(), policy.merged() as model:
+        with policy.merged() as model:
             for i in range(0, len(rollout), step):
                 b = batch.rows(slice(i, min(i + step, len(rollout))))
                 logp, _ = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
