@@ -17,12 +17,12 @@ tests the distribution).
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings, timed,
+                    train_setup, write_result)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     med = {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
     saved = [x["torch_total"] - x["sparse_total"] for x in rounds]  # per round, paired
     mean, low, high = interval(saved)  # 95%
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip() or None
+    commit = current_commit()
     name = builtin_name(args.model) or args.model
     tokens = int(batch.attention_mask.sum())
     rows = [[s, round(med[f"{s}_forward"], 2), round(med[f"{s}_backward"], 2), round(med[f"{s}_total"], 2),

@@ -175,6 +175,15 @@ def move_adapter(policy, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.01)
 
 
+def current_commit() -> str | None:
+    """The short hash of the checkout's HEAD (the code a result was measured on), None outside git."""
+    import subprocess
+    from pathlib import Path
+
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip() or None
+
+
 def step_settings(cfg, task_args: dict) -> dict:
     """The train settings a speed result was measured with, as its JSON records them."""
     return {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",

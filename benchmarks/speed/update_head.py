@@ -17,12 +17,12 @@ rounds (the order reversed every other round). It prints medians, the paired sav
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings, timed,
+                    train_setup, write_result)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     grad_diff = float((results["states"][1] - results["positions"][1]).abs().max())
     med = {k: statistics.median(x[k] for x in rounds) for k in SETTINGS}
     mean, low, high = interval([x["positions"] - x["states"] for x in rounds])  # 95%
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip() or None
+    commit = current_commit()
     name = builtin_name(args.model) or args.model
     counts = {"positions": targets.numel(), "states": shared.states.shape[0]}
     rows = [[s, counts[s], round(med[s], 3), round(med[s] / med["positions"], 2)] for s in SETTINGS]
