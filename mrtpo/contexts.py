@@ -36,6 +36,7 @@ from mrtpo.textio import scrub_all
 Messages = list[dict[str, str]]
 MAX_BLOCK_CHARS = 16_000  # an appended block longer than this is cut, with CUT_MARKER at the end
 CUT_MARKER = " [... {n:,} more characters cut]"
+SINGLE = "*every block*"  # the one "reward" of a single-contrast item: P_all against P_none
 _BULLET = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])")  # a list marker with nothing after it
 
 
@@ -135,6 +136,40 @@ def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tup
     raise ValueError(f"task {task.name!r} has placement {task.placement!r}; use 'append' or 'in_prompt'")
 
 
+def none_messages(task: Task, example: Example, blocks: Sequence[str]) -> Messages:
+    """P_none: the prompt with every block left out (`--mrtpo-weights single`, one contrast for
+    all rewards, as CoRT rescoring under a rubric prompt against a criteria-free one). Appended
+    blocks are not appended; each in-prompt block leaves the prompt as it does for its own
+    P_without_k (`remove_block` then `task.without_messages` for an "append" task; the
+    sentence removed from P0 for an "in_prompt" task: a task whose sentences are not verbatim
+    gives itself a `prompt_none(example)`). Every block empty: P_none is P_all."""
+    rewards = task.rewards(example)
+    if len(blocks) != len(rewards):
+        raise ValueError(f"{len(blocks)} blocks for {len(rewards)} rewards of task {task.name!r} "
+                         f"(example {example.id!r})")
+    messages = task.messages(example)
+    user = _last_user(messages, task, example)
+    where = f"{example.source or example.id}"
+    if task.placement == "append":
+        for reward, block in zip(rewards, blocks):
+            if reward.in_prompt and block.strip():
+                text = remove_block(messages[user]["content"], block.strip(), where=where, reward=reward.name)
+                messages = task.without_messages(example, reward.name, _with_user(messages, user, text))
+                user = _last_user(messages, task, example)
+        return messages
+    if task.placement == "in_prompt":
+        custom = getattr(task, "prompt_none", None)
+        if custom is not None:
+            out = custom(example)
+            return out if isinstance(out, list) else _with_user(messages, user, out)
+        text = messages[user]["content"]
+        for reward, block in zip(rewards, blocks):
+            if block.strip():
+                text = remove_sentence(text, block.strip(), where=where, reward=reward.name)
+        return _with_user(messages, user, text)
+    raise ValueError(f"task {task.name!r} has placement {task.placement!r}; use 'append' or 'in_prompt'")
+
+
 def remove_block(text: str, block: str, where: str = "", reward: str = "") -> str:
     """`text` without `block`: the block as a whole where it occurs verbatim, else each of its
     lines in turn (a schema block lists the called tools, which the prompt may list apart)."""
@@ -180,11 +215,13 @@ def remove_sentence(text: str, sentence: str, where: str = "", reward: str = "")
 
 
 def build_item(task: Task, tokenizer, example: Example, response_ids: Sequence[int],
-               verdicts: Sequence[Verdict], max_positions: int | None = None) -> ReplayItem:
+               verdicts: Sequence[Verdict], max_positions: int | None = None,
+               single: bool = False) -> ReplayItem:
     """Blocks, contexts and token ids of one sampled response (ids kept exactly as sampled).
 
     `max_positions` (the model's, see `model_positions`): the appended blocks are cut (with
-    CUT_MARKER) until P_all plus the response fits in it.
+    CUT_MARKER) until P_all plus the response fits in it. `single`: one contrast for every
+    reward, [P_all, P_none] (`none_messages`), named SINGLE (its q is every reward's weight).
     """
     response = [int(t) for t in (response_ids.tolist() if hasattr(response_ids, "tolist") else response_ids)]
     blocks = block_texts(task, example, verdicts)
@@ -200,6 +237,9 @@ def build_item(task: Task, tokenizer, example: Example, response_ids: Sequence[i
     if max_positions is not None:
         blocks, p_all, without = _fit(task, example, blocks, ids, p_all, without,
                                       max_positions - len(response))
+    if single:
+        return ReplayItem(context_ids=[ids(p_all), ids(none_messages(task, example, blocks))],
+                          response_ids=response, reward_names=[SINGLE], blocks=list(blocks))
     return ReplayItem(
         context_ids=[ids(p_all)] + [ids(m) for m in without],
         response_ids=response,

@@ -11,6 +11,9 @@ only the token advantages differ:
 - mrtpo: GDPO's credit placed by the replay's JS distances (the method);
 - mrtpo-shuffled: the same distances permuted within each response (the weights'
   distribution without their placement: a control);
+- mrtpo-single: one contrast for every reward, the JS distance between P_all and the prompt
+  with every block left out (`--mrtpo-weights single`: placement without the per-reward split;
+  its own replay, timed as `replay-single`);
 - oracle: GDPO's credit on the tokens the task says each reward is about (`Task.reward_spans`;
   toolcall only): the ceiling of placement.
 
@@ -54,8 +57,9 @@ from pathlib import Path
 
 import torch
 
-METHODS = ("grpo", "gdpo", "gdpo+saw", "mrtpo", "mrtpo-shuffled", "oracle")
-PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"), ("oracle", "gdpo"),
+METHODS = ("grpo", "gdpo", "gdpo+saw", "mrtpo", "mrtpo-shuffled", "mrtpo-single", "oracle")
+PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"), ("mrtpo", "mrtpo-single"),
+         ("mrtpo-single", "gdpo"), ("oracle", "gdpo"),
          ("mrtpo", "oracle"), ("gdpo+saw", "gdpo"), ("grpo", "gdpo"))
 
 
@@ -172,6 +176,11 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
                             credit=credit["gdpo"])  # [N, K, T]
     t_replay = time.perf_counter() - t1
     distances = {"mrtpo": q, "mrtpo-shuffled": shuffle_within(q, mask, torch.Generator().manual_seed(seed))}
+    if "mrtpo-single" in methods:
+        t1 = time.perf_counter()
+        distances["mrtpo-single"], _ = replay_distances(policy_replayer(policy), task, train_r, scored,
+                                                        cfg.temperature, credit=credit["gdpo"], single=True)
+        record["seconds"]["replay-single"] = time.perf_counter() - t1
     if "oracle" in methods:
         distances["oracle"] = span_distances(policy.tokenizer, task, train_r, scored)
     advantages = {m: place(credit[m], None, mask) for m in ("grpo", "gdpo", "gdpo+saw")}
@@ -180,8 +189,8 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     params = policy.trainable_parameters()
     start = [p.detach().clone() for p in params]
     logp_start = sequence_logps(policy, pool_r, cfg.temperature)  # [M]
-    record.update(flat=False, pool_means={k: float(torch.nanmean(v)) for k, v in pool_scores.items()},
-                  seconds={"sample": t_sample, "replay": t_replay})
+    record.update(flat=False, pool_means={k: float(torch.nanmean(v)) for k, v in pool_scores.items()})
+    record["seconds"].update(sample=t_sample, replay=t_replay)
     batch = train_r.batch(policy.pad_id, policy.device)
     for m in methods:
         t2 = time.perf_counter()

@@ -73,7 +73,8 @@ from typing import NamedTuple, Sequence
 import learning  # beside this script: the runs, their settings and flags
 
 METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
-PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"))  # a - b
+PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"),
+         ("mrtpo", "mrtpo-single"), ("mrtpo-single", "gdpo"))  # a - b
 LEVEL, RESAMPLES = 0.95, 10_000
 KEPT_FILES = ("config.yaml", "metrics.jsonl", "heldout.json")  # what a kept run holds (no checkpoints)
 

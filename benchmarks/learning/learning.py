@@ -45,6 +45,8 @@ EXTRA_METHODS = {
     # controls: MRTPO's weights shuffled within each response; the task's own reward spans
     "mrtpo-shuffled": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "shuffled"},
     "mrtpo-spans": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "spans"},
+    # one contrast (P_all against P_none, every block left out) as every reward's weights
+    "mrtpo-single": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "single"},
 }
 ALL_METHODS = {**METHODS, **EXTRA_METHODS}
 PATHS = ("model", "data", "eval_data")  # settings that name files: compared by name (check_settings)

@@ -37,8 +37,10 @@ from mrtpo.spans import spans_token_mask, token_offsets
 
 #: where MRTPO's token weights come from (`--mrtpo-weights`): the replay's distances, the
 #: same distances shuffled within each response (a control: placement removed, weight
-#: distribution kept), or the task's own reward spans (an oracle control: `Task.reward_spans`)
-WEIGHT_SOURCES = ("replay", "shuffled", "spans")
+#: distribution kept), the task's own reward spans (an oracle control: `Task.reward_spans`),
+#: or one contrast for all rewards, JS(P_all || P_none) with every block left out (a control:
+#: placement kept, the per-reward split removed; one replay instead of K, as CoRT rescores)
+WEIGHT_SOURCES = ("replay", "shuffled", "spans", "single")
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,10 @@ def token_distances(source: str, replayer: Replayer, task, rollout, scored, mask
     weights. `credit`: skip the pairs whose credit is 0. `seed` draws the shuffle."""
     if source == "spans":
         return span_distances(replayer.tokenizer, task, rollout, scored, mask.shape[-1]), None
-    if source not in ("replay", "shuffled"):
+    if source not in WEIGHT_SOURCES:
         raise ConfigError(f"--mrtpo-weights must be one of {', '.join(WEIGHT_SOURCES)}, got {source!r}")
-    q, blocks = replay_distances(replayer, task, rollout, scored, temperature, mask.shape[-1], credit=credit)
+    q, blocks = replay_distances(replayer, task, rollout, scored, temperature, mask.shape[-1], credit=credit,
+                                 single=source == "single")
     if source == "shuffled":
         q = shuffle_within(q, mask, torch.Generator().manual_seed(seed))  # [N, K, T]
     return q, blocks
@@ -129,26 +132,39 @@ def blocks_for(task, rollout, scored) -> list[list[str]]:
 
 @torch.no_grad()
 def replay_distances(replayer: Replayer, task, rollout, scored, temperature: float, length: int | None = None,
-                     credit: Credit | None = None) -> tuple[torch.Tensor, list[list[str]]]:
+                     credit: Credit | None = None, single: bool = False) -> tuple[torch.Tensor, list[list[str]]]:
     """(q [N, K, T] on the batch's reward columns, blocks per completion; T = `length` or the
     longest completion). `credit` (advantages.Credit on the same rows and columns): skip the
     pairs whose credit is 0. An empty completion is not replayed (q 0). The prompts' common
-    beginning the rollout encoded (`Rollout.prompt_start`) is reused while the weights stand."""
+    beginning the rollout encoded (`Rollout.prompt_start`) is reused while the weights stand.
+    `single`: one context per completion, P_none (every block left out), whose distance is
+    every one of its rewards' q (a completion all of whose credit is 0 is skipped)."""
     from mrtpo.replay import replay_onto_columns
 
     shape = (len(rollout.response_ids), len(scored.names), max(1, length or rollout.max_length))
     rows = [i for i, ids in enumerate(rollout.response_ids) if len(ids)]
     items = [build_item(task, replayer.tokenizer, rollout.examples[i], rollout.response_ids[i],
-                        scored.verdicts[i], replayer.positions) for i in rows]
+                        scored.verdicts[i], replayer.positions, single=single) for i in rows]
     if credit is not None:
-        items = [only_rewards(item, [bool(credit.per_reward[i, scored.column(name)] != 0)
-                                     for name in scored.row_names[i]]) for i, item in zip(rows, items)]
+        def credited(i: int) -> list[bool]:
+            row = [bool(credit.per_reward[i, scored.column(name)] != 0) for name in scored.row_names[i]]
+            return [any(row)] if single else row
+
+        items = [only_rewards(item, credited(i)) for i, item in zip(rows, items)]
     replayed = dict(zip(rows, items))
     blocks = [replayed[i].blocks if i in replayed else block_texts(task, ex, v)
               for i, (ex, v) in enumerate(zip(rollout.examples, scored.verdicts))]
     if all(ctx == item.context_ids[0] for item in items for ctx in item.context_ids[1:]):
         return torch.zeros(shape), blocks  # nothing to replay (every pair has zero credit)
     columns = [[scored.column(name) for name in scored.row_names[i]] for i in rows]
+    if single:  # one distance per completion, laid on each of its reward columns
+        with replayer.open() as model:
+            q1 = replay_onto_columns(model, items, [[0]] * len(rows), (shape[0], 1, shape[2]),
+                                     temperature=temperature, rows=rows, known=rollout.prompt_start)  # [N, 1, T]
+        q = torch.zeros(shape)  # [N, K, T]
+        for i, cols in zip(rows, columns):
+            q[i, cols] = q1[i, 0]
+        return q, blocks
     with replayer.open() as model:
         q = replay_onto_columns(model, items, columns, shape, temperature=temperature, rows=rows,
                                 known=rollout.prompt_start)  # [N, K, T]

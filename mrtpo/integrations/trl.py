@@ -212,7 +212,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     Examples to train on instead. mrtpo: place credit on tokens by replay (False: every token
     gets the response's advantage). mrtpo_lambda: blend with uniform weights (1 = pure MRTPO).
     mrtpo_weights: where the token weights come from, as `mrtpo train --mrtpo-weights`: "replay",
-    "shuffled" or "spans" (mrtpo.harness.distances.WEIGHT_SOURCES).
+    "shuffled", "spans" or "single" (mrtpo.harness.distances.WEIGHT_SOURCES).
     saw: "off", "reward" (with GRPO) or "advantage" (with GDPO). The estimator follows
     `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
     log_completions_every: every completion of step 1 and of every Nth step goes to
@@ -452,7 +452,8 @@ class MRTPOScriptArguments:
     mrtpo_lambda: float = field(default=1.0, metadata={"help": "Blend with uniform weights: 1 = pure MRTPO, 0 = plain estimator."})
     mrtpo_weights: str = field(default="replay", metadata={
         "help": "Where the token weights come from: replay (the method), shuffled (the replay's distances "
-                "permuted within each completion: a control) or spans (the task's reward spans: an oracle control)."})
+                "permuted within each completion: a control), spans (the task's reward spans: an oracle control) or "
+                "single (one contrast, P_all against P_none with every block left out, for every reward: a control)."})
     saw: str = field(default="off", metadata={
         "help": "SAW weights: off, reward (with sum_then_normalize) or advantage (with normalize_then_sum)."})
     log_completions_every: int = field(default=10, metadata={

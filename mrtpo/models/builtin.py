@@ -91,7 +91,8 @@ TRAIN_DEFAULTS: dict[str, dict] = {p.name: p.train_defaults for p in POLICIES}
 EXPERIMENT_DEFAULTS: dict[str, dict] = {
     **TRAIN_DEFAULTS,
     SMOLLM2.name: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
-                   "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5},
+                   "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5,
+                   "lora_dropout": 0.05},  # the recorded runs' dropout, whatever `mrtpo train`'s default
 }
 
 

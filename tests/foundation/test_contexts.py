@@ -130,3 +130,42 @@ def test_instruct_task_contexts(tiny_tokenizer):
             assert without[k] == p_all
     item = build_item(task, tiny_tokenizer, ex, [7, 8, 9], task.score(ex, "a response"))
     assert item.context_ids[0] == render_ids(tiny_tokenizer, task.messages(ex))
+
+
+@pytest.mark.parametrize("name, options", [("text2sql", {"demo": True}), ("instruct", {}), ("toolcall", {})])
+def test_p_none_leaves_every_block_out(name, options):
+    """`--mrtpo-weights single`'s context: no block's text is left in it; with one block left
+    it is that block's P_without_k; every block empty gives P_all."""
+    from mrtpo.contexts import none_messages
+    from mrtpo.tasks import get_task
+
+    task = get_task(name, **options)
+    several = 0  # examples with two or more blocks to leave out (the test needs some)
+    for ex in task.load()[:8]:
+        blocks = block_texts(task, ex, task.score(ex, (task.reference(ex) or "") + " x"))
+        several += sum(bool(b.strip()) for b in blocks) >= 2
+        p0 = "\n".join(m["content"] for m in task.messages(ex))
+        left = "\n".join(m["content"] for m in none_messages(task, ex, blocks))
+        for reward, b in zip(task.rewards(ex), blocks):
+            in_p0 = task.placement == "in_prompt" or reward.in_prompt
+            for line in (x.strip() for x in b.splitlines() if x.strip()):
+                if in_p0 or line not in p0:  # an appended line that P0 also holds stays, with P0
+                    assert line not in left, (name, ex.id, reward.name, line)
+        for k in range(len(blocks)):
+            only = ["" if j != k else b for j, b in enumerate(blocks)]
+            assert none_messages(task, ex, only) == context_messages(task, ex, only)[1][k], (name, ex.id, k)
+        empty = ["" for _ in blocks]
+        assert none_messages(task, ex, empty) == context_messages(task, ex, empty)[0]
+    assert several >= 2, name
+
+def test_single_item_is_p_all_against_p_none(tiny_tokenizer):
+    from mrtpo.contexts import SINGLE, none_messages
+
+    task = SQLishTask()
+    verdicts = task.score(EX, "SELECT nme FROM singer")
+    item = build_item(task, tiny_tokenizer, EX, [5, 6, 7], verdicts, single=True)
+    blocks = block_texts(task, EX, verdicts)
+    assert item.reward_names == [SINGLE] and item.blocks == blocks
+    assert item.context_ids == [render_ids(tiny_tokenizer, context_messages(task, EX, blocks)[0]),
+                                render_ids(tiny_tokenizer, none_messages(task, EX, blocks))]
+    assert _user(none_messages(task, EX, blocks)) == EX.prompt

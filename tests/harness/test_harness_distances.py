@@ -70,7 +70,7 @@ def test_spans_need_a_task_that_says_them(tiny_qwen2_dir, tmp_path):
 
 
 def test_an_unknown_weight_source_is_refused():
-    with pytest.raises(ConfigError, match="--mrtpo-weights must be one of replay, shuffled, spans"):
+    with pytest.raises(ConfigError, match="--mrtpo-weights must be one of replay, shuffled, spans, single"):
         TrainConfig(task="toolcall", mrtpo_weights="random")
 
 
@@ -90,3 +90,39 @@ def test_shuffle_draws_from_the_seed():
     a = shuffle_within(q, mask, torch.Generator().manual_seed(1))
     b = shuffle_within(q, mask, torch.Generator().manual_seed(1))
     assert torch.equal(a, b) and not torch.equal(a, q)
+
+
+def test_single_weights_are_one_replay_of_p_none_for_every_reward(tiny_qwen2_dir, tmp_path):
+    """`mrtpo train --mrtpo-weights single`: every reward of a completion gets the same
+    distances, and they are the JS distance between P_all and the prompt with every block left
+    out (for this append task, P0 itself), computed here by a plain full forward of each."""
+    from cli_runs import invoke
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mrtpo.contexts import context_messages, render_ids
+    from mrtpo.replay import distances
+
+    run = tmp_path / "single"
+    result, out = invoke("train", "--task", "harness-words", "--model", tiny_qwen2_dir, "--output-dir", run,
+                         "--mrtpo-weights", "single", "--steps", 1, "--batch-prompts", 2, "--num-generations", 2,
+                         "--max-new-tokens", 8, "--verify-workers", 0, "--lora-r", 4, "--log-completions-every", 1,
+                         "--save-every", 0, "--seed", 3, "--temperature", 0.7)
+    assert result.exit_code == 0, out
+    tok = AutoTokenizer.from_pretrained(str(tiny_qwen2_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_qwen2_dir), torch_dtype=torch.float32)  # step 1: B = 0
+    task = get_task("harness-words")
+    examples = {ex.id: ex for ex in task.load()}
+    rows = _rows(run)
+    assert rows and any(any(x > 0 for x in d) for r in rows for d in r["distances"])
+    for row in rows:
+        ex = examples[row["example_id"]]
+        p_all, _ = context_messages(task, ex, row["blocks"])
+        from mrtpo.contexts import ReplayItem
+
+        item = ReplayItem([render_ids(tok, p_all), render_ids(tok, task.messages(ex))], row["response_ids"],
+                          ["all"], [""])
+        want = distances(model, [item], temperature=0.7, shared_prefix=False)[0, 0].tolist()  # [T]
+        for d in row["distances"]:  # every reward: the one contrast
+            assert d[:len(want)] == pytest.approx(want, abs=2e-5)
+        mean = sum(row["token_advantages"]) / len(row["token_advantages"])
+        assert mean == pytest.approx(row["advantage"], abs=1e-5)  # placement only

@@ -301,5 +301,5 @@ def test_weight_sources_reach_trl(tiny_qwen2_dir, tmp_path):
     assert "weights spans" in startup_line(trainer)
     assert batch.distances.shape[-1] == batch.mask.shape[-1] and set(batch.distances.unique().tolist()) <= {0.0, 1.0}
     assert batch.distances.sum() > 0  # the format's end-of-turn token at least
-    with pytest.raises(ValueError, match="mrtpo_weights must be one of replay, shuffled, spans"):
+    with pytest.raises(ValueError, match="mrtpo_weights must be one of replay, shuffled, spans, single"):
         MRTPOGRPOTrainer(str(tiny_qwen2_dir), task="harness-words", args=_args(tmp_path), mrtpo_weights="random")
