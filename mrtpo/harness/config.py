@@ -49,7 +49,7 @@ class TrainConfig:
     lora: bool = opt(True, "Train a LoRA adapter (peft); --no-lora trains all weights.")
     lora_r: int = opt(16, "LoRA rank.")
     lora_alpha: float = opt(32.0, "LoRA scaling alpha (the update is scaled by alpha / r).")
-    lora_dropout: float = opt(0.05, "Dropout on the LoRA branch.")
+    lora_dropout: float = opt(0.0, "Dropout on the LoRA branch: 0 by default, as in peft's LoraConfig (no mask to draw at every forward; TRL's ModelConfig has 0.05).")
     lora_target_modules: list[str] = opt(["all-linear"], "Modules LoRA wraps; 'all-linear' = every linear projection except the output head.")
     device: str = opt("auto", "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1'...")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt("auto", "Weights dtype; 'auto' = float32 on CPU, bfloat16 on a GPU that supports it.")

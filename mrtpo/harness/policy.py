@@ -336,7 +336,7 @@ def vocabulary_problem(name: str, tokenizer, model) -> str | None:
 
 
 def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
-                lora_dropout: float = 0.05, lora_target_modules=("all-linear",), device: str = "auto",
+                lora_dropout: float = 0.0, lora_target_modules=("all-linear",), device: str = "auto",
                 dtype: str = "auto", gradient_checkpointing: bool = False, keep_reference: bool = False,
                 weights_from: str | Path | None = None, base_name: str | None = None,
                 sparse_dropout: bool = True) -> Policy:

@@ -494,6 +494,19 @@ def startup_line(trainer: MRTPOGRPOTrainer) -> str:
             f"reward weights {weights}")
 
 
+def model_config_class():
+    """TRL's ModelConfig with `mrtpo train`'s LoRA dropout default, 0 (peft's LoraConfig
+    default) instead of TRL's 0.05; `--lora_dropout 0.05` gives TRL's."""
+    from trl import ModelConfig
+
+    @dataclass
+    class MRTPOModelConfig(ModelConfig):
+        lora_dropout: float = field(default=0.0, metadata={
+            "help": "LoRA dropout; 0 by default as in `mrtpo train` and peft's LoraConfig (TRL's ModelConfig: 0.05)."})
+
+    return MRTPOModelConfig
+
+
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> MRTPOGRPOTrainer:
     """Train as the flags say, save the model to --output_dir; returns the trainer.
 
@@ -503,9 +516,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
             --model_name_or_path Qwen/Qwen2.5-1.5B-Instruct --task toolcall --output_dir runs/trl \\
             --multi_objective_aggregation normalize_then_sum --use_peft --lora_target_modules all-linear
     """
-    from trl import ModelConfig, TrlParser, get_peft_config
+    from trl import TrlParser, get_peft_config
 
-    parser = TrlParser((MRTPOScriptArguments, GRPOConfig, ModelConfig))
+    parser = TrlParser((MRTPOScriptArguments, GRPOConfig, model_config_class()))
     script, args, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
     if not script.task:
         from mrtpo.tasks import available_tasks

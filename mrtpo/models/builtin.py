@@ -88,11 +88,14 @@ TRAIN_DEFAULTS: dict[str, dict] = {p.name: p.train_defaults for p in POLICIES}
 #: had before the first command's sweep gave it text2sql at a larger learning rate (toolcall
 #: with the worked example, lr 5e-5). The benchmarks read them here, so that a recorded command
 #: reruns as it ran; `mrtpo train` reads TRAIN_DEFAULTS.
+#: Every recorded run had LoRA dropout 0.05 (TRL's ModelConfig default, `mrtpo train`'s until
+#: 2026-12-06; now 0, peft's own default), so the experiments pin it.
+RECORDED_LORA_DROPOUT = 0.05
 EXPERIMENT_DEFAULTS: dict[str, dict] = {
-    **TRAIN_DEFAULTS,
+    **{name: {**values, "lora_dropout": RECORDED_LORA_DROPOUT} for name, values in TRAIN_DEFAULTS.items()},
     SMOLLM2.name: {"task": "toolcall", "task_args": {"demo": True}, "steps": 20, "batch_prompts": 2,
                    "num_generations": 4, "max_new_tokens": 64, "temperature": 0.7, "lr": 5e-5,
-                   "lora_dropout": 0.05},  # the recorded runs' dropout, whatever `mrtpo train`'s default
+                   "lora_dropout": RECORDED_LORA_DROPOUT},
 }
 
 

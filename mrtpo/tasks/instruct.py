@@ -29,12 +29,13 @@ import logging
 from collections import Counter
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal, Optional
 
 from mrtpo import textio
 from mrtpo.formats import TextFormat, split_think
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
 from mrtpo.tasks.files import UniqueIds, lines, read_json_array, read_lines, read_text, row_id
+from mrtpo.tasks.instruct_data import GENERATED_ROWS, IFEVAL, PROMPT_SETS, SAMPLE, fits, generated_rows
 from mrtpo.verifiers.ifeval import (
     Evaluation,
     describe,
@@ -46,7 +47,6 @@ from mrtpo.verifiers.ifeval.split import find_sentence, remove_sentence
 
 log = logging.getLogger(__name__)
 
-SAMPLE = "data/instruct/sample.jsonl"
 LAYOUTS = ("mrtpo", "ifeval", "if-rlvr")
 
 
@@ -85,6 +85,12 @@ class InstructTask(Task):
             prompts stay as published.
         skip_unsupported: drop rows that use instruction ids with no checker (with a warning
             that counts them) instead of refusing to load.
+        prompts: the prompt set `load()` reads without a path: "sample" (the bundled 37 rows),
+            "generated" (`generated_rows` seeded training prompts from `instruct_data`, drawn
+            with `prompts_seed`) or "ifeval" (IFEval's 541 prompts, shipped; also read by the
+            path "ifeval" when no such file exists, e.g. `--eval-data ifeval`).
+        fit_tokens: keep only the rows whose every constraint can be met inside this many new
+            tokens (`instruct_data.fits`; a log line counts the rows left out); None keeps all.
     """
 
     name = "instruct"
@@ -94,9 +100,19 @@ class InstructTask(Task):
     reward_names = ("<instruction_id> (one per constraint)",)
 
     def __init__(self, think: bool = False, loose: bool = False, match: str = "close",
-                 append_missing: bool = False, skip_unsupported: bool = False):
+                 append_missing: bool = False, skip_unsupported: bool = False,
+                 prompts: Literal["sample", "generated", "ifeval"] = "sample", fit_tokens: Optional[int] = None,
+                 generated: int = GENERATED_ROWS, prompts_seed: int = 0):
         if match not in ("close", "template", "none"):
             raise ValueError(f"match must be 'close', 'template' or 'none', got {match!r}")
+        if prompts not in PROMPT_SETS:
+            raise ValueError(f"prompts={prompts!r}: use one of {', '.join(PROMPT_SETS)}")
+        if fit_tokens is not None and fit_tokens < 1:
+            raise ValueError(f"fit_tokens must be a positive number of tokens, got {fit_tokens}")
+        if generated < 1:
+            raise ValueError(f"generated must be >= 1 (rows of -o prompts=generated), got {generated}")
+        self.prompts, self.fit_tokens = prompts, fit_tokens
+        self.generated, self.prompts_seed = generated, prompts_seed
         self.format = TextFormat(think=think)
         self.loose = loose
         self.match = match
@@ -113,14 +129,20 @@ class InstructTask(Task):
                                  self._parsed(self._rows(path, split)[0], Counter(), {})))
         unsupported: Counter[str] = Counter()
         first_row: dict[str, str] = {}
-        given = 0
+        given = too_long = 0
         for ex in self._parsed(rows, unsupported, first_row):
             first = ids.earlier(ex.id, ex.source)
             if first is not None:
                 raise DataError(f"{ex.source}: id {ex.id!r} is already the id of {first}; give each "
                                 "row its own id (responses and results are matched to rows by id)")
+            if self.fit_tokens is not None and not fits(ex.data["constraints"], self.fit_tokens):
+                too_long += 1
+                continue
             yield ex
             given += 1
+        if too_long:
+            log.info("%s: left out %d rows whose constraints need more than fit_tokens=%d new tokens",
+                     source, too_long, self.fit_tokens)
         if unsupported:
             listing = ", ".join(f"{i} ({n} rows, first at {first_row[i]})" for i, n in unsupported.most_common())
             msg = (f"{source}: instruction ids with no checker here: {listing}. Supported ids "
@@ -133,14 +155,22 @@ class InstructTask(Task):
         if not given:
             raise DataError(f"{source}: no usable rows")
 
-    @staticmethod
-    def _rows(path: str | None, split: str | None) -> tuple[Iterator[tuple[str, Any]], str]:
-        """(location, row) of each row of `path` (the bundled sample for None), and the source's name."""
-        if path is None:
-            res = resources.files("mrtpo").joinpath(SAMPLE)
-            source = f"mrtpo/{SAMPLE}"
-            return _jsonl_rows(lines(res.read_text(encoding="utf-8")), source), source
-        return _read_rows(path, split)
+    def _rows(self, path: str | None, split: str | None) -> tuple[Iterator[tuple[str, Any]], str]:
+        """(location, row) of each row of `path` (for None, the prompt set `prompts`), and the
+        source's name. The path "ifeval", when no such file exists, is the shipped IFEval copy."""
+        prompts = self.prompts
+        if path == "ifeval" and not Path(path).exists():
+            path, prompts = None, "ifeval"
+        if path is not None:
+            return _read_rows(path, split)
+        if prompts == "generated":
+            source = f"generated prompts (seed {self.prompts_seed}, {self.generated} rows)"
+            rows = generated_rows(self.generated, self.prompts_seed)
+            return ((f"{source} row {i + 1}", r) for i, r in enumerate(rows)), source
+        bundled = IFEVAL if prompts == "ifeval" else SAMPLE
+        res = resources.files("mrtpo").joinpath(bundled)
+        source = f"mrtpo/{bundled}"
+        return _jsonl_rows(lines(res.read_text(encoding="utf-8")), source), source
 
     def _parsed(self, rows: Iterable[tuple[str, Any]], unsupported: Counter[str],
                 first_row: dict[str, str]) -> Iterator[Example]:

@@ -42,7 +42,7 @@ import hashlib
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 from mrtpo.formats import ToolCallFormat
 from mrtpo.tasks.base import Example, ProbeEdit, Reward, Task, Verdict
@@ -121,7 +121,15 @@ def _parse_cached(response: str, think: bool) -> ParsedCalls:
 
 
 class ToolCallTask(Task):
-    """Function calling with format, JSON-schema and BFCL AST-correctness rewards."""
+    """Function calling with format, JSON-schema and BFCL AST-correctness rewards.
+
+    Args:
+        think: ask for (and require) a leading `<think>...</think>`.
+        demo: a worked exchange (one question, one call) before the user turn.
+        categories: the BFCL categories read from a data directory (or "bfcl_eval") when no
+            split is given, comma-separated in the order read (`-o categories=simple_python,multiple`);
+            None reads every supported category (data_cards/bfcl.md).
+    """
 
     name = "toolcall"
     placement = "append"
@@ -130,9 +138,13 @@ class ToolCallTask(Task):
 
     demo_reward = "format"  # P_without_format drops the demonstration with the sentence
 
-    def __init__(self, think: bool = False, demo: bool = False):
+    def __init__(self, think: bool = False, demo: bool = False, categories: Optional[str] = None):
         self.format = ToolCallFormat(think=think)
         self.demo = demo
+        if categories is not None and not [c for c in str(categories).split(",") if c.strip()]:
+            raise ValueError(f"categories={categories!r}: name BFCL categories, comma-separated "
+                             "(e.g. simple_python,multiple)")
+        self.categories = categories
 
     def demo_messages(self) -> list[dict[str, str]]:
         """The demonstration exchange (user, assistant), or [] without `demo`."""
@@ -147,7 +159,8 @@ class ToolCallTask(Task):
         """Examples from `path`, one at a time (`load` is their list): None for the bundled
         sample, a BFCL v4 data directory or question file (answers from `possible_answer/`),
         "bfcl_eval" for the installed package's data, or a project JSONL file. `split`: BFCL
-        categories (comma-separated) or a JSONL row's split."""
+        categories (comma-separated; default: the `categories` option) or a JSONL row's split."""
+        split = split if split is not None else self.categories
         if path is None:
             with resources.as_file(resources.files("mrtpo") / "data" / "toolcall" / SAMPLE) as p:
                 yield from (self.example(r) for r in iter_toolcall(Path(p), split))

@@ -41,6 +41,7 @@ def test_train_writes_the_run_directory_and_resumes(tiny_qwen2_dir, tmp_path):
     assert row["reward_weights"][row["reward_names"].index("short")] == 2.0
     adapter = json.loads((run / "checkpoints" / "step-000001" / "adapter" / "adapter_config.json").read_text())
     assert set(adapter["target_modules"]) == {"q_proj", "v_proj"}
+    assert adapter["lora_dropout"] == 0.0 and saved["lora_dropout"] == 0.0  # peft's default, not TRL's 0.05
 
     result, out = _invoke(["--resume", "--output-dir", str(run), "--steps", "2"])
     assert result.exit_code == 0, out

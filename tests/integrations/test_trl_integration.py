@@ -15,6 +15,7 @@ Skipped when TRL is not installed (`pip install -e ".[trl]"`).
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -222,6 +223,18 @@ def test_launcher_reads_trl_flags(tiny_qwen2_dir, tmp_path):
     assert startup_line(trainer).startswith("mrtpo: task harness-words, estimator GDPO (multi_objective_aggregation=normalize_then_sum)")
     assert trainer.last_batch is not None and trainer.last_batch.distances is not None
     assert (out / "adapter_model.safetensors").is_file()  # LoRA via TRL's ModelConfig flags
+    assert json.loads((out / "adapter_config.json").read_text())["lora_dropout"] == 0.0  # mrtpo train's default
+
+
+def test_launcher_lora_dropout_is_zero_unless_given():
+    from trl import TrlParser
+
+    from mrtpo.integrations.trl import model_config_class
+
+    parser = TrlParser((model_config_class(),))
+    assert parser.parse_args_into_dataclasses(args=["--model_name_or_path", "m"])[0].lora_dropout == 0.0
+    given = parser.parse_args_into_dataclasses(args=["--model_name_or_path", "m", "--lora_dropout", "0.05"])[0]
+    assert given.lora_dropout == 0.05
 
 
 WORKER = '''

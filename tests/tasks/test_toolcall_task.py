@@ -279,3 +279,18 @@ def test_demo_shows_the_format_with_a_tool_no_example_uses(sample):
     assert without[names.index("correct")][:2] == p0[:2]  # the other rewards keep the demo
     plain = get_task("toolcall")
     assert plain.messages(ex) == p0[2:]
+
+
+def test_the_categories_option_is_the_split_when_none_is_given():
+    """`-o categories=...`: the BFCL categories read, in that order (the bundled excerpt has 4
+    of each); a split given to load() wins; an empty list is refused."""
+    from importlib import resources
+
+    with resources.as_file(resources.files("mrtpo") / "data" / "toolcall" / "bfcl_v4_sample") as root:
+        task = get_task("toolcall", categories="multiple,simple_python")
+        cats = [ex.data["category"] for ex in task.load(str(root))]
+        assert cats == ["multiple"] * 4 + ["simple_python"] * 4
+        assert {ex.data["category"] for ex in task.load(str(root), split="parallel")} == {"parallel"}
+        assert len(get_task("toolcall").load(str(root))) == 32
+    with pytest.raises(ValueError, match="name BFCL categories"):
+        get_task("toolcall", categories=" , ")
