@@ -10,6 +10,7 @@ mean equal to the response-level advantage.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,6 +27,9 @@ class Credit:
 
     per_reward: torch.Tensor  # [N, K]
     offset: torch.Tensor  # [N]
+    #: the reward weights the estimator used [K]: the task's times SAW's when SAW is on (what the
+    #: completions log shows as `reward_weights`); None for credit built by hand
+    weights: torch.Tensor | None = None
 
     @property
     def total(self) -> torch.Tensor:
@@ -188,9 +192,9 @@ def estimate(scores: torch.Tensor, group_size: int, estimator: Literal["grpo", "
             raise ValueError(f"saw must be 'off', 'reward' or 'advantage', got {saw!r}")
         w = w * saw_weights(scores, floors).to(w)
     if estimator == "grpo":
-        return grpo(scores, group_size, w, scale=scale)
+        return dataclasses.replace(grpo(scores, group_size, w, scale=scale), weights=w)
     if estimator == "gdpo":
-        return gdpo(scores, group_size, w)
+        return dataclasses.replace(gdpo(scores, group_size, w), weights=w)
     raise ValueError(f"estimator must be 'grpo' or 'gdpo', got {estimator!r}")
 
 

@@ -34,10 +34,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from mrtpo.advantages import Credit
-
 DIGITS = 6  # floats are rounded: the file is for reading and plotting, not for exact replays
 
 
@@ -45,15 +41,17 @@ def _r(x: float) -> float:
     return round(float(x), DIGITS)
 
 
-def records(step: int, rollout, scored, blocks: list[list[str]], credit: Credit,
-            estimator_weights: torch.Tensor, token_adv: torch.Tensor,
-            distances: torch.Tensor | None, token_w: torch.Tensor | None,
-            tokenizer) -> list[dict[str, Any]]:
-    """One JSON-ready dict per completion (see the module docstring for the fields).
+def records(step: int, rollout, scored, placed, tokenizer) -> list[dict[str, Any]]:
+    """One JSON-ready dict per completion (see the module docstring for the fields), from the
+    step's credit (`placed`: mrtpo.harness.distances.TokenCredit, built by `mrtpo_step` with
+    `logs=True`, so its blocks are there), whichever trainer ran the step.
 
-    `distances` and `token_w` are [N, K, T] over the batch's reward columns (`scored.names`);
-    they are written per row in the row's own reward order.
+    `placed.distances` and `placed.token_weights` are [N, K, T] over the batch's reward columns
+    (`scored.names`); they are written per row in the row's own reward order.
     """
+    credit, distances, token_w, token_adv = placed.credit, placed.distances, placed.token_weights, placed.advantages
+    estimator_weights = credit.weights if credit.weights is not None else scored.weights  # [K]
+    blocks = placed.blocks
     out = []
     g = rollout.group_size
     for i, ids in enumerate(rollout.response_ids):

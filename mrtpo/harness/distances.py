@@ -30,7 +30,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
-from mrtpo.advantages import Credit, place, shuffle_within
+from mrtpo.advantages import Credit, place, shuffle_within, token_weights
 from mrtpo.contexts import block_texts, build_item, model_positions, only_rewards
 from mrtpo.harness.errors import ConfigError
 from mrtpo.spans import spans_token_mask, token_offsets
@@ -85,11 +85,14 @@ def shuffle_seed(seed: int, step: int) -> int:
 
 @dataclass
 class TokenCredit:
-    """One step's MRTPO output on this process's rows."""
+    """One step's credit on this process's rows: everything its log needs (the completions
+    log, `completions.records`, reads only this, for the loop and the TRL trainer alike)."""
 
     advantages: torch.Tensor  # [N, T] what the loss multiplies into each token's ratio
     distances: torch.Tensor | None  # [N, K, T] q on the batch's reward columns (None: MRTPO off)
     blocks: list[list[str]] | None  # per completion, in its reward order (None: not built)
+    credit: Credit  # per-reward credit [N, K] + offset [N], with the reward weights used (SAW included)
+    token_weights: torch.Tensor | None = None  # [N, K, T] MRTPO's weights of q (None: MRTPO off)
 
 
 def mrtpo_step(weights: str | None, replayer: Replayer, task, rollout, scored, credit: Credit,
@@ -105,7 +108,10 @@ def mrtpo_step(weights: str | None, replayer: Replayer, task, rollout, scored, c
         skip = not (replay_zero_credit or logs)
         q, blocks = token_distances(weights, replayer, task, rollout, scored, mask, temperature,
                                     credit=credit if skip else None, seed=shuffle_seed(seed, step))  # [N, K, T]
-    return TokenCredit(place(credit, q, mask, lam=lam), q, blocks)  # [N, T]
+    if logs and blocks is None:
+        blocks = blocks_for(task, rollout, scored)
+    return TokenCredit(place(credit, q, mask, lam=lam), q, blocks, credit,  # [N, T]
+                       None if q is None else token_weights(q, mask, lam))  # [N, K, T]
 
 
 def token_distances(source: str, replayer: Replayer, task, rollout, scored, mask: torch.Tensor,

@@ -268,7 +268,7 @@ def is_main_process() -> bool:
 
 def local_credit(credit: Credit, rows: slice) -> Credit:
     """The rows of the whole batch's credit that this process trains on."""
-    return Credit(credit.per_reward[rows], credit.offset[rows])
+    return Credit(credit.per_reward[rows], credit.offset[rows], credit.weights)
 
 
 def row_seed(seed: int, step: int, row: int) -> int:

@@ -27,11 +27,11 @@ import torch
 
 import mrtpo.harness.checkpoints as checkpoints
 import mrtpo.harness.heldout as heldout
-from mrtpo.advantages import estimate, saw_weights, token_weights
+from mrtpo.advantages import estimate
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
-from mrtpo.harness.distances import blocks_for, logs_completions, mrtpo_step, policy_replayer
+from mrtpo.harness.distances import logs_completions, mrtpo_step, policy_replayer
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
@@ -210,12 +210,7 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                                             dist.gather_rows(credit.per_reward)))
 
             if logs:
-                used_w = scored.weights * (saw_weights(batch_scored.scores, batch_scored.floors)
-                                           if cfg.saw != "off" else 1.0)  # [K]
-                records = dist.gather_objects(completion_records(
-                    step, rollout, scored, placed.blocks or blocks_for(task, rollout, scored), credit,
-                    used_w, advantages, q,
-                    None if q is None else token_weights(q, mask, cfg.mrtpo_lambda), policy.tokenizer))
+                records = dist.gather_objects(completion_records(step, rollout, scored, placed, policy.tokenizer))
                 if dist.is_main:
                     completions_log.write(records)
             if cfg.eval_every and step % cfg.eval_every == 0 and dist.is_main:

@@ -51,7 +51,7 @@ from torch.overrides import TorchFunctionMode
 
 from mrtpo.advantages import Credit, estimate
 from mrtpo.contexts import model_positions
-from mrtpo.harness.distances import (WEIGHT_SOURCES, Replayer, TokenCredit, blocks_for, logs_completions,
+from mrtpo.harness.distances import (WEIGHT_SOURCES, Replayer, TokenCredit, logs_completions,
                                      mrtpo_step)
 from mrtpo.harness.distributed import local_credit
 from mrtpo.harness.rollout import Rollout
@@ -319,7 +319,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self.last_batch = MRTPOBatch(scores, credit, rows, trl_advantages.detach().cpu(), advantages, mask, q)
         if logs:
             self._completions_logged = step
-            self._log_completions(step, rollout, scored, placed, mine, rows, mask)
+            self._log_completions(step, rollout, scored, placed, rows)
         return out
 
     def _compute_loss(self, model, inputs):
@@ -343,7 +343,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         unscorable = torch.isnan(scores).all(-1)  # [N]
         if unscorable.any():
             credit = Credit(credit.per_reward.masked_fill(unscorable.unsqueeze(-1), 0.0),
-                            credit.offset.masked_fill(unscorable, 0.0))
+                            credit.offset.masked_fill(unscorable, 0.0), credit.weights)
         return credit
 
     def _replayer(self) -> Replayer:
@@ -382,21 +382,16 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                         self.mrtpo_floors, row_names, verdicts, {})
         return rollout, scored
 
-    def _log_completions(self, step: int, rollout: Rollout, scored: Scored, placed: TokenCredit, credit: Credit,
-                         rows: slice, mask: torch.Tensor) -> None:
+    def _log_completions(self, step: int, rollout: Rollout, scored: Scored, placed: TokenCredit, rows: slice) -> None:
         """Append this batch's completions to `<output_dir>/completions.jsonl` in `mrtpo train`'s
-        format (mrtpo.harness.completions), so `mrtpo credit OUTPUT_DIR` shows TRL runs too."""
+        format (mrtpo.harness.completions: the step's record, as the loop writes it), so
+        `mrtpo credit OUTPUT_DIR` shows TRL runs too."""
         import json
         from pathlib import Path
 
-        from mrtpo.advantages import token_weights
         from mrtpo.harness.completions import records
 
-        q = placed.distances
-        token_w = None if q is None else token_weights(q, mask, self.mrtpo_lambda)  # [B, K, T]
-        blocks = placed.blocks or blocks_for(self.mrtpo_task, rollout, scored)
-        lines = records(step, rollout, scored, blocks, credit, scored.weights, placed.advantages, q, token_w,
-                        self._mrtpo_state.tokenizer)
+        lines = records(step, rollout, scored, placed, self._mrtpo_state.tokenizer)
         for i, line in enumerate(lines):  # group and sample in the whole batch, not this process's share
             line["group"], line["sample"] = divmod(rows.start + i, self.num_generations)
         if self.accelerator.num_processes > 1:  # every process's rows, in rank order
