@@ -100,3 +100,17 @@ def test_the_shipped_ifeval_prompts_reproduce_the_official_figure(shared_dir):
 def test_bad_prompt_options_are_refused(options, words):
     result, out = invoke("blocks", "lint", "instruct", *[x for o in options for x in ("-o", o)])
     assert result.exit_code == 2 and words in out and "Traceback" not in out, out
+
+
+def test_train_on_generated_prompts_holds_out_ifeval(tiny_qwen2_dir, tmp_path):
+    """The held-out learning runs' setting: generated prompts to train on, IFEval's prompts that
+    fit the budget held out (the first --heldout of them), scored with IFEval's metric."""
+    run = tmp_path / "run"
+    result, out = invoke("train", "--task", "instruct", "-o", "prompts=generated", "-o", "fit_tokens=128",
+                         "--eval-data", "ifeval", "--heldout", 3, "--model", tiny_qwen2_dir, "--output-dir", run,
+                         "--steps", 1, "--batch-prompts", 2, "--num-generations", 2, "--max-new-tokens", 4,
+                         "--verify-workers", 0, "--lora-r", 4, "--save-every", 0)
+    assert result.exit_code == 0, out
+    doc = json.loads((run / "heldout.json").read_text())
+    fit = [ex.id for ex in get_task("instruct", prompts="ifeval", fit_tokens=128).load()]
+    assert doc["_example_ids"] == fit[:3] and "prompt_level_strict_acc" in doc
