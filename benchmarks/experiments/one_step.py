@@ -1,7 +1,8 @@
 """Does MRTPO's placement make a better update? A paired one-step test.
 
 For each of R batches: B prompts, G completions each sampled from the starting policy (a fresh
-LoRA, so the pretrained model itself), scored by every reward of the task. A batch where every
+LoRA, so the pretrained model itself; with `--start CHECKPOINT`, a `mrtpo train` checkpoint's
+adapter: a mid-training policy), scored by every reward of the task. A batch where every
 group scored every reward alike has no credit to place: every method's step and effect is 0
 there, so it is recorded as such without a pool (it still counts, as a batch of training would). Every method takes
 ONE optimizer step from the same starting weights on the same batch, completions and scores;
@@ -282,6 +283,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pool", type=int, default=32, help="P: fresh completions per prompt that measure the effects")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seed", type=int, default=0, help="LoRA init, prompt order and each batch's sampling")
+    ap.add_argument("--start", default=None, metavar="CHECKPOINT",
+                    help="start every method from this `mrtpo train` checkpoint's adapter (a mid-training policy; "
+                         "its run's LoRA rank and modules) instead of a fresh LoRA")
     ap.add_argument("--lr", type=float, default=None, help="step size (default: the model's train lr)")
     ap.add_argument("--batch-prompts", type=int, default=None)
     ap.add_argument("--num-generations", type=int, default=None)
@@ -346,7 +350,8 @@ def main(argv: list[str] | None = None) -> dict:
                 "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "lr": cfg.lr,
                 "step_sizes": [cfg.lr], "optimizer": "AdamW, first step (every weight with a gradient moves by lr)",
                 "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "loss_type": cfg.loss_type,
-                "seed": args.seed, "methods": methods, "dtype": args.dtype}
+                "seed": args.seed, "methods": methods, "dtype": args.dtype,
+                **({"start": _checkpoint_label(args.start)} if args.start else {})}
     done = read_records(out, settings)
 
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
@@ -355,6 +360,10 @@ def main(argv: list[str] | None = None) -> dict:
         policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                              lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
                              device=cfg.device, dtype=cfg.dtype)
+        if args.start:  # the mid-training policy every method steps from
+            from mrtpo.harness.checkpoints import load_adapter
+
+            load_adapter(Path(args.start), policy)
         order: list[int] = []
         rng = random.Random(args.seed)
         while len(order) < args.batches * cfg.batch_prompts:  # every example once before any repeats
@@ -376,6 +385,12 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         scorer.close()
     return report(done, methods, settings, args)
+
+
+def _checkpoint_label(path: str) -> str:
+    """A checkpoint as the settings name it: its directory and its parent's (the run)."""
+    p = Path(path).resolve()
+    return f"{p.parent.name}/{p.name}"
 
 
 def written_settings(head: dict) -> dict:

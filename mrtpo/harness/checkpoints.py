@@ -437,21 +437,28 @@ def load(path: Path, policy, optimizer: torch.optim.Optimizer) -> int:
     if why:
         raise CheckpointError(f"cannot resume from {path}: {why}")
     if policy.lora:
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        adapter = path / "adapter" / "adapter_model.safetensors"
-        with _reading(adapter):
-            weights = load_file(str(adapter), device=str(policy.device))
-            result = set_peft_model_state_dict(policy.model, weights)
-        missing = [k for k in getattr(result, "unexpected_keys", []) if "lora" in k]
-        if missing:
-            raise CheckpointError(f"{adapter}: adapter weights do not fit the model ({missing[:3]}...)")
+        load_adapter(path, policy)
     with _reading(path / "optimizer.pt"):
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=policy.device, weights_only=True))
     with _reading(path / "rng.pt"):
         set_rng_state(torch.load(path / "rng.pt", weights_only=True))
     return read_state(path)["step"]
+
+
+def load_adapter(path: Path, policy) -> None:
+    """Put checkpoint `path`'s adapter weights into `policy`'s LoRA (of the same rank and
+    modules); the rest of the checkpoint (optimizer, RNG) is not read. Raises CheckpointError
+    naming the file when the weights do not fit."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    adapter = Path(path) / "adapter" / "adapter_model.safetensors"
+    with _reading(adapter):
+        weights = load_file(str(adapter), device=str(policy.device))
+        result = set_peft_model_state_dict(policy.model, weights)
+    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora" in k]
+    if missing:
+        raise CheckpointError(f"{adapter}: adapter weights do not fit the model ({missing[:3]}...)")
 
 
 class _reading:

@@ -219,3 +219,24 @@ def test_combine_refuses_what_is_not_a_batch_file_naming_file_and_line(one_step,
         (tmp_path / name).write_text(text)
         with pytest.raises(SystemExit, match=want[name]):
             one_step.combine([str(tmp_path / name)])
+
+
+def test_start_steps_every_method_from_a_checkpoints_adapter(one_step, tiny_qwen2_dir, tmp_path):
+    """`--start CHECKPOINT`: the policy every method steps from is the run's, not a fresh LoRA
+    (its batch's completions differ from a fresh start's; the settings name the checkpoint)."""
+    from mrtpo.harness import TrainConfig, train
+
+    harness_task.register()
+    run = tmp_path / "run"
+    train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(run), task="harness-words", steps=2, lr=0.05,
+                      batch_prompts=2, num_generations=2, max_new_tokens=6, verify_workers=0, save_every=2,
+                      heldout=0, log_completions_every=0, seed=0))
+    ckpt = run / "checkpoints" / "step-000002"
+    args = ["--model", str(tiny_qwen2_dir), "--task", "harness-words", "--pool", "3", "--batch-prompts", "2",
+            "--num-generations", "2", "--max-new-tokens", "6", "--lr", "0.01", "--batches", "1",
+            "--methods", "gdpo,mrtpo"]
+    fresh = one_step.main(args + ["--out", str(tmp_path / "fresh.jsonl")])
+    started = one_step.main(args + ["--out", str(tmp_path / "start.jsonl"), "--start", str(ckpt)])
+    assert started["settings"]["start"] == "checkpoints/step-000002" and "start" not in fresh["settings"]
+    a, b = (json.loads((tmp_path / f).read_text().splitlines()[1]) for f in ("fresh.jsonl", "start.jsonl"))
+    assert a["train_means"] != b["train_means"] or a.get("pool_means") != b.get("pool_means")
