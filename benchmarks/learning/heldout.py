@@ -30,7 +30,8 @@ seeds the seed draw is coarse, so each seed's difference is reported beside it. 
      "paired": [{"a", "b", "reward": metric, "mean", "low", "high", "per_seed": [...], "step",
                  "seeds": how many, "seed_ids", "examples",
                  "better": per seed [examples a scored higher, b higher]}, ...],
-     "seconds_per_run": {method: seconds (training steps only, mean over seeds)}}
+     "seconds_per_run": {method: seconds (training steps only, mean over seeds)},
+     "provenance": {method: {seed: {"commit", "cpu"} the kept run finished on, or null}}}
 
 and a PNG of the held-out curves (mean over seeds, band min..max) beside it when matplotlib is
 installed. For SmolLM2 on text2sql the held-out split must hold >= 100 examples, more than a
@@ -77,6 +78,7 @@ PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdp
          ("mrtpo", "mrtpo-single"), ("mrtpo-single", "gdpo"))  # a - b
 LEVEL, RESAMPLES = 0.95, 10_000
 KEPT_FILES = ("config.yaml", "metrics.jsonl", "heldout.json")  # what a kept run holds (no checkpoints)
+PROVENANCE = "provenance.json"  # beside them: the commit and CPU a kept run finished on
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -155,15 +157,49 @@ def read_run(run_dir: Path, method: str, seed: int, steps: int) -> Run:
                list(doc.get("_example_ids") or []), learning._read(run_dir / "metrics.jsonl")[:steps])
 
 
+def provenance() -> dict:
+    """{"commit": the short HEAD of this checkout (None outside git), "cpu": the processor's
+    name with its family and model}: what a kept run says it finished on (float rounding,
+    hence greedy near-ties, follow the code and the CPU)."""
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip() or None
+    info: dict[str, str] = {}
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "cpu family", "model") and key.strip() not in info:
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    cpu = info.get("model name", "unknown CPU")
+    if "cpu family" in info:
+        cpu += f" (family {info['cpu family']}, model {info.get('model', '?')})"
+    return {"commit": commit, "cpu": cpu}
+
+
 def keep(run_dir: Path, kept: Path) -> None:
     """Copy a run's record (KEPT_FILES) to `kept`, each file whole or not at all (a finished run's;
-    gpu.py also keeps the runs its budget stopped, to compare them where they all got to)."""
+    gpu.py also keeps the runs its budget stopped, to compare them where they all got to), with
+    its PROVENANCE."""
+    import json
+
     from mrtpo.textio import write_atomic
 
     kept.mkdir(parents=True, exist_ok=True)
     for name in KEPT_FILES:
         if (run_dir / name).is_file():
             write_atomic(kept / name, (run_dir / name).read_text(encoding="utf-8"))
+    write_atomic(kept / PROVENANCE, json.dumps(provenance()) + "\n")
+
+
+def read_provenance(kept_root: Path | None, method: str, seed: int) -> dict | None:
+    """A kept run's PROVENANCE, None when it has none (runs kept before it was written)."""
+    import json
+
+    path = kept_root / method / f"seed{seed}" / PROVENANCE if kept_root is not None else None
+    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
 
 
 def read_kept(kept_root: Path, task: str, method: str, seed: int, settings: dict) -> Run | None:
@@ -435,6 +471,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
         "paired": paired(runs, metrics, args.steps),
         "seconds_per_run": {m: _mean([sum(r.get("time/step") or 0.0 for r in run.history) for run in rs])
                             for m, rs in runs.items()},
+        "provenance": {m: {str(r.seed): read_provenance(kept_root, m, r.seed) for r in rs} for m, rs in runs.items()},
     }
     table(args.task, summary)
     from mrtpo.textio import strict_json, write_atomic

@@ -59,6 +59,8 @@ def test_pairs_compare_mrtpo_with_gdpo_and_the_control():
     assert heldout.pairs_of(["gdpo", "mrtpo", "mrtpo-shuffled"]) == [
         ("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo")]
     assert heldout.pairs_of(["gdpo", "mrtpo"]) == [("mrtpo", "gdpo")]
+    assert heldout.pairs_of(["gdpo", "mrtpo", "mrtpo-single"]) == [
+        ("mrtpo", "gdpo"), ("mrtpo", "mrtpo-single"), ("mrtpo-single", "gdpo")]
     assert heldout.pairs_of(["grpo", "gdpo", "mrtpo"]) == [("mrtpo", "gdpo"), ("gdpo", "grpo"), ("mrtpo", "grpo")]
 
 
@@ -92,7 +94,9 @@ def test_the_runner_writes_paired_held_out_results_and_keeps_each_run(tmp_path, 
     assert results.with_suffix(".png").is_file()
     # each finished run is kept beside the results: its config, training curves and held-out curve
     kept = results.with_suffix("") / "mrtpo" / "seed1"
-    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "heldout.json", "metrics.jsonl"]
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "heldout.json", "metrics.jsonl", "provenance.json"]
+    made = json.loads((kept / "provenance.json").read_text())  # the commit and CPU it finished on
+    assert set(made) == {"commit", "cpu"} and made["cpu"] and doc["provenance"]["mrtpo"]["1"] == made
     assert [p["step"] for p in json.loads((kept / "heldout.json").read_text())["_curve"]] == [0, 1, 2]
     out = capsys.readouterr().out
     assert out.count("  ran toolcall ") == 4 and "mrtpo - gdpo" in out
