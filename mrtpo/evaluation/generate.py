@@ -126,7 +126,7 @@ def _prompt_inputs(model, prompts: list[list[int]], pad: int, max_new_tokens: in
         except TypeError:  # not a decoder-only transformers LM: plain generate
             decoder = None
         if decoder is not None:
-            ids, mask, cache, _ = prompt_cache(model, prompts, 1, pad, max_new_tokens=max_new_tokens)
+            ids, mask, cache = prompt_cache(model, prompts, 1, pad, max_new_tokens=max_new_tokens)[:3]
             return ids, mask, {cache_kwarg(decoder): cache}
     ids, mask = prefix_layout(prompts, pad, 0, max(map(len, prompts)))  # [B, L] plain left padding
     return ids, mask, {}

@@ -71,6 +71,7 @@ class TrainConfig:
     temperature: float = opt(1.0, "Sampling temperature; log-probabilities and replay use the same one.")
     top_p: float = opt(1.0, "Nucleus sampling threshold (1.0 = off).")
     max_new_tokens: int = opt(256, "Longest completion, in tokens; also dr_grpo's constant denominator.")
+    compiled_decoding: Literal["auto", "on", "off"] = opt("auto", "Compile the rollout's decoding steps (CUDA graphs through torch.compile, the static cache's length bucketed so that a compiled shape serves later steps): auto = on for a CUDA policy, off on CPU. Each new shape's compile is timed as time/compile, apart from time/step.")
     rollout_dtype: Literal["same", "bfloat16"] = opt("same", "Sample with the weights ('same') or with a bfloat16 copy of float32 weights ('bfloat16': on SmolLM2 and 2 CPU cores with AVX512-BF16 about 0.6x of the rollout's time, but the completions come from a slightly different distribution, corrected by --importance-sampling-correction; the replay and the update stay in the weights' dtype).")
     importance_sampling_correction: bool = opt(True, "With --rollout-dtype bfloat16: weight each token's loss by how much likelier the trained weights make what the bf16 copy sampled (TRL's vllm_importance_sampling_correction); --no-importance-sampling-correction only logs the gap.")
     importance_sampling_mode: Literal["sequence_mask", "sequence_truncate", "token_mask", "token_truncate"] = opt("sequence_mask", "How the correction's ratios act, as TRL's vllm_importance_sampling_mode: per completion (sequence_*) or per token (token_*); *_mask drops those above --importance-sampling-clip-max, *_truncate caps them there.")
@@ -231,7 +232,8 @@ def field_default(name: str) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
-             "heldout_every", "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to"}
+             "heldout_every", "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to",
+             "compiled_decoding"}
 
 
 def _flag(name: str) -> str:

@@ -37,7 +37,7 @@ from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metri
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
 from mrtpo.harness.policy import (check_model_arg, load_policy, resolve_device, resolve_dtype,
                                   resolve_rollout_dtype)
-from mrtpo.harness.rollout import sample
+from mrtpo.harness.rollout import compiled_decoding, sample
 from mrtpo.harness.runfiles import check_run_dir
 from mrtpo.harness.runlock import RunLock
 from mrtpo.harness.scoring import Scorer
@@ -115,6 +115,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
         keep_reference=cfg.beta > 0, base_name=portable_name(cfg.model, model_path),
         weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
     replayer = policy_replayer(policy)
+    compiled = compiled_decoding(cfg.compiled_decoding, policy.device)  # CUDA graphs for decoding
+    compiled_shapes: set[tuple[int, int]] = set()  # the shapes compiled so far (each compiles once)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
     dist.broadcast_parameters(policy.trainable_parameters())  # every process starts from rank 0's weights
@@ -162,7 +164,10 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                                      logits_processor=dist.sampler(cfg.seed, step, rows.start, cfg.temperature,
                                                                    cfg.top_p, record_logps=rollout_dtype is not None),
-                                     dtype=rollout_dtype)
+                                     dtype=rollout_dtype, compiled=compiled)
+                if rollout.compiled_shape is not None and rollout.compiled_shape not in compiled_shapes:
+                    compiled_shapes.add(rollout.compiled_shape)  # a new shape compiled: that is its time
+                    timer.move("generate", "compile")
                 with timer("verify"):  # own rows on the global reward columns; the whole batch's scores
                     scored, batch_scored = dist.gather_scores(
                         scorer.score(rollout.examples, rollout.responses))  # scores [n, K], [N, K]

@@ -247,8 +247,16 @@ class PhaseTimer:
 
         return span()
 
+    def move(self, phase: str, to: str) -> None:
+        """Book `phase`'s seconds so far as `to` (a rollout that compiled a new shape: its
+        generate time is the compile's)."""
+        seconds = self.seconds.pop(f"time/{phase}", 0.0)
+        self.seconds[f"time/{to}"] = self.seconds.get(f"time/{to}", 0.0) + seconds
+
     def totals(self) -> dict[str, float]:
-        return {**self.seconds, "time/step": self._clock() - self._start}
+        """Every phase's seconds and `time/step`, the step's wall clock less `time/compile`
+        (a one-off per compiled shape, reported apart so that step times compare)."""
+        return {**self.seconds, "time/step": self._clock() - self._start - self.seconds.get("time/compile", 0.0)}
 
 
 def tokens_seen(previous: int, prompt_lengths: list[int], completion_lengths: list[int]) -> int:

@@ -50,6 +50,9 @@ class Rollout:
     # it (plumbing.EncodedStart): the replay takes it while the weights stand (None: no such
     # beginning; a bf16 copy's, --rollout-dtype, is never taken: another model)
     prompt_start: object = None
+    # with compiled decoding: (rows, static cache positions), the shape the decoding steps were
+    # compiled for; a shape seen before reuses its compiled steps (None: eager decoding)
+    compiled_shape: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -99,6 +102,15 @@ class Rollout:
 CACHE_BUCKET = 256
 
 
+def compiled_decoding(setting: str, device) -> bool:
+    """`--compiled-decoding`: "on", "off", or "auto" = on for a CUDA policy (CUDA graphs take
+    decoding from launch-bound to its arithmetic; `benchmarks/speed/decode_graphs.py`), off
+    elsewhere (transformers compiles nothing on CPU)."""
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"compiled decoding must be 'auto', 'on' or 'off', got {setting!r}")
+    return setting == "on" or (setting == "auto" and torch.device(device).type == "cuda")
+
+
 def cache_room(width: int, max_new_tokens: int, bucket: int | None = None) -> int:
     """Positions the static cache holds: the `width` cached prompt columns, the last prompt
     token and `max_new_tokens`, rounded up to a multiple of `bucket` when one is given."""
@@ -113,6 +125,7 @@ class PromptCache(NamedTuple):
     mask: torch.Tensor  # [B*G, P]
     cache: object  # every prompt token but the last, each row repeated G times
     start: object  # plumbing.EncodedStart of the prompts' common beginning, or None
+    room: int | None = None  # the static cache's positions (None: a dynamic cache)
 
 
 def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
@@ -139,10 +152,13 @@ def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
     ids, mask = prefix_layout(prompts, pad_id, enc.common, enc.width + 1)  # [B, P]
     cache = enc.cache
     cache.batch_repeat_interleave(repeats)
+    room = None
     if max_new_tokens is not None:
-        cache = _static_copy(model, cache, enc.width, cache_room(enc.width, max_new_tokens, bucket))
+        room = cache_room(enc.width, max_new_tokens, bucket)
+        cache = _static_copy(model, cache, enc.width, room)
+        room = room if cache is not enc.cache else None
     return PromptCache(ids.to(device).repeat_interleave(repeats, 0), mask.to(device).repeat_interleave(repeats, 0),
-                       cache, enc.start)
+                       cache, enc.start, room)
 
 
 def _static_copy(model, cache, length: int, room: int):
@@ -216,9 +232,9 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
 
     `compiled`: let transformers compile the decoding steps (with the static cache, on a GPU:
     `torch.compile`'s "reduce-overhead", CUDA graphs), the cache's length rounded up to a
-    multiple of CACHE_BUCKET so that batches of other prompt lengths reuse a compiled shape;
-    off by default, since the compile takes its own time and a GPU's gain is measured by
-    `benchmarks/speed/decode_graphs.py`, not assumed. Transformers compiles nothing on CPU.
+    multiple of CACHE_BUCKET so that batches of other prompt lengths reuse a compiled shape
+    (`Rollout.compiled_shape` says which). Off here by default; the trainer turns it on for CUDA
+    policies (`compiled_decoding`, `--compiled-decoding`). Transformers compiles nothing on CPU.
     """
     from transformers import GenerationConfig
 
@@ -249,12 +265,13 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         with policy.sampler(dtype) as model:
             from mrtpo.harness.decode import supports
 
+            room = None
             if lean and p > 1 and not sampled and not compiled and supports(model):
                 new, start = _decode(model, ids, g, max_new_tokens, stops, policy.pad_id, logits_processor or [],
                                      common_prefix, packed)
             else:
-                new, start = _generate(model, ids, g, gen, policy.pad_id, logits_processor, static_cache,
-                                       common_prefix, packed, cascade, compiled, max_new_tokens)
+                new, start, room = _generate(model, ids, g, gen, policy.pad_id, logits_processor, static_cache,
+                                             common_prefix, packed, cascade, compiled, max_new_tokens)
     finally:
         policy.model.train(was_training)
     stop_set = set(stops)
@@ -276,27 +293,29 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
         group_size=g,
         sampling_logps=sampling_logps,
         prompt_start=start,
+        compiled_shape=(len(ids) * g, room) if compiled and room is not None else None,
     )
 
 
 def _generate(model, ids: list[list[int]], g: int, gen, pad_id: int, logits_processor, static_cache: bool,
               common_prefix: bool, packed: bool, cascade: bool, compiled: bool, max_new_tokens: int):
-    """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start) through
-    transformers' `generate`, with the fast paths `sample` names."""
+    """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start, the static
+    cache's positions or None) through transformers' `generate`, with the fast paths `sample`
+    names."""
     from mrtpo.harness.cascade import shared_prompt_attention
     from mrtpo.harness.packed import packed_head
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
 
     p = max(len(x) for x in ids)
     if p > 1:  # each prompt encoded once for its G completions, their shared beginning once
-        input_ids, attn, cache, start = prompt_cache(
+        input_ids, attn, cache, start, room = prompt_cache(
             model, ids, g, pad_id, common_prefix=common_prefix,
             max_new_tokens=max_new_tokens if static_cache else None,
             bucket=CACHE_BUCKET if compiled else None)  # [B*G, P]
         kwargs = {cache_kwarg(decoder_of(model)): cache}
     else:
         input_ids = torch.tensor(ids, device=device_of(model)).repeat_interleave(g, 0)  # [B*G, 1]
-        attn, kwargs, start = torch.ones_like(input_ids), {}, None
+        attn, kwargs, start, room = torch.ones_like(input_ids), {}, None, None
     with contextlib.ExitStack() as fast:
         if packed:
             fast.enter_context(packed_head(model, input_ids.shape[0]))
@@ -304,7 +323,7 @@ def _generate(model, ids: list[list[int]], g: int, gen, pad_id: int, logits_proc
             fast.enter_context(shared_prompt_attention(model, g, input_ids.shape[1] - 1))
         out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
                              logits_processor=logits_processor, **kwargs)
-    return out[:, p:].tolist(), start
+    return out[:, p:].tolist(), start, room
 
 
 def _decode(model, ids: list[list[int]], g: int, max_new_tokens: int, stops: list[int], pad_id: int,
