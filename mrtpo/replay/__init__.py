@@ -48,8 +48,8 @@ import torch
 
 from mrtpo.replay.js import head_and_js, js_distance, js_distance_log_probs
 from mrtpo.replay.full import replay_full
-from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, groups_common, plan_item, replay_groups,
-                                   replay_tokens, takes_tree_mask)
+from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, groups_common, plan_costs, plan_item,
+                                   replay_groups, replay_tokens, takes_tree_mask)
 from mrtpo.replay.plumbing import (EncodedStart, PaddingSide, cache_kwarg, decoder_of, device_of, head_of,
                                    output_cache)
 from mrtpo.replay.shared import encode_start, replay_shared
@@ -66,9 +66,9 @@ __all__ = [
 
 def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_max: int | None = None,
               length: int | None = None, shared_prefix: bool = True, chunk_tokens: int = 256,
-              batch_tokens: int = 8192, padding_side: PaddingSide = "right",
+              batch_tokens: int | None = None, padding_side: PaddingSide = "right",
               tree_tokens: int = 1024, options: ReplayOptions = ReplayOptions(),
-              known: EncodedStart | None = None) -> torch.Tensor:
+              known: EncodedStart | None = None, forward_tokens: int | None = None) -> torch.Tensor:
     """Per-token JS distances `q [N, K, T]` (float32, on the model's device) of replayed responses.
 
     K = `k_max` or the largest number of rewards among `items`; T = `length` or the longest
@@ -78,7 +78,10 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
     `temperature` divides the logits, as in the policy's log-prob pass.
 
     `batch_tokens` bounds the padded tokens of one forward (rows are sorted by length and cut
-    into forwards so that padding stays small); `chunk_tokens` bounds the logit rows alive at
+    into forwards so that padding plus `forward_tokens` per forward is least); both default to
+    the model's device's costs (`planning.plan_costs`: 8,192 and 64 on CPU; on CUDA, where a
+    forward is launch-bound, 65,536 and 8,192, so a step's contexts go in as few forwards as
+    that allows; the same q either way); `chunk_tokens` bounds the logit rows alive at
     once; `padding_side` is how the full-forward method pads the rows of one forward (both
     give the same q; the shared method pads its tries on the right).
     `tree_tokens` bounds the nodes of one response trie (W below; a response longer than that
@@ -115,8 +118,12 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    if chunk_tokens < 1 or batch_tokens < 1:
-        raise ValueError("chunk_tokens and batch_tokens must be >= 1")
+    device = device_of(model)
+    costs = plan_costs(device)
+    batch_tokens = costs.batch_tokens if batch_tokens is None else batch_tokens
+    forward_tokens = costs.forward_tokens if forward_tokens is None else forward_tokens
+    if chunk_tokens < 1 or batch_tokens < 1 or forward_tokens < 0:
+        raise ValueError("chunk_tokens and batch_tokens must be >= 1, forward_tokens >= 0")
     if tree_tokens < 0:
         raise ValueError(f"tree_tokens must be >= 0, got {tree_tokens}")
     k_needed = max((it.num_rewards for it in items), default=0)
@@ -127,7 +134,6 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
         raise ValueError(f"k_max={k_max} but an item has {k_needed} rewards; pass k_max >= {k_needed}")
     if T < t_needed:
         raise ValueError(f"length={length} but a response has {t_needed} tokens; pass length >= {t_needed}")
-    device = device_of(model)
     q = torch.zeros(len(items), K, T, dtype=torch.float32, device=device)  # [N, K, T]
     groups = replay_groups(items, shared_prefix, one_group=options.trunks)
     if not groups:
@@ -142,7 +148,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
             for group in groups:
                 if shared_prefix:
                     replay_shared(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens,
-                                  tree_tokens, options, start, known)
+                                  tree_tokens, options, start, known, forward_tokens)
                 else:
                     replay_full(model, items, group, plans, q, temperature, chunk_tokens, batch_tokens, padding_side)
     finally:

@@ -27,6 +27,33 @@ Row = tuple[int, int, list[int]]  # (item, slot, context suffix + response ids)
 #: long one); `forwards` weighs padding against it
 FORWARD_TOKENS = 64
 
+
+@dataclass(frozen=True)
+class PlanCosts:
+    """What the replay's plan weighs, by device: the padded tokens one forward may feed and what
+    one more forward costs in tokens fed (`forwards`). Every plan gives the same q; only the
+    number and size of the forwards change."""
+
+    batch_tokens: int
+    forward_tokens: int
+
+
+#: 2 CPU cores: a forward costs about 64 tokens, and 8,192 padded tokens keep a forward's
+#: activations within a few hundred MB
+CPU_COSTS = PlanCosts(batch_tokens=8192, forward_tokens=FORWARD_TOKENS)
+#: a CUDA GPU: a forward of SmolLM2 is bound by its kernel launches below thousands of tokens
+#: (about 30 ms whatever it feeds on an H200), so the plan puts every context of a step into as
+#: few forwards as 65,536 padded tokens allow (a few GB of activations for a 1B model in bf16)
+GPU_COSTS = PlanCosts(batch_tokens=65536, forward_tokens=8192)
+
+
+def plan_costs(device) -> PlanCosts:
+    """The costs the replay plans by on `device` (a torch.device or its name)."""
+    import torch
+
+    return GPU_COSTS if torch.device(device).type == "cuda" else CPU_COSTS
+
+
 #: tokens a trunk must save to be encoded on its own (`suffix_trunks`). Rows left in one trie
 #: share their beginning there too, so a trunk buys smaller tries (their attention is dense,
 #: [W, W]) and beginnings that no longer repeat across tries, for one more forward. Measured

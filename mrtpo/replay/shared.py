@@ -18,20 +18,23 @@ from typing import Sequence
 import torch
 
 from mrtpo.replay.js import head_and_js
-from mrtpo.replay.planning import (CopiedPositions, ReplayGroup, ReplayOptions, Trunk, attention_of, build_tries,
+from mrtpo.replay.planning import (FORWARD_TOKENS, CopiedPositions, ReplayGroup, ReplayOptions, Trunk, attention_of,
+                                   build_tries,
                                    cluster_suffixes, forwards, split_branches, suffix_trunks, trie_settings, waves)
 from mrtpo.replay.plumbing import EncodedStart, cache_kwarg, decoder_of, head_of, on_cache, output_cache, pack
 
 
 def replay_shared(model, items, group: ReplayGroup, plans, q: torch.Tensor, temperature: float,
                   chunk_tokens: int, batch_tokens: int, tree_tokens: int,
-                  options: ReplayOptions = ReplayOptions(), start=None, known: EncodedStart | None = None) -> None:
+                  options: ReplayOptions = ReplayOptions(), start=None, known: EncodedStart | None = None,
+                  forward_tokens: int = FORWARD_TOKENS) -> None:
     """q[n] for the items of `group`, its prefix encoded once (see the module doc). `start`:
     (cache, length) of the prefix's first `length` tokens, encoded already (`encode_start`).
     `known`: the rollout's encoded prompt start; the prefix and the trunks take the KV of as
-    many of their first tokens as it holds (`SharedReplay.known_part`)."""
-    SharedReplay(model, items, plans, q, batch_tokens, tree_tokens, options, known).run(group, temperature,
-                                                                                         chunk_tokens, start)
+    many of their first tokens as it holds (`SharedReplay.known_part`). `forward_tokens`: what one
+    more forward costs in tokens fed, as the plan weighs it (`planning.plan_costs`)."""
+    SharedReplay(model, items, plans, q, batch_tokens, tree_tokens, options, known,
+                 forward_tokens).run(group, temperature, chunk_tokens, start)
 
 
 def encode_start(model, ids: Sequence[int], known: EncodedStart | None = None):
@@ -91,7 +94,8 @@ class SharedReplay:
     states it computes land in `kept[(item, context)]` ([T, H] at the response positions)."""
 
     def __init__(self, model, items, plans, q: torch.Tensor, batch_tokens: int, tree_tokens: int,
-                 options: ReplayOptions, known: EncodedStart | None = None) -> None:
+                 options: ReplayOptions, known: EncodedStart | None = None,
+                 forward_tokens: int = FORWARD_TOKENS) -> None:
         self.items, self.plans, self.q = items, plans, q
         self.model, self.known = model, known
         self.prefix: list[int] = []  # the token ids of the group being run's prefix
@@ -101,7 +105,7 @@ class SharedReplay:
         self.dtype = next(model.parameters()).dtype
         self.tree_nodes, self.keys_per_token = trie_settings(model.config, tree_tokens, options)
         self.cache_arg = cache_kwarg(self.decoder)
-        self.batch_tokens, self.options = batch_tokens, options
+        self.batch_tokens, self.forward_tokens, self.options = batch_tokens, forward_tokens, options
 
     def run(self, group: ReplayGroup, temperature: float, chunk_tokens: int, start=None) -> None:
         """Encode the group's prefix (on a copy of `start`'s cache of its first tokens, if
@@ -189,7 +193,8 @@ class SharedReplay:
         about `batch_tokens` -> (j, tree, hidden [W, H] of its nodes) for each trie with nodes.
         `spend_cache`: the cache is not needed after, so the last forward may extend it in place."""
         device, dtype = self.device, self.dtype
-        batches = forwards([(j, tree, tree.tokens) for j, tree in tries if tree.tokens], self.batch_tokens)
+        batches = forwards([(j, tree, tree.tokens) for j, tree in tries if tree.tokens], self.batch_tokens,
+                           self.forward_tokens)
         for i, batch in enumerate(batches):
             which = torch.tensor([j for j, _, _ in batch], device=device)  # [R] each trie's cache row
             width = max(len(tree.tokens) for _, tree, _ in batch)
@@ -250,7 +255,8 @@ class SharedReplay:
         encoded once on the cache `base`, its responses on top of it as tries (a beginning
         several responses share fed once) -> hidden states in `kept`."""
         items, plans = self.items, self.plans
-        for part in forwards([(b, 0, suffix) for b, (suffix, _) in enumerate(branches)], self.batch_tokens):
+        for part in forwards([(b, 0, suffix) for b, (suffix, _) in enumerate(branches)], self.batch_tokens,
+                             self.forward_tokens):
             suffixes = [branches[b][0] for b, _, _ in part]
             ids, smask, pos, _ = pack(suffixes, "left", self.device, start=base_len)  # [Bb, S]
             kwargs, mask = on_cache(self.cache_arg, base, base_len, len(part), smask)  # [Bb, base + S]

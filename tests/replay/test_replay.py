@@ -479,6 +479,33 @@ def test_responses_that_begin_alike_are_fed_once_as_a_trie(models, tiny_tokenize
     assert replay_tokens(items, options=one_level) == replay_tokens(items, tree_tokens=0, options=one_level) - saved
 
 
+def test_the_gpu_plan_gives_the_cpu_plans_distances_in_fewer_forwards(models, tiny_tokenizer):
+    """The replay plans by its device's costs (`planning.plan_costs`): on CUDA, where a forward
+    is launch-bound, the step's contexts go in as few forwards as memory allows. Both plans,
+    run here on CPU, give the same q; the GPU's feeds the decoder fewer times."""
+    from mrtpo.replay.planning import CPU_COSTS, GPU_COSTS, plan_costs
+
+    assert plan_costs("cpu") == CPU_COSTS and plan_costs(torch.device("cuda", 0)) == GPU_COSTS
+    items = _begin_alike_items(tiny_tokenizer)
+    model = models["llama"]
+    calls = []
+    hook = model.get_decoder().register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        runs = {}
+        for name, costs in (("cpu", CPU_COSTS), ("gpu", GPU_COSTS)):
+            calls.clear()
+            runs[name] = (distances(model, items, batch_tokens=costs.batch_tokens,
+                                    forward_tokens=costs.forward_tokens), len(calls))
+        calls.clear()
+        default = distances(model, items)  # on CPU: the CPU's costs
+    finally:
+        hook.remove()
+    (cpu, cpu_calls), (gpu, gpu_calls) = runs["cpu"], runs["gpu"]
+    assert (gpu - cpu).abs().max() <= TOL and cpu.max() > 0.1
+    assert torch.equal(default, cpu) and len(calls) == cpu_calls
+    assert gpu_calls < cpu_calls
+
+
 def test_tree_attention_with_eager_attention(tiny_qwen2_dir, tiny_tokenizer):
     """eager attention adds the mask to the scores: the tree mask is handed over as 0 / -inf."""
     items = _begin_alike_items(tiny_tokenizer)
