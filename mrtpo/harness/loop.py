@@ -238,15 +238,14 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                     checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
             if on_step is not None and dist.is_main:
                 on_step(record)
+        # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step); the
+        # after is measured while the scorer's runner still runs the task's code (its deadline)
+        if held and not heldout.measured(held_doc, cfg.steps):  # a run that stopped while measuring it too
+            held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, cfg.steps,
+                                        splits.heldout_source, on_phase)
     finally:
         scorer.close()
         trackers.close()
-
-    # -------------------------------------------------------------------------------- save
-    # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)
-    if held and not heldout.measured(held_doc, cfg.steps):  # a run that stopped while measuring it too
-        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, cfg.steps,
-                                    splits.heldout_source, on_phase)
     return RunResult(run_dir, history, cfg, policy, held_doc or None)
 
 
