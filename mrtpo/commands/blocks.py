@@ -20,6 +20,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrtpo.commands.jsonout import emit
 from mrtpo.commands.options import TaskOptions, VerifyTimeout, parse_task_options, task_code
 from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
@@ -196,10 +197,10 @@ def register(app: typer.Typer) -> None:
         with task_code(t, verify_timeout):  # the task's code in a worker, with a deadline
             if as_jsonl:
                 for rec in preview(t, examples, resp):
-                    typer.echo(dumps(rec))
+                    emit(dumps(rec))
                 return
             if as_json:
-                typer.echo(dumps(preview_document(list(preview(t, examples, resp)), t.name)))
+                emit(dumps(preview_document(list(preview(t, examples, resp)), t.name)))
                 return
             console, use_rich = _console(style)
             for rec in preview(t, examples, resp):
@@ -248,7 +249,7 @@ def register(app: typer.Typer) -> None:
             from mrtpo.commands.jsonout import lint_document
             from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps(lint_document(report, t.name)))
+            emit(dumps(lint_document(report, t.name)))
         elif use_rich:
             report_rich(report, t.name, console, max_per_rule)
         else:

@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrtpo.commands.jsonout import emit
 from mrtpo.commands.options import FLAG, HELP, VerifyTimeout
 from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 from mrtpo.credit import text_view
 
-                typer.echo(text_view.dumps(text_view.document(shown, **view)))
+                emit(text_view.dumps(text_view.document(shown, **view)))
                 console = Console(stderr=True)  # what else is said goes to stderr: stdout stays one JSON
             elif plain if plain is not None else not console.is_terminal:
                 import sys

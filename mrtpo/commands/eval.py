@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrtpo.commands.jsonout import emit
 from mrtpo.commands.options import TaskOptions, VerifyTimeout, parse_task_options, task_code
 from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
@@ -108,7 +109,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps({"schema": "mrtpo.eval/1", **report.summary()}, indent=2))
+            emit(dumps({"schema": "mrtpo.eval/1", **report.summary()}, indent=2))
         else:
             _print_table(report, out)
         from mrtpo.textio import scrub

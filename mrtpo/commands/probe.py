@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrtpo.commands.jsonout import emit
 from mrtpo.commands.options import TaskOptions, VerifyTimeout, parse_task_options, task_code
 from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
@@ -93,7 +94,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 from mrtpo.textio import strict_json as dumps
 
-                typer.echo(dumps({"schema": "mrtpo.probe/1", **report.to_dict()}, indent=1))
+                emit(dumps({"schema": "mrtpo.probe/1", **report.to_dict()}, indent=1))
             else:
                 typer.echo(render(report))
 

@@ -33,10 +33,10 @@ def register(app: typer.Typer) -> None:
             except Exception as exc:  # show a broken plugin in the list instead of dying
                 rows.append({"name": name, "origin": origin, "rewards": [], "error": f"failed to load: {exc}"})
         if as_json:
-            from mrtpo.commands.jsonout import tasks_document
+            from mrtpo.commands.jsonout import emit, tasks_document
             from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps(tasks_document(rows), indent=2))
+            emit(dumps(tasks_document(rows), indent=2))
             return
         table = Table("task", "origin", "rewards", box=None, pad_edge=False)
         for row in rows:

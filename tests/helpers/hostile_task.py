@@ -63,6 +63,11 @@ class HostileTask(WordTask):
 
         return super().rewards(example) + [Reward("hostile", verify, block)]
 
+    def load(self, path=None, split=None):
+        if self.mode == "printload":  # a careless "loading..." in this process, not a worker
+            print("loading the hostile data " * 1000)
+        return super().load(path, split)
+
     def reference(self, example):
         if self.mode == "refsleep":
             time.sleep(SLEEP)
