@@ -308,4 +308,19 @@ def loads(text: str | bytes) -> Any:
         doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
         raise json.JSONDecodeError("nested too deeply to read (brackets inside brackets, thousands "
                                    "deep)", doc[:1000], 0) from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError) or not too_many_digits(exc):
+            raise
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError(TOO_MANY_DIGITS, doc[:1000], 0) from None
+
+
+#: what a reader says of a whole number longer than Python converts (4,300 digits by default)
+TOO_MANY_DIGITS = "a number with thousands of digits, more than mrtpo reads; write it as a string"
+
+
+def too_many_digits(exc: BaseException) -> bool:
+    """Whether `exc` is Python's refusal to convert a whole number of more than
+    `sys.get_int_max_str_digits()` digits (json.loads raises it as a bare ValueError)."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
 

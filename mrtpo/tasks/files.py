@@ -229,6 +229,10 @@ class _ArrayReader:
             except RecursionError:
                 raise self._bad(f"row {n}", "not valid JSON (nested too deeply to read: brackets "
                                 "inside brackets, thousands deep)") from None
+            except ValueError as exc:
+                if not textio.too_many_digits(exc):
+                    raise
+                raise self._bad(f"row {n}", f"not valid JSON ({textio.TOO_MANY_DIGITS})") from None
             if len(self.buf) - self.pos > MAX_LINE_BYTES:
                 raise self._too_long(n)
             self._more(want)
@@ -293,26 +297,45 @@ def lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def read_records(path: Path, error: type[Exception] = ValueError, where: str = "line",
-                 hint: str = "") -> list[tuple[int, Any]]:
+                 hint: str = "") -> Iterator[tuple[int, Any]]:
     """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or
-    by position in the array); this reader serves `mrtpo eval` (mrtpo.evaluation.responses) and
-    `mrtpo blocks`/`credit` (mrtpo.blocks.samples), each with its own row fields. A bad line raises `error` naming the
-    file and the line (`where`: the word before its number), then `hint`."""
-    text = read_text(path, error, "responses file (JSONL)")
-    records: list[tuple[int, Any]] = []
-    if text.lstrip().startswith("["):
+    by position in the array), streamed: one row is parsed and held at a time, as `--data` is
+    read (`read_lines`, `read_json_array`); this reader serves `mrtpo eval`
+    (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.samples), each with
+    its own row fields. A named pipe or a device is refused before it is opened (opening a FIFO
+    waits for a writer; /dev/urandom never ends). A bad line raises `error` naming the file and
+    the line (`where`: the word before its number), then `hint`."""
+    p = Path(path)
+    problem = textio.not_a_file(p)
+    if problem is not None and not p.is_dir() and p.exists():
+        raise error(f"{p}: {problem}; pass a responses file (JSONL) saved on disk")
+    if _starts_array(p, error):
         try:
-            data = textio.loads(text)
+            yield from read_json_array(p, error, "responses file (JSONL)")
         except json.JSONDecodeError as exc:
-            raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
-        records = list(enumerate(data, 1))
-    else:
-        for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
-            try:
-                records.append((n, textio.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
-    return records
+            raise error(f"{p}: not valid JSON ({exc}); write one JSON object per line") from exc
+        return
+    for n, line in read_lines(p, error, "responses file (JSONL)"):  # split on "\n" only
+        try:
+            yield n, textio.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{p}, {where} {n}: not valid JSON ({exc}){hint}") from exc
+
+
+def _starts_array(p: Path, error: type[Exception]) -> bool:
+    """Whether the file's first non-blank character (after a byte-order mark) is "[": one JSON
+    array rather than JSON Lines. Reads only up to that character."""
+    with _open_bounded(p, error, "responses file (JSONL)") as f:
+        head = f.read(3)
+        if head != _BOM:
+            f.seek(0)
+        while True:
+            chunk = f.read(4096)
+            if not chunk:
+                return False
+            text = chunk.lstrip()
+            if text:
+                return text[:1] == b"["
 
 
 def row_id(row: dict, keys: tuple[str, ...], default: str, where: str, error: type[Exception] = ValueError) -> str:
