@@ -31,7 +31,7 @@ from mrtpo.advantages import estimate, saw_weights, token_weights
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
-from mrtpo.harness.distances import blocks_for, logs_completions, mrtpo_step, policy_replayer
+from mrtpo.harness.distances import blocks_for, logs_completions, mrtpo_step, policy_replayer, spans_problem
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
@@ -103,6 +103,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
     splits = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size, cfg.heldout)
     train_set, eval_set = splits.train, splits.eval
     check_reward_weights(task, train_set, cfg.reward_weights)
+    if cfg.mrtpo and cfg.mrtpo_weights == "spans" and spans_problem(task):  # before the model loads
+        raise ConfigError(spans_problem(task))
     # the verifier pool forks now, before the model is loaded (a small process to copy)
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
     resume_from = dist.run_on_main(lambda: checkpoints.resume_point(run_dir)) if cfg.resume else None
