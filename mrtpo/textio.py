@@ -92,9 +92,13 @@ def brief(value: Any, limit: int = 200) -> str:
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """`exc` as one line of at most about `limit` characters: its type and its message's first
-    line (transformers' and jinja's messages run over many lines)."""
-    text = str(exc).strip().splitlines()
-    first = text[0].strip() if text else ""
+    line (transformers' and jinja's messages run over many lines), and the one after it when
+    the first is only a heading that ends in ":" (torch's state-dict errors)."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = text[0] if text else ""
+    if first.endswith(":") and len(text) > 1:  # a heading ("Error(s) in loading state_dict for
+        first += " " + text[1]                 # X:"): the line after it says what is wrong
+        limit += 200
     first = first if len(first) <= limit else first[:limit] + "..."
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 

@@ -240,8 +240,29 @@ class _ArrayReader:
 
 
 def _not_utf8(p: Path, line: int, column: int, byte: int) -> str:
-    return (f"{p}, line {line}: not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file "
-            f"as UTF-8, e.g. `iconv -f latin1 -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
+    source = _encoding_guess(p)
+    what = f" ({source.upper()} text, by its first bytes)" if source.startswith("utf-16") else ""
+    return (f"{p}, line {line}: not UTF-8 text{what} (byte 0x{byte:02x} at column {column}); save the "
+            f"file as UTF-8, e.g. `iconv -f {source} -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
+
+
+def _encoding_guess(p: Path) -> str:
+    """The encoding to name in the advice for a file that is not UTF-8: UTF-16 (little or big
+    endian) when its first bytes are a UTF-16 byte-order mark or ASCII text with every other
+    byte zero, else latin1 (which any bytes decode as)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return "latin1"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    even, odd = head[0::2], head[1::2]
+    if len(head) >= 4 and odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16le"
+    if len(head) >= 4 and even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16be"
+    return "latin1"
 
 
 def _read_bounded(p: Path, f, error: type[Exception], what: str) -> bytearray:

@@ -48,3 +48,17 @@ def test_a_broken_adapter_is_refused(small_run, tmp_path, change, words, command
     result, out = invoke(*args, with_stderr=True)
     clean_error(result, out, words, "adapter_model.safetensors")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_adapter_tensor_of_the_wrong_shape_is_named(small_run, tmp_path):
+    import harness_task
+
+    harness_task.register()
+
+    def reshape(tensors):
+        name = sorted(n for n in tensors if "lora_A" in n)[0]
+        tensors[name] = torch.zeros(tensors[name].shape[0] + 3, tensors[name].shape[1])
+
+    adapter = _bare_adapter(small_run, tmp_path, reshape)
+    result, out = invoke("export", adapter, tmp_path / "out", "--merge", with_stderr=True)
+    clean_error(result, out, "size mismatch for", "lora_A", "copying a param with shape")
