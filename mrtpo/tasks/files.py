@@ -50,6 +50,7 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
             data = _read_bounded(p, f, error, what)
         except OSError as exc:
             raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    _refuse_utf16(p, bytes(data[:4096]), error)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -101,6 +102,8 @@ def read_lines(path: str | Path, error: type[Exception] = ValueError,
                 raise error(_too_long(p, line_no))
             if read > MAX_FILE_BYTES:
                 raise error(_too_big(p, what))
+            if line_no == 1:
+                _refuse_utf16(p, body[:4096], error)
             bom = 3 if line_no == 1 and body.startswith(_BOM) else 0
             try:
                 line = body[bom:].decode("utf-8")
@@ -160,6 +163,7 @@ class _ArrayReader:
                 column = len(self.buf[self.buf.rfind("\n") + 1:].encode("utf-8")) + len(before) + 1
             raise self.error(_not_utf8(self.p, line, column, exc.object[exc.start])) from None
         if self.read_bytes == len(chunk):
+            _refuse_utf16(self.p, chunk[:4096], self.error)
             text = text.removeprefix("\ufeff")  # a byte-order mark, dropped
         self.eof = not chunk
         if self.pos > _CHUNK:  # drop what was parsed: the held text stays about one element
@@ -246,15 +250,16 @@ def _not_utf8(p: Path, line: int, column: int, byte: int) -> str:
             f"file as UTF-8, e.g. `iconv -f {source} -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
 
 
-def _encoding_guess(p: Path) -> str:
-    """The encoding to name in the advice for a file that is not UTF-8: UTF-16 (little or big
-    endian) when its first bytes are a UTF-16 byte-order mark or ASCII text with every other
-    byte zero, else latin1 (which any bytes decode as)."""
-    try:
-        with open(p, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return "latin1"
+def _refuse_utf16(p: Path, head: bytes, error: type[Exception]) -> None:
+    """`error` for a file that starts as UTF-16 text without a byte-order mark: ASCII in UTF-16
+    is valid UTF-8 (every other byte a NUL), so decoding alone does not catch it."""
+    if b"\x00" in head and _utf16_guess(head):
+        raise error(_not_utf8(p, 1, head.index(b"\x00") + 1, 0))
+
+
+def _utf16_guess(head: bytes) -> str | None:
+    """'utf-16' (a byte-order mark), 'utf-16le' or 'utf-16be' (ASCII text with every other byte
+    zero) when `head`, a file's first bytes, looks like UTF-16; else None."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return "utf-16"
     even, odd = head[0::2], head[1::2]
@@ -262,7 +267,21 @@ def _encoding_guess(p: Path) -> str:
         return "utf-16le"
     if len(head) >= 4 and even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
         return "utf-16be"
-    return "latin1"
+    return None
+
+
+def _encoding_guess(p: Path) -> str:
+    """The encoding to name in the advice for a file that is not UTF-8: UTF-16 (little or big
+    endian) when its first bytes are a UTF-16 byte-order mark or ASCII text with every other
+    byte zero, else latin1 (which any bytes decode as)."""
+    try:
+        if not p.is_file():  # a pipe or device is not read again (opening a FIFO may wait)
+            return "latin1"
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return "latin1"
+    return _utf16_guess(head) or "latin1"
 
 
 def _read_bounded(p: Path, f, error: type[Exception], what: str) -> bytearray:
