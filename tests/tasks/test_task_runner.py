@@ -112,3 +112,19 @@ def test_tasks_ls_lists_a_hanging_plugin_with_its_error(tmp_path):
     rows = {row["name"]: row for row in json.loads(done.stdout)["tasks"]}
     assert rows["hangs"]["error"] == "failed to load: it ran past its 2 s deadline", rows["hangs"]
     assert rows["hostile"]["rewards"][-1] == "hostile" and rows["hostile"]["error"] is None
+
+
+# --- credit and probe run the task's code the same way -----------------------------------------
+def test_credit_gives_a_hanging_verifier_its_floor(plugin, tiny_qwen2_dir):
+    done = hostile_task.mrtpo(plugin, "credit", "hostile", "-o", "mode=sleep", "--model", tiny_qwen2_dir,
+                              "--limit", 1, "--verify-timeout", 1, "--json", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _one_report(done.stderr, "timed out after 1 s")
+    assert json.loads(done.stdout)["schema"] == "mrtpo.credit/1"
+
+
+def test_probe_names_a_hanging_reference(plugin, tiny_qwen2_dir):
+    done = hostile_task.mrtpo(plugin, "probe", "hostile", "-o", "mode=refsleep", "--model", tiny_qwen2_dir,
+                              "--limit", 1, "--no-control", "--verify-timeout", 1, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "task.reference(example) ran past its 1 s deadline" in done.stderr, done.stderr[-3000:]
