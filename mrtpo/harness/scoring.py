@@ -116,7 +116,10 @@ class Scorer:
                                   f"model output (score the floor and say why): {_raised(value)}")
             if status == "timeout":
                 value = Verdict(float(reward.floor), TIMEOUT_FEEDBACK.format(timeout=self.timeout))
-            elif status == "died":
+            elif status == "died":  # said once per reward (timeouts: the loop's timeout warnings)
+                self.runner.report_once(reward.name, "died", f"reward {reward.name!r} of task "
+                                        f"{self.task.name!r}: the verifier died ({value}); it scores "
+                                        f"its floor ({reward.floor:g}) where it does")
                 value = Verdict(float(reward.floor), f"the verifier died: {value} while verifying "
                                 "this response")
             verdicts[i][k] = check_verdict(reward, value, examples[i], responses[i], self.task)

@@ -393,12 +393,12 @@ class TaskRunner:
             raise value
         if status == "timeout":
             feedback = TIMEOUT_FEEDBACK.format(timeout=self.timeout)
-            self._say(reward.name, "timeout", f"{_where(self.task, example, reward.name)} timed out "
+            self.report_once(reward.name, "timeout", f"{_where(self.task, example, reward.name)} timed out "
                       f"after {self.timeout:g} s; it scores its floor ({reward.floor:g}) where it "
                       "does (--verify-timeout sets the deadline)")
         else:
             feedback = f"{DIED_FEEDBACK}{value} while verifying this response"
-            self._say(reward.name, "died", f"{_where(self.task, example, reward.name)}: the verifier "
+            self.report_once(reward.name, "died", f"{_where(self.task, example, reward.name)}: the verifier "
                       f"died ({value}); it scores its floor ({reward.floor:g}) where it does")
         return Verdict(float(reward.floor), feedback)
 
@@ -415,7 +415,8 @@ class TaskRunner:
             raise TaskCodeFailure(f"{what} ran past its {self.timeout:g} s deadline (--verify-timeout)")
         raise TaskCodeFailure(f"{what} died: {value}")
 
-    def _say(self, reward: str, kind: str, line: str) -> None:
+    def report_once(self, reward: str, kind: str, line: str) -> None:
+        """`report(line)`, the first time `reward` fails in this `kind` of way."""
         if (reward, kind) not in self.reported:
             self.reported.add((reward, kind))
             self.report(line)
@@ -430,8 +431,11 @@ def _to_stderr(line: str) -> None:
 
 
 def active(task: Task) -> TaskRunner | None:
-    """The runner `task`'s code runs through now, if any (None: in this process, unbounded)."""
-    return _ACTIVE.get(id(task))
+    """The runner `task`'s code runs through now, if any (None: in this process, unbounded).
+    Keyed by the object's id, and checked to be its own (a runner left open must not serve
+    another task that a later object reuses the id of)."""
+    runner = _ACTIVE.get(id(task))
+    return runner if runner is not None and runner.task is task else None
 
 
 class _Guarded:
