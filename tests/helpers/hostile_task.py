@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from harness_task import WordTask
+from mrtpo.formats import TextFormat
 from mrtpo.tasks.base import Reward, Verdict
 
 HELPERS = Path(__file__).resolve().parent
@@ -29,6 +30,7 @@ SLEEP = 3600.0  # "for ever", as far as any test is concerned
 
 class HostileTask(WordTask):
     name = "hostile"
+    format = TextFormat()
     reward_names = WordTask.reward_names + ["hostile"]
 
     def __init__(self, mode: str = "ok", n: int = 8, size: int = 2_000_000):
@@ -59,9 +61,12 @@ class HostileTask(WordTask):
                 time.sleep(SLEEP)
             if mode in ("hugefeedback", "dictfeedback"):
                 return verdict.feedback if isinstance(verdict.feedback, str) else ""
+            if mode == "string":  # a reference block: the lint scores it with this reward
+                return WordTask.reference(self, ex)
             return "Say the word."
 
-        return super().rewards(example) + [Reward("hostile", verify, block)]
+        kind = "reference" if mode == "string" else ""
+        return super().rewards(example) + [Reward("hostile", verify, block, kind=kind)]
 
     def load(self, path=None, split=None):
         if self.mode == "printload":  # a careless "loading..." in this process, not a worker
