@@ -5,8 +5,36 @@ from __future__ import annotations
 import importlib
 
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(
+
+class _Root(TyperGroup):
+    """The root command group: a command given --json or --jsonl runs with standard output
+    kept for its documents (mrtpo.commands.jsonout.documents_only: what else writes to stdout,
+    a task's code that prints, goes to stderr). One place for every command."""
+
+    def invoke(self, ctx):
+        from mrtpo.commands.jsonout import DOCUMENT_FLAGS, documents_only
+
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        if any(a in DOCUMENT_FLAGS for a in args):
+            with documents_only():
+                return super().invoke(ctx)
+        return super().invoke(ctx)
+
+
+class _App(typer.Typer):
+    """The app; called as a program (the `mrtpo` console script calls `app()`) it runs through
+    `main`, so a failing standard output is one line whichever way mrtpo was started."""
+
+    def __call__(self, *args, **kwargs):
+        if args or kwargs:  # called with arguments: by code that wants the command's result
+            return super().__call__(*args, **kwargs)
+        return main()
+
+
+app = _App(
+    cls=_Root,
     name="mrtpo",
     help="Multi-reward RL for language models: each reward's credit on its relevant tokens.",
     no_args_is_help=True,
@@ -40,7 +68,7 @@ def main() -> None:  # `python -m mrtpo` and the `mrtpo` console script
     out = _WatchedStdout(sys.stdout)
     sys.stdout = out
     try:
-        app()
+        typer.Typer.__call__(app)
     except SystemExit as done:
         code = done.code
     except OSError:

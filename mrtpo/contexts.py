@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mrtpo.tasks.base import Example, Task, Verdict
+from mrtpo.tasks import runner
 from mrtpo.tasks.contract import checked_block
 from mrtpo.textio import scrub_all
 
@@ -55,8 +56,9 @@ class ReplayItem:
 
 
 def block_texts(task: Task, example: Example, verdicts: Sequence[Verdict]) -> list[str]:
-    """Each reward's block Z_k for this response, in `task.rewards(example)` order."""
-    rewards = task.rewards(example)
+    """Each reward's block Z_k for this response, in `task.rewards(example)` order (the
+    builders run by the task's runner, mrtpo.tasks.runner, when one is active)."""
+    rewards = runner.rewards(task, example)
     if len(verdicts) != len(rewards):
         raise ValueError(f"{len(verdicts)} verdicts for {len(rewards)} rewards of task {task.name!r} "
                          f"(example {example.id!r}); pass task.score(example, response) unchanged")

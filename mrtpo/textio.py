@@ -92,9 +92,13 @@ def brief(value: Any, limit: int = 200) -> str:
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """`exc` as one line of at most about `limit` characters: its type and its message's first
-    line (transformers' and jinja's messages run over many lines)."""
-    text = str(exc).strip().splitlines()
-    first = text[0].strip() if text else ""
+    line (transformers' and jinja's messages run over many lines), and the one after it when
+    the first is only a heading that ends in ":" (torch's state-dict errors)."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = text[0] if text else ""
+    if first.endswith(":") and len(text) > 1:  # a heading ("Error(s) in loading state_dict for
+        first += " " + text[1]                 # X:"): the line after it says what is wrong
+        limit += 200
     first = first if len(first) <= limit else first[:limit] + "..."
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
@@ -308,4 +312,19 @@ def loads(text: str | bytes) -> Any:
         doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
         raise json.JSONDecodeError("nested too deeply to read (brackets inside brackets, thousands "
                                    "deep)", doc[:1000], 0) from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError) or not too_many_digits(exc):
+            raise
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError(TOO_MANY_DIGITS, doc[:1000], 0) from None
+
+
+#: what a reader says of a whole number longer than Python converts (4,300 digits by default)
+TOO_MANY_DIGITS = "a number with thousands of digits, more than mrtpo reads; write it as a string"
+
+
+def too_many_digits(exc: BaseException) -> bool:
+    """Whether `exc` is Python's refusal to convert a whole number of more than
+    `sys.get_int_max_str_digits()` digits (json.loads raises it as a bare ValueError)."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
 

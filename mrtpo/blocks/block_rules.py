@@ -104,6 +104,18 @@ def distinctive_tokens(text: str) -> set[str]:
     return out
 
 
+def score_of(result: Any) -> float | None:
+    """The score of what a verifier returned, when it is a Verdict with a finite real score and
+    text (or no) feedback: what the lint may compare and quote. None for anything else (the
+    lint reports that as R6 where the response is checked, and must not crash on it)."""
+    if not isinstance(result, Verdict) or not isinstance(result.feedback, (str, type(None))):
+        return None
+    s = result.score
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+        return None
+    return float(s)
+
+
 def check_feedback(block: str, verdict: Verdict | None) -> list[Finding]:
     """R4 for one built block: empty when the verifier gave no feedback, else its own words."""
     if not block.strip() or verdict is None:
@@ -175,6 +187,8 @@ def check_reference(block: str, *, fmt: Format | None, reward: Reward | None = N
     except USER_CODE_ERRORS as exc:
         return [Finding("R5", "verify-error",
                         f"scoring the reference raised {type(exc).__name__}: {exc}")]
+    if score_of(verdict) is None:  # not a usable verdict: R6 reports it where the response is checked
+        return []
     if not (verdict.score >= FULL_MARKS):
         why = f": {verdict.feedback}" if verdict.feedback else ""
         return [Finding("R5", "not-full-marks",
@@ -216,10 +230,10 @@ def check_bare_answer(block: str, *, fmt: Format | None, reward: Reward | None,
     if answer is None:
         return []
     try:
-        score = reward.verify(example, fmt.render(answer)).score
+        score = score_of(reward.verify(example, fmt.render(answer)))
     except USER_CODE_ERRORS:
         return []
-    if score >= FULL_MARKS:
+    if score is not None and score >= FULL_MARKS:
         return [Finding("R5", "not-policy-form",
                         f"the block is this example's answer but not in the task's {fmt.name} "
                         "format (the policy writes it wrapped); render it with "

@@ -18,6 +18,7 @@ from mrtpo import contexts
 from mrtpo.blocks import rules
 from mrtpo.blocks.rules import FULL_MARKS, Finding
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
+from mrtpo.tasks import runner
 from mrtpo.tasks.contract import USER_CODE_ERRORS
 
 Messages = list[dict[str, str]]
@@ -82,7 +83,7 @@ def check_response(task: Task, example: Example, response_name: str, response: s
         add([Finding("R6", "messages-error", _raised("task.messages(example)", exc))])
         return checked
     try:
-        checked.rewards = list(task.rewards(example))
+        checked.rewards = list(runner.rewards(task, example))  # their code: the task's runner
         again = [getattr(r, "name", None) for r in task.rewards(example)]
     except USER_CODE_ERRORS as exc:
         add([Finding("R6", "rewards-error", _raised("task.rewards(example)", exc))])
@@ -98,12 +99,17 @@ def check_response(task: Task, example: Example, response_name: str, response: s
 
     fmt = getattr(task, "format", None)
     try:
-        reference = task.reference(example)
+        reference = runner.reference(task, example)
     except USER_CODE_ERRORS as exc:
         reference = None
         add([Finding("R5", "reference-error", _raised("task.reference(example)", exc))])
-    else:
-        if reference is None and try_builders and not _reference_may_be_none(task):  # once per example
+    if reference is not None and not isinstance(reference, str):
+        add([Finding("R5", "reference-not-text", f"task.reference(example) returned "
+                     f"{type(reference).__name__} {reference!r:.60}, not a str; return the correct "
+                     "response as text (None when there is none)")])
+        reference = None
+    elif reference is None and "reference-error" not in {f.check for f in checked.findings}:
+        if try_builders and not _reference_may_be_none(task):  # once per example
             add([Finding("R5", "no-reference", "task.reference(example) returned None: probe and "
                          "credit have no correct response to replay, and preview and lint check "
                          "an empty response instead; return the correct response in the task's "
@@ -118,7 +124,10 @@ def check_response(task: Task, example: Example, response_name: str, response: s
             v = None
         else:
             add(rules.check_verdict(r, v), r.name)  # None too: training refuses it
-            if not isinstance(v, Verdict):
+            if runner.failure(v):  # the runner gave it the floor: say so, it is not a score
+                add([Finding("R6", "verify-" + runner.failure(v).replace(" ", "-"),
+                             f"verify {runner.failure(v)} ({v.feedback}); it scored the floor")], r.name)
+            if not _buildable(v):  # reported just above; no block is built from it
                 v = None
         checked.verdicts.append(v)
 
@@ -177,6 +186,14 @@ def check_response(task: Task, example: Example, response_name: str, response: s
                                      task.placement, dropped=dropped))
     checked.findings, checked.waived = rules.split_waived(checked.findings, waivers(checked.rewards))
     return checked
+
+
+def _buildable(verdict: Any) -> bool:
+    """Whether the lint builds and checks a block from `verdict`: a Verdict whose score is a
+    number (a NaN one too: the builder may still be checked) and whose feedback is text. Other
+    returns are findings (rules.check_verdict), never a crash in the checks that read them."""
+    return (isinstance(verdict, Verdict) and isinstance(verdict.feedback, (str, type(None)))
+            and not isinstance(verdict.score, bool) and isinstance(verdict.score, (int, float)))
 
 
 def waivers(rewards: list[Reward]) -> dict[str, Any]:

@@ -127,6 +127,10 @@ def check_verdict(reward: Reward, verdict: Any) -> list[Finding]:
     if not isinstance(s, (int, float)) or isinstance(s, bool) or math.isnan(s) or math.isinf(s):
         return [Finding("R6", "bad-score", f"verify returned the score {s!r}; scores are finite "
                         "numbers", reward=reward.name)]
+    if not isinstance(verdict.feedback, (str, type(None))):
+        return [Finding("R6", "bad-feedback", f"verify returned feedback of type "
+                        f"{type(verdict.feedback).__name__}; feedback is text (\"\" for none)",
+                        reward=reward.name)]
     if s < reward.floor:
         return [Finding("R6", "below-floor", f"score {s:g} is below the reward's floor "
                         f"{reward.floor:g}; lower the floor or fix the verifier", reward=reward.name)]

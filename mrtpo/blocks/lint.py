@@ -246,7 +246,7 @@ def _check_group(report: LintReport, key: tuple[str, str], group: list[Member], 
 
 def _score(reward: Reward, example: Example, response: str) -> float | None:
     try:
-        return float(reward.verify(example, response).score)
+        return rules.score_of(reward.verify(example, response))
     except USER_CODE_ERRORS:
         return None
 

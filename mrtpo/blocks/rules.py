@@ -44,7 +44,7 @@ corpus of good and bad blocks and reports precision and recall.
 """
 from __future__ import annotations
 
-from mrtpo.blocks.block_rules import (as_response, check_bare_answer, check_block, check_feedback,
+from mrtpo.blocks.block_rules import (as_response, score_of, check_bare_answer, check_block, check_feedback,
                                       check_in_prompt, check_reference, check_specific, distinctive_tokens,
                                       flatten_strings, format_markers, has_format_payload, infer_kind,
                                       prompt_text, reference_payload, try_feedback_builder)
@@ -60,7 +60,7 @@ __all__ = [
     "check_bare_answer", "check_block", "check_contexts", "check_declared_dependence",
     "check_feedback", "check_generic_requirement", "check_identical_across", "check_in_prompt",
     "check_reference", "check_rewards", "check_shared_blocks", "check_specific", "check_text",
-    "check_verdict", "check_waivers", "distinctive_tokens", "flatten_strings", "format_markers",
+    "check_verdict", "score_of", "check_waivers", "distinctive_tokens", "flatten_strings", "format_markers",
     "has_format_payload", "infer_kind", "own_words", "prompt_text", "reference_payload",
     "split_text", "split_waived", "try_feedback_builder", "waiver",
 ]

@@ -31,6 +31,7 @@ from typing import Any, Collection, Container, Iterable
 from mrtpo.edits import first_sql_name, misspell_first_word, respell, sentences, swap_letters, unknown_function
 from mrtpo.formats import CodeBlockFormat, TextFormat, ToolCallFormat
 from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks import runner
 from mrtpo.tasks.contract import USER_CODE_ERRORS
 from mrtpo.tasks.files import read_records
 
@@ -45,7 +46,7 @@ class ResponsesFileError(ValueError):
 def sample_responses(task: Task, example: Example) -> list[NamedResponse]:
     """The reference and a corrupted copy; an empty response when the task has no reference."""
     try:
-        ref = task.reference(example)
+        ref = runner.reference(task, example)
     except USER_CODE_ERRORS as exc:  # a broken reference() should not stop the preview
         ref = None
         err = f" (reference() raised {type(exc).__name__}: {exc})"

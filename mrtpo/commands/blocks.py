@@ -20,7 +20,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mrtpo.commands.options import TaskOptions, parse_task_options
+from mrtpo.commands.jsonout import emit
+from mrtpo.commands.options import TaskOptions, VerifyTimeout, parse_task_options, task_code
+from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
 TaskArg = Annotated[str, typer.Argument(help="Task name (see `mrtpo tasks ls`).")]
 DataOpt = Annotated[Optional[str], typer.Option(
@@ -180,6 +182,7 @@ def register(app: typer.Typer) -> None:
         as_jsonl: Annotated[bool, typer.Option("--jsonl", help="JSON Lines: one record per (example, "
                                                               "response) per line, for streaming.")] = False,
         style: StyleOpt = None,
+        verify_timeout: VerifyTimeout = DEFAULT_TIMEOUT,
     ) -> None:
         """Show P0, each reward's score, feedback and block, the contexts and lint findings."""
         from mrtpo.blocks.preview import preview
@@ -191,19 +194,20 @@ def register(app: typer.Typer) -> None:
             typer.echo("error: give --json (one document) or --jsonl (one record per line), not both", err=True)
             raise typer.Exit(2)
         t, examples, resp = _load(task, data, responses, n, task_options)
-        if as_jsonl:
+        with task_code(t, verify_timeout):  # the task's code in a worker, with a deadline
+            if as_jsonl:
+                for rec in preview(t, examples, resp):
+                    emit(dumps(rec))
+                return
+            if as_json:
+                emit(dumps(preview_document(list(preview(t, examples, resp)), t.name)))
+                return
+            console, use_rich = _console(style)
             for rec in preview(t, examples, resp):
-                typer.echo(dumps(rec))
-            return
-        if as_json:
-            typer.echo(dumps(preview_document(list(preview(t, examples, resp)), t.name)))
-            return
-        console, use_rich = _console(style)
-        for rec in preview(t, examples, resp):
-            if use_rich:
-                record_rich(rec, console)
-            else:
-                typer.echo(record_plain(rec))
+                if use_rich:
+                    record_rich(rec, console)
+                else:
+                    typer.echo(record_plain(rec))
 
     @blocks_app.command("lint")
     def lint_cmd(
@@ -218,6 +222,7 @@ def register(app: typer.Typer) -> None:
         style: StyleOpt = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: every finding and the "
                                                             "counts per rule (schema mrtpo.blocks.lint/1).")] = False,
+        verify_timeout: VerifyTimeout = DEFAULT_TIMEOUT,
     ) -> None:
         """Lint every block of a dataset; exit 1 when any rule is broken."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -229,7 +234,7 @@ def register(app: typer.Typer) -> None:
         resp = _responses_file(responses)  # its ids are checked once the data has been read
         examples = _Examples(t, data, resp, n)  # read as the lint goes: one row in memory
         err_console, _ = _console(None, stderr=True)
-        with _reading(data, task):
+        with _reading(data, task), task_code(t, verify_timeout):
             with Progress(TextColumn("linting blocks"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=err_console, transient=True,
                           disable=not err_console.is_terminal) as bar:
@@ -244,7 +249,7 @@ def register(app: typer.Typer) -> None:
             from mrtpo.commands.jsonout import lint_document
             from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps(lint_document(report, t.name)))
+            emit(dumps(lint_document(report, t.name)))
         elif use_rich:
             report_rich(report, t.name, console, max_per_rule)
         else:

@@ -17,7 +17,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mrtpo.commands.options import FLAG, HELP
+from mrtpo.commands.jsonout import emit
+from mrtpo.commands.options import FLAG, HELP, VerifyTimeout
+from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
 
 class Estimator(str, Enum):
@@ -45,6 +47,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary table, not every completion.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the records shown and the summary (schema in mrtpo/credit/text_view.py).")] = False,
         plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain lines that read in a file, or the shaded table; default: plain when stdout is not a terminal.")] = None,
+        verify_timeout: VerifyTimeout = DEFAULT_TIMEOUT,
     ) -> None:
         """See which tokens each reward's credit went to (a run's log, or fresh with --model).
 
@@ -84,7 +87,7 @@ def register(app: typer.Typer) -> None:
                     _fail(f"--temperature must be > 0, got {temperature}")
                 records, task_name, model_name, heading, note = _fresh(
                     target, model, data, responses, task_options or [], limit, estimator.value,
-                    temperature, device, dtype)
+                    temperature, device, dtype, verify_timeout)
             if not records:
                 _fail("no completions to show")
             records = scrub_all(records)  # for the terminal and the page: lone surrogates as U+FFFD
@@ -93,7 +96,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 from mrtpo.credit import text_view
 
-                typer.echo(text_view.dumps(text_view.document(shown, **view)))
+                emit(text_view.dumps(text_view.document(shown, **view)))
                 console = Console(stderr=True)  # what else is said goes to stderr: stdout stays one JSON
             elif plain if plain is not None else not console.is_terminal:
                 import sys
@@ -135,10 +138,11 @@ def _from_run(path: Path, step, limit):
     return view.records, view.task, view.model, heading, note
 
 
-def _fresh(task_name, model, data, responses, task_options, limit, estimator, temperature, device, dtype):
+def _fresh(task_name, model, data, responses, task_options, limit, estimator, temperature, device, dtype,
+           verify_timeout):
     from mrtpo.cache import CacheError
     from mrtpo.chat import ChatTemplateError
-    from mrtpo.commands.options import parse_task_options
+    from mrtpo.commands.options import parse_task_options, task_code
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
     from mrtpo.harness.trained import TrainedModelError
@@ -163,8 +167,9 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
         examples = examples[:limit]
     try:
         with _replay_progress(model) as on_progress:
-            records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
-                            on_progress=on_progress)
+            with task_code(task, verify_timeout):  # its code in a worker, with a deadline
+                records = fresh(task, examples, model, responses, estimator, temperature, device, dtype,
+                                on_progress=on_progress)
     except (PolicyLoadError, TrainedModelError, RewardError, ChatTemplateError, CacheError) as exc:
         _fail(str(exc))
     source = f"responses from {responses}" if responses else _replayed(records)

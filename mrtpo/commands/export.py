@@ -35,7 +35,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps({"schema": "mrtpo.export/1", **info}, indent=2))
+            from mrtpo.commands.jsonout import emit
+
+            emit(dumps({"schema": "mrtpo.export/1", **info}, indent=2))
             return
         step_text = f" step {info['step']}" if info["step"] is not None else ""
         load = ("AutoModelForCausalLM.from_pretrained" if info["kind"] != "adapter" else

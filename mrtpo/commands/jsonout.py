@@ -3,13 +3,44 @@
 `--json` prints ONE JSON object on stdout, with a `"schema"` field naming its layout and
 version (`"mrtpo.tasks/1"`, `"mrtpo.blocks.lint/1"`...); `--jsonl` prints one JSON object per
 line (a stream of records, for `blocks preview`). Anything else a command says (progress,
-warnings, "wrote FILE") goes to stderr, so stdout parses as it is. NaN and infinities are
+warnings, "wrote FILE", and what a task's code prints: `documents_only`) goes to stderr, so
+stdout parses as it is. NaN and infinities are
 written as null, and lone surrogates as their \\u escapes: the output is strict JSON in UTF-8
 (`mrtpo.textio.strict_json`, which library code such as `mrtpo.credit.text_view` uses too).
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import sys
+from typing import Any, Iterator
+
+#: flags that make a command print machine-readable documents on stdout
+DOCUMENT_FLAGS = ("--json", "--jsonl")
+
+_documents: list[Any] = []  # the standard output the documents go to, while `documents_only` holds
+
+
+@contextlib.contextmanager
+def documents_only() -> Iterator[None]:
+    """While a command runs with --json or --jsonl: standard output carries its documents
+    (`emit`) and nothing else. Whatever else writes to sys.stdout meanwhile (a task's code that
+    prints, in this process: its factory, `rewards`, `messages`; its verifiers print in the
+    runner's workers, which send stdout to stderr) goes to stderr. The CLI enters this for
+    every command given one of DOCUMENT_FLAGS (mrtpo.cli), so no command does it on its own."""
+    _documents.append(sys.stdout)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = _documents.pop()
+
+
+def emit(text: str) -> None:
+    """Write one document (or JSON Lines record) and a newline to standard output: the real one
+    while `documents_only` holds."""
+    out = _documents[-1] if _documents else sys.stdout
+    out.write(text + "\n")
+    out.flush()
 
 
 

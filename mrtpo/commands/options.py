@@ -33,3 +33,17 @@ def parse_task_options(items: list[str] | None, flag: str = FLAG) -> dict[str, A
         raise typer.BadParameter(f"{exc.item[:200]!r}: write KEY=VALUE, e.g. think=true", param_hint=flag) from None
     except TaskOptionError as exc:  # a value mrtpo's YAML reader refuses (an alias bomb, a repeated key)
         raise typer.BadParameter(str(exc), param_hint=flag) from None
+
+
+VerifyTimeout = Annotated[float, typer.Option(
+    "--verify-timeout", min=0.001, max=86400.0,
+    help="Seconds one call into the task's code (a verifier, a block builder, reference) may take; "
+         "a verifier past it scores its reward's floor ('timed out'), as in training.")]
+
+
+def task_code(task, timeout: float):
+    """The runner of `task`'s code for one command (mrtpo.tasks.runner): one worker, the
+    deadline `timeout`; a context manager."""
+    from mrtpo.tasks.runner import TaskRunner
+
+    return TaskRunner(task, workers=1, timeout=timeout)

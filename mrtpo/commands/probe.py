@@ -16,7 +16,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mrtpo.commands.options import TaskOptions, parse_task_options
+from mrtpo.commands.jsonout import emit
+from mrtpo.commands.options import TaskOptions, VerifyTimeout, parse_task_options, task_code
+from mrtpo.tasks.runner import DEFAULT_TIMEOUT
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +33,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (summary, control and every edit).")] = False,
         device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:1...")] = "auto",
         dtype: Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16.")] = "auto",
+        verify_timeout: VerifyTimeout = DEFAULT_TIMEOUT,
     ) -> None:
         """Where each reward's distance lands: targeted edits of the references, replayed.
 
@@ -64,35 +67,36 @@ def register(app: typer.Typer) -> None:
             examples = examples[:limit]
         if not examples:
             _fail(f"no examples to probe in {data or 'the bundled sample'}")
-        try:
-            with_reference = sum(checked_reference(task, ex) is not None for ex in examples)
-        except RewardError as exc:
-            _fail(str(exc))
-        if not with_reference:
-            _fail(f"task {task.name!r} has no reference for any of the {len(examples)} examples "
-                  "(task.reference(example) returned None); the probe edits each example's "
-                  "reference, so define Task.reference (and Task.probe_edits) as "
-                  "docs/custom-tasks.md shows")
-        try:
-            path = resolve_model(model)
-            policy = load_policy(path, lora=False, device=device, dtype=dtype)
-        except (PolicyLoadError, CacheError) as exc:
-            _fail(str(exc))
-        shown = model if str(path) == model else f"{model} ({path})"
-        print(f"probing {task.name} with {model}: {len(examples)} examples ...", file=sys.stderr, flush=True)
-        try:
-            report = probe.run(task, examples, policy.model, policy.tokenizer, model_name=shown, control=control)
-        except (ValueError, RewardError) as exc:
-            _fail(str(exc))
-        if not report.edits:
-            _fail(f"task {task.name!r} made no probe edit that lowers its reward on these examples; "
-                  "a custom task provides edits by overriding Task.probe_edits (see docs/custom-tasks.md)")
-        if as_json:
-            from mrtpo.textio import strict_json as dumps
+        with task_code(task, verify_timeout):  # its code in a worker, with a deadline
+            try:
+                with_reference = sum(checked_reference(task, ex) is not None for ex in examples)
+            except RewardError as exc:
+                _fail(str(exc))
+            if not with_reference:
+                _fail(f"task {task.name!r} has no reference for any of the {len(examples)} examples "
+                      "(task.reference(example) returned None); the probe edits each example's "
+                      "reference, so define Task.reference (and Task.probe_edits) as "
+                      "docs/custom-tasks.md shows")
+            try:
+                path = resolve_model(model)
+                policy = load_policy(path, lora=False, device=device, dtype=dtype)
+            except (PolicyLoadError, CacheError) as exc:
+                _fail(str(exc))
+            shown = model if str(path) == model else f"{model} ({path})"
+            print(f"probing {task.name} with {model}: {len(examples)} examples ...", file=sys.stderr, flush=True)
+            try:
+                report = probe.run(task, examples, policy.model, policy.tokenizer, model_name=shown, control=control)
+            except (ValueError, RewardError) as exc:
+                _fail(str(exc))
+            if not report.edits:
+                _fail(f"task {task.name!r} made no probe edit that lowers its reward on these examples; "
+                      "a custom task provides edits by overriding Task.probe_edits (see docs/custom-tasks.md)")
+            if as_json:
+                from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps({"schema": "mrtpo.probe/1", **report.to_dict()}, indent=1))
-        else:
-            typer.echo(render(report))
+                emit(dumps({"schema": "mrtpo.probe/1", **report.to_dict()}, indent=1))
+            else:
+                typer.echo(render(report))
 
 
 def render(report) -> str:

@@ -10,6 +10,9 @@ def register(app: typer.Typer) -> None:
     @tasks_app.command("ls")
     def ls(
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema mrtpo.tasks/1)."),
+        timeout: float = typer.Option(30.0, "--timeout", min=0.001, max=86400.0,
+                                      help="Seconds a plugin's task may take to load; one that takes "
+                                           "longer (or dies) is listed with its error."),
     ) -> None:
         """Print each task's name, origin (built-in or dist==version) and reward names."""
         from rich.console import Console
@@ -17,18 +20,23 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from mrtpo.tasks import available_tasks, get_task
+        from mrtpo.tasks.runner import run_bounded
+
+        def names(name: str) -> list[str]:
+            return [str(n) for n in get_task(name).reward_names]
 
         rows = []
         for name, origin in available_tasks().items():
-            try:
-                rows.append({"name": name, "origin": origin, "rewards": list(get_task(name).reward_names), "error": None})
+            try:  # a plugin's code is loaded in a child of its own, with a deadline (it may hang or exit)
+                rewards = names(name) if origin == "built-in" else run_bounded(lambda: names(name), timeout)
+                rows.append({"name": name, "origin": origin, "rewards": rewards, "error": None})
             except Exception as exc:  # show a broken plugin in the list instead of dying
                 rows.append({"name": name, "origin": origin, "rewards": [], "error": f"failed to load: {exc}"})
         if as_json:
-            from mrtpo.commands.jsonout import tasks_document
+            from mrtpo.commands.jsonout import emit, tasks_document
             from mrtpo.textio import strict_json as dumps
 
-            typer.echo(dumps(tasks_document(rows), indent=2))
+            emit(dumps(tasks_document(rows), indent=2))
             return
         table = Table("task", "origin", "rewards", box=None, pad_edge=False)
         for row in rows:

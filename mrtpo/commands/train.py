@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import signal
 import types
 import typing
 from pathlib import Path
@@ -146,7 +147,17 @@ def run(**kwargs) -> None:
     if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
         err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)
     try:
-        result = _train_with_progress(cfg, err)
+        with _stop_signals() as stopped:
+            result = _train_with_progress(cfg, err)
+    except (KeyboardInterrupt, _Stopped) as exc:  # Ctrl-C, or SIGTERM (a job scheduler, kill)
+        from mrtpo.harness.checkpoints import where_to_resume
+
+        signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
+        if stopped.main:
+            err.print(f"train: stopped by {signal.Signals(signum).name}; "
+                      f"{where_to_resume(cfg.run_dir, cfg.steps)}", highlight=False, markup=False,
+                      soft_wrap=True)
+        raise typer.Exit(128 + signum)
     except (ConfigError, DataError, PolicyLoadError, PackagedModelError, TaskNotFound, TaskLoadError,
             TaskOptionError, ChatTemplateError, CacheError) as exc:
         _say(err, "error", exc)
@@ -159,6 +170,38 @@ def run(**kwargs) -> None:
         raise typer.Exit(1)
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
+
+
+class _Stopped(BaseException):
+    """SIGTERM arrived while training: raised in the main thread (as Ctrl-C raises
+    KeyboardInterrupt), so the run's `finally` blocks run and `run` says how to resume."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _stop_signals:
+    """While training, SIGTERM raises _Stopped in the main thread; `main`: whether this is the
+    process that speaks (the first of a data-parallel run)."""
+
+    def __enter__(self):
+        import threading
+
+        from mrtpo.harness.distributed import is_main_process
+
+        self.main = is_main_process()
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            def stop(signum, frame):
+                raise _Stopped(signum)
+            self.old = signal.signal(signal.SIGTERM, stop)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        return False
 
 
 def _say(console, label: str, exc: BaseException) -> None:

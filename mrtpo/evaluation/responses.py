@@ -22,7 +22,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence
 
 from mrtpo.tasks import files
 from mrtpo.tasks.base import Example
@@ -68,18 +68,26 @@ class Pairing:
 
 def read_responses(path: str | Path) -> list[ResponseRow]:
     """Rows of a JSONL (or JSON array) responses file; raises `ResponsesError` on a bad row."""
+    return list(iter_responses(path))
+
+
+def iter_responses(path: str | Path) -> Iterator[ResponseRow]:
+    """The rows of a responses file as they are read (one in memory at a time; `pair_responses`
+    keeps only what pairs); `ResponsesError` on a bad row, and at the end for a file with none."""
     path = Path(path)
     if not path.exists():
         raise ResponsesError(f"{path}: no such responses file")
-    rows = [_row(path, n, rec) for n, rec in read_records(path)]
-    if not rows:
+    count = 0
+    for n, rec in read_records(path):
+        count += 1
+        yield _row(path, n, rec)
+    if not count:
         raise ResponsesError(f"{path}: the file holds no responses (it is empty); write one JSON "
                              f"object per line with an id and a {RESPONSE_FIELDS[0]!r}")
-    return rows
 
 
 def read_records(path: Path, error: type[Exception] = ResponsesError, where: str = "line",
-                 hint: str = "") -> list[tuple[int, Any]]:
+                 hint: str = "") -> Iterator[tuple[int, Any]]:
     """`mrtpo.tasks.files.read_records` (the one JSONL / JSON-array reader), raising ResponsesError."""
     return files.read_records(path, error, where, hint)
 
@@ -124,9 +132,12 @@ def _example_prompts(ex: Example) -> list[str]:
     return texts
 
 
-def pair_responses(examples: Sequence[Example], rows: Sequence[ResponseRow], *,
+def pair_responses(examples: Sequence[Example], rows: Iterable[ResponseRow], *,
                    source: str = "responses file") -> Pairing:
-    """Pair rows with examples (see the module docstring); raises on two rows for one example."""
+    """Pair rows with examples (see the module docstring); raises on two rows for one example.
+
+    `rows` is read once, as it comes (`iter_responses` streams a file): a row is kept only while
+    it may still pair (by its prompt, nearly); one that pairs nothing is counted, not held."""
     by_id: dict[str, int] = {}
     exact: dict[str, list[int]] = {}
     loose: dict[str, list[int]] = {}
@@ -139,7 +150,8 @@ def pair_responses(examples: Sequence[Example], rows: Sequence[ResponseRow], *,
     out: list[str | None] = [None] * len(examples)
     taken: dict[int, int] = {}  # example index -> row number
     warnings: list[str] = []
-    unpaired: list[ResponseRow] = []
+    unpaired: list[ResponseRow] = []  # rows with a prompt, for near matching
+    ignored = _Ignored()
 
     def take(i: int, row: ResponseRow) -> None:
         if i in taken:
@@ -159,15 +171,17 @@ def pair_responses(examples: Sequence[Example], rows: Sequence[ResponseRow], *,
         if row.prompt is not None:
             cands = exact.get(row.prompt) or loose.get(_norm(row.prompt)) or []
         if not cands:
-            unpaired.append(row)
+            if row.prompt is not None:
+                unpaired.append(row)
+            else:
+                ignored.add(row)
         else:  # examples sharing one prompt take rows in order; one row too many is a duplicate
             take(free(cands) if free(cands) is not None else cands[-1], row)
-    ignored = []
     near = _NearMatcher(examples)
     for row in unpaired:
         i, ratio = near.closest(row, taken)
         if i is None:
-            ignored.append(row)
+            ignored.add(row)
             continue
         take(i, row)
         warnings.append(f"{source}, row {row.row}: prompt paired with example {examples[i].id!r} by "
@@ -176,13 +190,26 @@ def pair_responses(examples: Sequence[Example], rows: Sequence[ResponseRow], *,
         warnings.append(f"{source}: near matching of prompts stopped after comparing "
                         f"{FUZZY_MAX_WORK:,} characters; rows whose prompt is not exactly an example's "
                         "were left unpaired from there on: give each row its example's id")
-    if ignored:
-        first = ignored[0]
+    if ignored.count:
+        first = ignored.first
         what = f"id {first.id!r}" if first.prompt is None else f"prompt {first.prompt[:60]!r}"
-        more = f" and {len(ignored) - 1} more" if len(ignored) > 1 else ""
-        warnings.append(f"{source}: {len(ignored)} row(s) match no example and are ignored: row "
+        more = f" and {ignored.count - 1} more" if ignored.count > 1 else ""
+        warnings.append(f"{source}: {ignored.count} row(s) match no example and are ignored: row "
                         f"{first.row} ({what}){more}")
     return Pairing(out, warnings)
+
+
+class _Ignored:
+    """The rows that pair with no example: how many, and the first in the file (the one the
+    warning names), without holding the others."""
+
+    def __init__(self) -> None:
+        self.count, self.first = 0, None
+
+    def add(self, row: ResponseRow) -> None:
+        self.count += 1
+        if self.first is None or row.row < self.first.row:
+            self.first = row
 
 
 class _NearMatcher:

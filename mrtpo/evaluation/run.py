@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from mrtpo.evaluation.generate import GenerationConfig, generate, load_model
 from mrtpo.evaluation.report import EvalReport
-from mrtpo.evaluation.responses import Missing, pair_responses, read_responses, resolve_missing
+from mrtpo.evaluation.responses import Missing, iter_responses, pair_responses, resolve_missing
 from mrtpo.tasks.base import Example, Task
 
 #: task name -> module with `evaluate(task, examples, responses, **options) -> EvalReport`,
@@ -72,7 +72,7 @@ def run_eval(task: Task, examples: Sequence[Example], *, responses_path: str | P
     settings: dict[str, Any] = {}
     if responses_path is not None:
         source = str(responses_path)
-        pairing = pair_responses(examples, read_responses(responses_path), source=source)
+        pairing = pair_responses(examples, iter_responses(responses_path), source=source)
         warnings += pairing.warnings
         examples, responses, more = resolve_missing(examples, pairing.responses, missing, source)
         warnings += more

@@ -164,6 +164,17 @@ def _no_room_message(run_dir: Path, root: Path, step: int, why: str) -> str:
     return f"{where} while saving the checkpoint of step {step}; {resume}"
 
 
+def where_to_resume(run_dir: Path, steps: int) -> str:
+    """Where a run that stopped can go on from, in words: its last checkpoint and the command
+    that resumes it, or that it saved none yet."""
+    last = latest(run_dir)
+    last_step = recorded_step(last) if last is not None else None
+    if not last_step:
+        return f"no checkpoint was saved yet in {run_dir}; start the run again"
+    return (f"the last checkpoint is step {last_step} ({last}); continue with: mrtpo train --resume "
+            f"--output-dir {run_dir} --steps {steps}")
+
+
 def run_fingerprint(run_dir: Path) -> str:
     """This run's fingerprint (`checkpoints/run-id`), made at its first save."""
     found = _recorded_run_id(run_dir)

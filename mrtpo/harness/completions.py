@@ -14,7 +14,8 @@ Each line is a JSON object with these fields; per-reward lists are in the order 
   it was sampled); `tokens` (list[str]): each id decoded on its own.
 - `truncated` (bool): no stop token within `max_new_tokens`.
 - `reward_names` (list[str]): this example's rewards, in task order (K varies per example).
-- `scores` (list[float]), `feedback` (list[str]): each reward's verdict.
+- `scores` (list[float]), `feedback` (list[str]): each reward's verdict (feedback longer than
+  16,000 characters is cut, ending in " [... N more characters cut]", as blocks are).
 - `blocks` (list[str]): each reward's block Z_k ("" = no information for this response).
 - `reward_weights` (list[float]): each reward's weight in the estimator (task weight times
   the step's SAW weight when SAW is on).
@@ -34,11 +35,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from mrtpo.contexts import cut_block
+
 DIGITS = 6  # floats are rounded: the file is for reading and plotting, not for exact replays
 
 
 def _r(x: float) -> float:
     return round(float(x), DIGITS)
+
+
+def logged_feedback(text: str) -> str:
+    """A verdict's feedback as the log holds it: cut past MAX_BLOCK_CHARS with a marker that
+    says how much was cut, as blocks are, so one verifier's megabytes of feedback cannot make
+    a line that `mrtpo credit RUN_DIR` refuses to read."""
+    return cut_block(text) if isinstance(text, str) else text
 
 
 def records(step: int, rollout, scored, placed, tokenizer) -> list[dict[str, Any]]:
@@ -71,7 +81,7 @@ def records(step: int, rollout, scored, placed, tokenizer) -> list[dict[str, Any
             "truncated": bool(rollout.truncated[i]),
             "reward_names": list(scored.row_names[i]),
             "scores": [_r(v.score) for v in verdicts],
-            "feedback": [v.feedback for v in verdicts],
+            "feedback": [logged_feedback(v.feedback) for v in verdicts],
             "blocks": list(blocks[i]),
             "reward_weights": [_r(estimator_weights[c]) for c in cols],
             "advantage": _r(credit.total[i]),

@@ -177,6 +177,21 @@ def replay_distances(replayer: Replayer, task, rollout, scored, temperature: flo
     return q, blocks
 
 
+_NO_SPANS = ("--mrtpo-weights spans: task {task!r} cannot say which tokens each reward is about (it "
+             "does not override Task.reward_spans); use --mrtpo-weights replay or shuffled, or a task "
+             "that does (toolcall)")
+
+
+def spans_problem(task) -> str | None:
+    """Why `--mrtpo-weights spans` cannot run on `task` (it does not override
+    Task.reward_spans), or None: asked before the model loads, so the refusal is at once."""
+    from mrtpo.tasks.base import Task
+
+    if getattr(type(task), "reward_spans", None) is Task.reward_spans:
+        return _NO_SPANS.format(task=task.name)
+    return None
+
+
 def span_distances(tokenizer, task, rollout, scored, length: int | None = None) -> torch.Tensor:
     """q [N, K, T]: 1 on the tokens of each reward's spans (`task.reward_spans`), 0 elsewhere;
     no forward pass. A token that decodes to nothing (the end of turn) is the format's; a
@@ -185,9 +200,7 @@ def span_distances(tokenizer, task, rollout, scored, length: int | None = None) 
     for i, (ex, ids, text) in enumerate(zip(rollout.examples, rollout.response_ids, rollout.responses)):
         spans = task.reward_spans(ex, text)
         if spans is None:
-            raise ConfigError(f"--mrtpo-weights spans: task {task.name!r} cannot say which tokens each "
-                              "reward is about (it does not override Task.reward_spans); use "
-                              "--mrtpo-weights replay or shuffled, or a task that does (toolcall)")
+            raise ConfigError(_NO_SPANS.format(task=task.name))
         offsets = token_offsets(tokenizer, ids)
         for name, ranges in spans.items():
             if name not in scored.names:

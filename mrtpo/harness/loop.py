@@ -31,7 +31,7 @@ from mrtpo.advantages import estimate
 from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
-from mrtpo.harness.distances import logs_completions, mrtpo_step, policy_replayer
+from mrtpo.harness.distances import logs_completions, mrtpo_step, policy_replayer, spans_problem
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
                                    reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
@@ -103,6 +103,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
     splits = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size, cfg.heldout)
     train_set, eval_set = splits.train, splits.eval
     check_reward_weights(task, train_set, cfg.reward_weights)
+    if cfg.mrtpo and cfg.mrtpo_weights == "spans" and spans_problem(task):  # before the model loads
+        raise ConfigError(spans_problem(task))
     # the verifier pool forks now, before the model is loaded (a small process to copy)
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
     resume_from = dist.run_on_main(lambda: checkpoints.resume_point(run_dir)) if cfg.resume else None
@@ -238,15 +240,14 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                     checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
             if on_step is not None and dist.is_main:
                 on_step(record)
+        # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step); the
+        # after is measured while the scorer's runner still runs the task's code (its deadline)
+        if held and not heldout.measured(held_doc, cfg.steps):  # a run that stopped while measuring it too
+            held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, cfg.steps,
+                                        splits.heldout_source, on_phase)
     finally:
         scorer.close()
         trackers.close()
-
-    # -------------------------------------------------------------------------------- save
-    # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step)
-    if held and not heldout.measured(held_doc, cfg.steps):  # a run that stopped while measuring it too
-        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, cfg.steps,
-                                    splits.heldout_source, on_phase)
     return RunResult(run_dir, history, cfg, policy, held_doc or None)
 
 

@@ -335,6 +335,19 @@ def vocabulary_problem(name: str, tokenizer, model) -> str | None:
     return None
 
 
+def adapted_width(net, targets: list[str]) -> int | None:
+    """The largest rank LoRA can use on `net`'s adapted layers (`targets`: module names, or
+    ["all-linear"]): the most, over those linear layers, of min(in, out) features. None when no
+    layer matches (peft then says so itself)."""
+    import torch.nn as nn
+
+    output = net.get_output_embeddings() if hasattr(net, "get_output_embeddings") else None
+    widths = [min(m.in_features, m.out_features) for name, m in net.named_modules()
+              if isinstance(m, nn.Linear) and m is not output
+              and (targets == ["all-linear"] or any(name == t or name.endswith("." + t) for t in targets))]
+    return max(widths) if widths else None
+
+
 def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_alpha: float = 32.0,
                 lora_dropout: float = 0.0, lora_target_modules=("all-linear",), device: str = "auto",
                 dtype: str = "auto", gradient_checkpointing: bool = False, keep_reference: bool = False,
@@ -386,6 +399,11 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
         from mrtpo.harness.dropout import use_sparse_dropout
 
         targets = list(lora_target_modules)
+        width = adapted_width(net, targets)
+        if width is not None and lora_r > width:  # peft would allocate it, to no use, until memory ran out
+            raise PolicyLoadError(f"--lora-r {lora_r} is larger than the layers LoRA adapts in {model} "
+                                  f"(the widest is {width} wide: a rank above a layer's width adds "
+                                  f"nothing); use --lora-r {width} or less")
         config = LoraConfig(
             r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias="none",
             target_modules=targets[0] if targets == ["all-linear"] else targets,

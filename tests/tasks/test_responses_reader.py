@@ -20,7 +20,7 @@ def test_both_commands_read_the_same_records(tmp_path, layout):
     f = tmp_path / "r.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS) if layout == "jsonl" else json.dumps(ROWS)
     f.write_text(text, encoding="utf-8")
-    assert read_records(f) == [(1, ROWS[0]), (2, ROWS[1])]
+    assert list(read_records(f)) == [(1, ROWS[0]), (2, ROWS[1])]
     assert [(r.id, r.response) for r in read_responses(f)] == [("q1", "a"), ("q2", "b\u2028c")]
     assert read_sample_responses(f, EXAMPLES) == {"q1": [("response 1", "a")], "q2": [("response 1", "b\u2028c")]}
 

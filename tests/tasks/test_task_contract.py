@@ -210,11 +210,20 @@ def responses_file(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("mode", ["raise", "none", "tuple", "string", "nan", "systemexit"])
+@pytest.mark.parametrize("mode", ["raise", "none", "tuple", "string", "nan"])
 def test_eval_refuses_a_verify_that_breaks_the_contract(responses_file, mode):
     result, out = invoke("eval", "robust-contract", "-o", f"mode={mode}", "--responses", responses_file)
     assert_clean_error(result, out, "'fragile'", "'robust-contract'", "example 'w0'")
     assert "n/a" not in out
+
+
+def test_eval_scores_a_verify_raising_systemexit_its_floor(responses_file):
+    """A SystemExit is a dead verifier (mrtpo.tasks.runner), as in training: the floor, and on."""
+    result, out = invoke("eval", "robust-contract", "-o", "mode=systemexit", "--responses", responses_file,
+                         "--json")
+    assert result.exit_code == 0, out
+    assert json.loads(result.stdout)["metrics"]["rewards/fragile/mean"] == 0.0
+    assert "the verifier died (it raised SystemExit(3))" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("mode, words", [("block_int", "returned int"), ("block_none", "returned NoneType"),
