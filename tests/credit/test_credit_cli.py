@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import harness_task
 from mrtpo.cli import app
 from mrtpo.credit.records import compute, read_run, responses_for
-from test_credit_views import PageReader
+from credit_runs import PageReader, run_dir  # noqa: F401 (run_dir: a fixture)
 
 harness_task.register()
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -31,18 +31,6 @@ def _shown(out: str) -> int:
 
 def _log(run):
     return [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def run_dir(tiny_qwen2_dir, tmp_path_factory):
-    """One step of MRTPO training (2 prompts x 2 completions, 8 tokens) on the tiny model."""
-    from mrtpo.harness import TrainConfig, train
-
-    out = tmp_path_factory.mktemp("credit") / "run"
-    train(TrainConfig(model=str(tiny_qwen2_dir), output_dir=str(out), task="harness-words", steps=1,
-                      batch_prompts=2, num_generations=2, max_new_tokens=8, verify_workers=0, lr=5e-3,
-                      lora_r=4, log_completions_every=1, save_every=0, mrtpo=True))
-    return out
 
 
 def _check_page(path, records):

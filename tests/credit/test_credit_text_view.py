@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import harness_task
 from mrtpo.cli import app
-from test_credit_cli import run_dir  # noqa: F401 (the fixture: one logged MRTPO step of a tiny model)
+from credit_runs import run_dir  # noqa: F401 (the fixture: one logged MRTPO step of a tiny model)
 
 harness_task.register()
 

@@ -7,7 +7,6 @@ from a real run and a real replay.
 from __future__ import annotations
 
 import json
-from html.parser import HTMLParser
 
 import pytest
 from rich.console import Console
@@ -15,6 +14,7 @@ from rich.console import Console
 from mrtpo.credit import html as credit_html
 from mrtpo.credit.records import CreditError, CreditRecord
 from mrtpo.credit.terminal import EVEN, SHADES, render, shade_style, token_line
+from credit_runs import PageReader
 
 TOKENS = ["<b>", " SELECT", " &amp;", "\n", "", '"x"', "</script>", "<|im_end|>"]
 
@@ -36,47 +36,6 @@ def _record(**kw) -> CreditRecord:
                 prompt="<|im_start|>user\nHow many books?<|im_end|>", step=3, group=0, sample=1)
     base.update(kw)
     return CreditRecord(**base)
-
-
-class PageReader(HTMLParser):
-    """Collects, per completion section and reward row, the text of each token span in order."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.rows: dict[tuple[int, int], list[str]] = {}
-        self.section = self.row = None
-        self.in_tok = False
-        self.tags: list[str] = []
-        self.scripts: dict[str, str] = {}
-        self._script = None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        self.tags.append(tag)
-        if tag == "section" and a.get("class") == "completion":
-            self.section = int(a["data-i"])
-        elif tag == "tr" and "data-k" in a:
-            self.row = int(a["data-k"])
-            self.rows[(self.section, self.row)] = []
-        elif tag == "span" and a.get("class") == "tok":
-            self.in_tok = True
-            assert int(a["data-t"]) == len(self.rows[(self.section, self.row)])
-            self.rows[(self.section, self.row)].append("")
-        elif tag == "script":
-            self._script = a.get("id", "code")
-            self.scripts[self._script] = ""
-
-    def handle_endtag(self, tag):
-        if tag == "span":
-            self.in_tok = False
-        elif tag == "script":
-            self._script = None
-
-    def handle_data(self, data):
-        if self.in_tok:
-            self.rows[(self.section, self.row)][-1] += data
-        elif self._script is not None:
-            self.scripts[self._script] += data
 
 
 def test_html_page_holds_every_token_once_per_reward_and_parses():

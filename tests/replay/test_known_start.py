@@ -9,7 +9,7 @@ from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt
 from mrtpo.replay import distances
 from mrtpo.replay.plumbing import EncodedStart, decoder_of, weights_key
 from replay_task import EX, SQLishTask
-from test_replay import TOL, _begin_alike_items, _load
+from replay_models import TOL, begin_alike_items, load_model
 
 
 def _prompt_start(model, tokenizer) -> EncodedStart:
@@ -35,8 +35,8 @@ def _fed_tokens(model, run) -> int:
 
 
 def test_the_replay_takes_the_rollouts_prompt_start_and_gives_the_same_distances(tiny_qwen2_dir, tiny_tokenizer):
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     start = _prompt_start(model, tiny_tokenizer)
     shared = start.reusable(model, items[0].context_ids[0])  # P_all begins as P0 does, up to its blocks
     assert shared > len(start.ids) // 2
@@ -54,8 +54,8 @@ def test_the_replay_takes_the_rollouts_prompt_start_and_gives_the_same_distances
 def test_a_start_from_other_weights_is_not_taken(tiny_qwen2_dir, tiny_tokenizer):
     """An in-place write to any weight (an optimizer step's kind) makes the start stale: the
     replay encodes everything itself and gives the new weights' distances."""
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     start = _prompt_start(model, tiny_tokenizer)
     key = weights_key(model)
     with torch.no_grad():
@@ -70,7 +70,7 @@ def test_a_start_from_other_weights_is_not_taken(tiny_qwen2_dir, tiny_tokenizer)
 
 
 def test_a_start_holds_only_the_beginning_its_ids_share(tiny_qwen2_dir, tiny_tokenizer):
-    model = _load(tiny_qwen2_dir)
+    model = load_model(tiny_qwen2_dir)
     start = _prompt_start(model, tiny_tokenizer)
     ids = list(start.ids)
     assert start.reusable(model, ids[:5]) == 5
@@ -88,7 +88,7 @@ def test_no_start_is_kept_from_a_cache_with_sliding_window_layers(tiny_qwen2_dir
     """A sliding-window layer keeps only its window: its cache is no beginning to reuse."""
     from transformers import DynamicCache
 
-    model = _load(tiny_qwen2_dir)
+    model = load_model(tiny_qwen2_dir)
     keys = torch.zeros(1, 2, 5, 8)
     plain = DynamicCache(ddp_cache_data=[(keys, keys)])
     assert EncodedStart.of(model, [1, 2, 3, 4, 5], plain) is not None

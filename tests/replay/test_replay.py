@@ -13,45 +13,15 @@ import torch
 from mrtpo.replay import js_distance
 from mrtpo.contexts import ReplayItem, build_item
 from mrtpo.replay import ReplayOptions, distances, replay_groups, replay_tokens
-from mrtpo.tasks.base import Example
+from replay_models import EX2, TOL, begin_alike_items, load_model, one_thread  # noqa: F401 (one_thread: an autouse fixture)
 from replay_task import EX, SQLishTask
-
-TOL = 1e-5
-
-
-def _load(path):
-    """A saved tiny model, loaded as a user's would be; random weights made larger so the
-    contexts change the next-token distributions visibly (q of 0.1-0.5, not 0.003)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
-            elif name.endswith("bias"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-    return model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: one thread is faster than two, and steady on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def models(tiny_qwen2_dir, tiny_llama_dir):
-    return {"qwen2": _load(tiny_qwen2_dir), "llama": _load(tiny_llama_dir)}
+    return {"qwen2": load_model(tiny_qwen2_dir), "llama": load_model(tiny_llama_dir)}
 
 
-EX2 = Example(id="ex2", prompt=("List the names of singers ordered by age.\n\n"
-                               "CREATE TABLE singer (singer_id INTEGER, name TEXT, age INTEGER)"),
-              data={"gold": "SELECT name FROM singer ORDER BY age"})
 
 
 def _sampled_items(model, tokenizer, n_per_example: int = 3) -> list[ReplayItem]:
@@ -436,26 +406,13 @@ def test_suffixes_nested_by_what_they_share_are_encoded_once(models, tiny_tokeni
         assert (distances(models["qwen2"], items, options=options) - full).abs().max() <= TOL
     assert not suffix_trunks(singles, branches, items, min_saved=10**9).kids  # a trunk must save enough
 
-BEGIN_ALIKE = ["```sql\nSELECT name FROM singer\n```", "```sql\nSELECT name FROM singer ORDER BY age\n```",
-               "```sql\nSELECT name FROM singer\n```", "```sql\nSELECT nme FROM singer\n```",
-               "```sql\nSELECT age FROM singer WHERE age > 30\n```", "SELECT 1", "x"]
-
-
-def _begin_alike_items(tokenizer) -> list[ReplayItem]:
-    """Hand-written responses that begin alike (one repeated, one that errors, one token long),
-    as a sampled group does: the same code fence, the same first words."""
-    task = SQLishTask()
-    return [build_item(task, tokenizer, ex, tokenizer(t, add_special_tokens=False)["input_ids"], task.score(ex, t))
-            for ex in (EX, EX2) for t in BEGIN_ALIKE]
-
-
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_responses_that_begin_alike_are_fed_once_as_a_trie(models, tiny_tokenizer, arch):
     """After a context suffix several responses share, their responses go through the model as
     one token trie (a shared beginning once, tree attention), and positions whose distances an
     item with the same contexts already has are copied: the same q as the naive reference,
     as one row per response, as small tries, and as one forward per context."""
-    items = _begin_alike_items(tiny_tokenizer)
+    items = begin_alike_items(tiny_tokenizer)
     model = models[arch]
     ref = naive_distances(model, items)
     trie = distances(model, items)
@@ -486,7 +443,7 @@ def test_the_gpu_plan_gives_the_cpu_plans_distances_in_fewer_forwards(models, ti
     from mrtpo.replay.planning import CPU_COSTS, GPU_COSTS, plan_costs
 
     assert plan_costs("cpu") == CPU_COSTS and plan_costs(torch.device("cuda", 0)) == GPU_COSTS
-    items = _begin_alike_items(tiny_tokenizer)
+    items = begin_alike_items(tiny_tokenizer)
     model = models["llama"]
     calls = []
     hook = model.get_decoder().register_forward_pre_hook(lambda module, args: calls.append(1))
@@ -508,8 +465,8 @@ def test_the_gpu_plan_gives_the_cpu_plans_distances_in_fewer_forwards(models, ti
 
 def test_tree_attention_with_eager_attention(tiny_qwen2_dir, tiny_tokenizer):
     """eager attention adds the mask to the scores: the tree mask is handed over as 0 / -inf."""
-    items = _begin_alike_items(tiny_tokenizer)
-    model = _load(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
     sdpa = distances(model, items)
     model.set_attn_implementation("eager")
     assert model.config._attn_implementation == "eager"

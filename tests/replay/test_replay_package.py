@@ -10,7 +10,7 @@ import torch
 
 from mrtpo.replay import ReplayOptions, distances, replay_groups, replay_onto_columns, replay_tokens
 from mrtpo.replay.planning import common_prefix, groups_common
-from test_replay import TOL, _begin_alike_items, _load, _one_thread  # noqa: F401 (a fixture: one torch thread)
+from replay_models import TOL, begin_alike_items, load_model, one_thread  # noqa: F401 (a fixture: one torch thread)
 
 
 def test_one_js_distance_and_the_package_imports_only_itself():
@@ -24,8 +24,8 @@ def test_one_js_distance_and_the_package_imports_only_itself():
 
 
 def test_every_option_gives_the_full_forward_distances(tiny_qwen2_dir, tiny_tokenizer):
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     full = distances(model, items, shared_prefix=False)
     fed = {}
     for suffixes in (False, True):
@@ -50,8 +50,8 @@ def test_every_option_gives_the_full_forward_distances(tiny_qwen2_dir, tiny_toke
 
 
 def test_replay_onto_columns_lays_each_item_on_its_row_and_columns(tiny_qwen2_dir, tiny_tokenizer):
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     whole = distances(model, items)  # [N, K, T]
     n, k, t = whole.shape
     rows = [2 * j + 1 for j in range(n)]  # every other row: the rows between have no item

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import benchmark_module
 from mrtpo.replay import distances, replay_tokens
-from test_replay import _begin_alike_items, _load
+from replay_models import begin_alike_items, load_model
 
 
 def test_each_setting_feeds_what_it_says_and_gives_the_same_distances(tiny_qwen2_dir, tiny_tokenizer):
     bench = benchmark_module.load("replay_sharing")
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     full = distances(model, items, shared_prefix=False)
     fed = {}
     for name, options in bench.settings().items():
@@ -33,8 +33,8 @@ def test_the_parts_timers_cover_the_replays_parts(tiny_qwen2_dir, tiny_tokenizer
     import timing
     from mrtpo.replay import replay_groups
 
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     seconds, tokens = timing.time_prefixes(model, items)
     assert tokens == sum(len(g.prefix) for g in replay_groups(items, True)) > 0 and seconds > 0
     parts = timing.time_head_and_js_parts(model, items, temperature=0.7)
@@ -49,8 +49,8 @@ def test_replay_hidden_gives_the_replays_own_distances(tiny_qwen2_dir, tiny_toke
     import torch
     from mrtpo.replay import head_and_js, head_of
 
-    model = _load(tiny_qwen2_dir)
-    items = _begin_alike_items(tiny_tokenizer)
+    model = load_model(tiny_qwen2_dir)
+    items = begin_alike_items(tiny_tokenizer)
     plans, hidden = timing.replay_hidden(model, items)
     q = torch.zeros(len(items), max(it.num_rewards for it in items), max(len(it.response_ids) for it in items))
     with torch.no_grad():
