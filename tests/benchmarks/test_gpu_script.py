@@ -79,7 +79,7 @@ def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path
     assert out["learning_stopped_at"] == 2 and out["learning_measured_steps"]["mrtpo seed 0"] == [0, 1, 2]
     assert out["learning_compared_seeds"] == ["0"]
     kept = tmp_path / gpu.LEARNING_RESULT.removesuffix(".json") / "mrtpo" / "seed0"
-    assert {p.name for p in kept.iterdir()} == {"config.yaml", "metrics.jsonl", "heldout.json"}
+    assert {p.name for p in kept.iterdir()} == {"config.yaml", "metrics.jsonl", "heldout.json", "provenance.json"}
     outside = [p for p in tmp_path.rglob("*") if p.is_file() and "train" not in p.relative_to(tmp_path).parts]
     assert not [p for p in outside if p.suffix in (".safetensors", ".pt", ".bin")], "checkpoints stay in the train folder"
     doc = json.loads((tmp_path / gpu.LEARNING_RESULT).read_text())
