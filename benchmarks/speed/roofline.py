@@ -198,6 +198,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dtype", default="float32", help="the weights' dtype (the CPU's train setting: float32)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
     ap.add_argument("--quick", action="store_true", help="small peak benchmarks and no warm-up step (tests)")
+    ap.add_argument("--lora-dropout", type=float, default=None,
+                    help="default: the model's train setting (a built-in: the recorded experiments' 0.05)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -206,6 +208,10 @@ def main(argv: list[str] | None = None) -> dict:
     from mrtpo.models.default import resolve_model
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options, args.max_new_tokens)
+    if args.lora_dropout is not None:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, lora_dropout=args.lora_dropout)
     dev = args.device
     # a GPU reaches its peak only on large products (an H200's bf16: ~790 TFLOP/s at 8192)
     n, mb = (256, 16) if args.quick else (8192, 2048) if dev.startswith("cuda") else (2048, 512)

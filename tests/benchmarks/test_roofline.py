@@ -10,7 +10,7 @@ import benchmark_module
 def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
     roofline = benchmark_module.load("roofline")
     doc = roofline.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--max-new-tokens", "8", "--quick",
-                         "--json", str(tmp_path / "r.json")])
+                         "--lora-dropout", "0.05", "--json", str(tmp_path / "r.json")])
     assert [r["phase"] for r in doc["rows"]] == ["prefill", "decode", "score", "replay", "forward",
                                                  "backward", "optimizer"]
     assert doc["machine"]["fp32_flops"] > 0 and doc["machine"]["bandwidth"] > 0

@@ -121,7 +121,8 @@ def test_zero_credit_pairs_are_not_replayed_and_the_advantages_stay(tiny_qwen2_d
             torch.testing.assert_close(some.advantages, full.advantages, atol=1e-5, rtol=1e-4)
             assert some.blocks == full.blocks
     off = mrtpo_step(None, policy_replayer(policy), task, rollout, scored, credit, mask, logs=True, **step)
-    assert off.distances is None and off.blocks is None  # MRTPO off: the response's advantage on every token
+    assert off.distances is None and off.token_weights is None  # MRTPO off: the response's advantage on every token
+    assert off.blocks == full.blocks  # a step that logs its completions has their blocks, MRTPO on or off
     torch.testing.assert_close(off.advantages, credit.total.unsqueeze(-1) * mask)
     rollout.response_ids[0] = []  # a row TRL masked out
     empty = mrtpo_step("replay", policy_replayer(policy), task, rollout, scored, credit, mask, logs=True, **step)
