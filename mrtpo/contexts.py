@@ -91,12 +91,18 @@ def model_positions(model) -> int | None:
     return None
 
 
-def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tuple[Messages, list[Messages]]:
-    """(P_all messages, [P_without_k messages for each reward k]) for one response's blocks."""
+def _rewards_for(task: Task, example: Example, blocks: Sequence[str]) -> list:
+    """The example's rewards, refusing a list of blocks that is not one per reward."""
     rewards = task.rewards(example)
     if len(blocks) != len(rewards):
         raise ValueError(f"{len(blocks)} blocks for {len(rewards)} rewards of task {task.name!r} "
                          f"(example {example.id!r})")
+    return rewards
+
+
+def context_messages(task: Task, example: Example, blocks: Sequence[str]) -> tuple[Messages, list[Messages]]:
+    """(P_all messages, [P_without_k messages for each reward k]) for one response's blocks."""
+    rewards = _rewards_for(task, example, blocks)
     p0 = task.messages(example)
     user = _last_user(p0, task, example)
     if task.placement == "append":
@@ -145,10 +151,7 @@ def none_messages(task: Task, example: Example, blocks: Sequence[str]) -> Messag
     P_without_k (`remove_block` then `task.without_messages` for an "append" task; the
     sentence removed from P0 for an "in_prompt" task: a task whose sentences are not verbatim
     gives itself a `prompt_none(example)`). Every block empty: P_none is P_all."""
-    rewards = task.rewards(example)
-    if len(blocks) != len(rewards):
-        raise ValueError(f"{len(blocks)} blocks for {len(rewards)} rewards of task {task.name!r} "
-                         f"(example {example.id!r})")
+    rewards = _rewards_for(task, example, blocks)
     messages = task.messages(example)
     user = _last_user(messages, task, example)
     where = f"{example.source or example.id}"
