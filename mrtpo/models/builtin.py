@@ -17,7 +17,37 @@ from pathlib import Path
 from typing import Literal
 
 from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
-from mrtpo.models.sft import SFTConfig
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """The tiny recipe's supervised pass (run by `mrtpo.models.sft`); every field is part of the
+    built policy's fingerprint. Plain data here, so that loading a policy imports no training code."""
+
+    steps: int = 400  # optimizer steps; with the defaults about 0.85 s of one core each
+    batch_prompts: int = 4  # prompts per step
+    targets_per_prompt: int = 6  # targets drawn per P0 prompt, all sharing its encoding
+    lr: float = 3e-3  # peak learning rate (a from-scratch model of a few million parameters)
+    warmup_steps: int = 20  # linear warm-up before the cosine decay
+    min_lr_ratio: float = 0.05  # the cosine decays to lr * this
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
+    grad_clip: float = 1.0  # max global gradient norm
+    error_share: float = 0.45  # share of P0 targets that carry one injected error
+    # share of prompts that are one of the replay's contexts (P_all or a P_without_k, see
+    # `prepare_examples`), each with `context_targets` targets drawn from what it teaches
+    context_share: float = 0.4
+    context_targets: int = 3
+    prompt_loss_weight: float = 0.1  # loss weight of prompt tokens relative to target tokens
+    max_length: int = 1536  # longer sequences lose prompt tokens from the left
+    errors_per_example: int = 12  # content-error candidates tried per reference
+    contexts_per_example: int = 3  # responses (reference + wrong ones) whose contexts are used
+    # how often each task's examples are drawn (tasks not named: weight 1); the default
+    # policy trains on tool calling first, so that task gets the largest share
+    task_weights: tuple[tuple[str, float], ...] = (("toolcall", 0.85), ("text2sql", 0.1), ("instruct", 0.05))
+    copy_steps: int = 300  # steps of span copying before the supervised pass (see `copy_batch`)
+    copy_batch: int = 32  # sequences per copy step: a span of prompt text, then the span again
+    copy_span: int = 48  # longest copied span, in tokens
+    seed: int = 0
+
 
 #: the policy built here from a seeded recipe, for plumbing checks on small machines
 TINY_MODEL = "mrtpo-tiny"

@@ -12,3 +12,15 @@ def test_experiments_pin_the_recorded_lora_dropout():
     assert set(EXPERIMENT_DEFAULTS) >= set(TRAIN_DEFAULTS)
     assert all(values["lora_dropout"] == 0.05 for values in EXPERIMENT_DEFAULTS.values())
     assert all("lora_dropout" not in values for values in TRAIN_DEFAULTS.values())
+
+
+def test_the_builtin_table_is_plain_data():
+    """Loading a policy reads the built-in table; it imports no training code (the tiny
+    recipe's warm start, `mrtpo.models.sft`, with the tasks and contexts it needs)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, mrtpo.models.builtin; "
+            "print(sorted(m for m in sys.modules if m.startswith('mrtpo')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "mrtpo.models.sft" not in loaded and "mrtpo.contexts" not in loaded and "torch" not in loaded, loaded
