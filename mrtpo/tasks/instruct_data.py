@@ -159,7 +159,8 @@ SAMPLERS: dict[str, tuple[tuple[str, ...], Sampler]] = {
     "last_word:last_word_answer": (("end",), lambda r, b: {"last_word": r.choice(LAST_WORDS)}),
     "keywords:word_once": (("keywords",), lambda r, b: {"keyword": r.choice(KEYWORDS)}),
     "keywords:palindrome": (("palindrome",), lambda r, b: {}),
-    "keywords:keyword_specific_position": (("sentences",), lambda r, b: {
+    # its keyword is matched case-sensitively: no all-capitals or all-lowercase rule beside it
+    "keywords:keyword_specific_position": (("sentences", "case"), lambda r, b: {
         "keyword": [r.choice(KEYWORDS)], "n": r.randint(1, 2), "m": r.randint(1, 4)}),
     "punctuation:punctuation_exclamation": (("punctuation",), lambda r, b: {}),
     "punctuation:punctuation_dot": (("punctuation", "sentences"), lambda r, b: {}),

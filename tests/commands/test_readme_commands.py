@@ -1,4 +1,4 @@
-"""Every command the README shows parses against the real argument parsers.
+"""Every command the README and docs/reference.md (its fine print) show parses against the real argument parsers.
 
 Commands come from the README's ```bash blocks (continuation lines joined, comments dropped,
 `&&` chains and pipes split, redirections dropped) and from its inline code spans that start with `mrtpo ` or
@@ -68,9 +68,15 @@ def _inline_commands(text: str) -> list[str]:
     return out
 
 
+REFERENCE = README.parent / "docs" / "reference.md"  # the README's fine print: its commands too
+
+
 def readme_commands() -> list[str]:
-    text = README.read_text()
-    return list(dict.fromkeys(_bash_commands(text) + _inline_commands(text)))
+    found = []
+    for doc in (README, REFERENCE):
+        text = doc.read_text()
+        found += _bash_commands(text) + _inline_commands(text)
+    return list(dict.fromkeys(found))
 
 
 def _parse_mrtpo(args: list[str]) -> None:
