@@ -103,8 +103,9 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
     splits = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size, cfg.heldout)
     train_set, eval_set = splits.train, splits.eval
     check_reward_weights(task, train_set, cfg.reward_weights)
-    if cfg.mrtpo and cfg.mrtpo_weights == "spans" and spans_problem(task):  # before the model loads
-        raise ConfigError(spans_problem(task))
+    problem = spans_problem(task) if cfg.mrtpo and cfg.mrtpo_weights == "spans" else None
+    if problem:  # before the model loads
+        raise ConfigError(problem)
     # the verifier pool forks now, before the model is loaded (a small process to copy)
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
     resume_from = dist.run_on_main(lambda: checkpoints.resume_point(run_dir)) if cfg.resume else None
