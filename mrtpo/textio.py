@@ -12,7 +12,7 @@ where text leaves Python does it need care:
   `write_atomic` (a new temporary file beside it, never through a link, renamed into place), so
   an error never leaves a partial file; a path that cannot be written raises `OutputPathError`
   naming it and saying why (`unwritable`). `write_atomic`, `new_temp_dir` and `unwritable` also
-  write a run directory's files (mrtpo.harness.runfiles) and an export (mrtpo.harness.export).
+  write a run directory's files (mrtpo.harness.run.files) and an export (mrtpo.harness.run.export).
 """
 from __future__ import annotations
 

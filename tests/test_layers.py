@@ -7,7 +7,7 @@ __init__ counts as a module: an import of pkg.mod from outside pkg depends on pk
 pkg's namespace), so cycles through __init__ files are found. Only
 imports under `if TYPE_CHECKING:` are left out: they never run (the replay package names the
 item type it duck-types that way). An imported name is resolved to the module that defines it
-(`from mrtpo.harness import checkpoints` is the module mrtpo.harness.checkpoints; `from
+(`from mrtpo.harness import checkpoints` is the module mrtpo.harness.run.checkpoints; `from
 mrtpo.tasks import Task` is the package mrtpo.tasks). docs/design.md ("Layout") lists the layers.
 """
 from __future__ import annotations
@@ -32,7 +32,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("contexts: P0 / P_all / P_without_k as messages and token ids", ["mrtpo.contexts"]),
     ("blocks: the writing-rules lint, sample responses and previews of each reward's block", ["mrtpo.blocks"]),
     ("models: the built-in policies (their table, their factory)", ["mrtpo.models"]),
-    ("harness: the trainer (config, policy, loop...), and its runs read back as models", ["mrtpo.harness"]),
+    ("harness.fast: the trainer's exact fast paths, drop-ins below the recipe", ["mrtpo.harness.fast"]),
+    ("harness: the recipe (config, policy, loop...) and harness.run: what a run writes and reads back "
+     "(its runs read back as models)", ["mrtpo.harness", "mrtpo.harness.run"]),
     ("uses of trained models: evaluation, credit, other training engines",
      ["mrtpo.evaluation", "mrtpo.credit", "mrtpo.integrations"]),
     ("commands: the CLI", ["mrtpo.commands", "mrtpo.cli", "mrtpo.__main__"]),
@@ -254,3 +256,4 @@ def test_the_trainer_builds_no_built_in_policy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT.parent)}).stdout
     assert out.split() == ["True", "False"]
+

@@ -89,7 +89,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrtpo.credit.probe import random_control
-    from mrtpo.harness.trained import load_frozen_policy
+    from mrtpo.harness.run.trained import load_frozen_policy
     from mrtpo.textio import strict_json
 
     policy = load_frozen_policy(args.model)  # loaded once for every task, as is its control

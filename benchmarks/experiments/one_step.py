@@ -94,8 +94,8 @@ def sequence_logps(policy, rollout, temperature: float, rows_per_pass: int = 32)
     """log pi(y | x) of every completion under the policy as it stands, at the sampling
     temperature -> [N]. Each pass holds up to `rows_per_pass` completions, whole groups when
     a group fits: each prompt is encoded once for its completions and the beginning the
-    prompts share (system text, worked example) once for the pass (`loss.token_logps`)."""
-    from mrtpo.harness.loss import token_logps
+    prompts share (system text, worked example) once for the pass (`forward.token_logps`)."""
+    from mrtpo.harness.forward import token_logps
 
     out = torch.zeros(len(rollout))
     batch = rollout.batch(policy.pad_id, policy.device)
@@ -138,9 +138,9 @@ def effects(logp_new, logp_start, pool_scores, group_size: int) -> dict[str, flo
 def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int) -> dict:
     """One batch: sample, score, replay, one step per method, effects on the pool -> a record."""
     from mrtpo.advantages import estimate, place, shuffle_within
-    from mrtpo.harness.distances import policy_replayer, replay_distances, span_distances
     from mrtpo.harness.metrics import weighted_total
     from mrtpo.harness.rollout import sample
+    from mrtpo.harness.token_credit import policy_replayer, replay_distances, span_distances
     from mrtpo.harness.update import update
 
     G = cfg.num_generations
@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrtpo.harness.policy import load_policy
-    from mrtpo.models.builtin import builtin_name
     from mrtpo.harness.scoring import Scorer
+    from mrtpo.models.builtin import builtin_name
     from mrtpo.models.default import resolve_model
     from mrtpo.tasks import get_task
 
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
                              lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
                              device=cfg.device, dtype=cfg.dtype)
         if args.start:  # the mid-training policy every method steps from
-            from mrtpo.harness.checkpoints import load_adapter
+            from mrtpo.harness.run.checkpoints import load_adapter
 
             load_adapter(Path(args.start), policy)
         order: list[int] = []

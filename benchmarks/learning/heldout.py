@@ -150,7 +150,7 @@ class Run(NamedTuple):
 
 def read_run(run_dir: Path, method: str, seed: int, steps: int) -> Run:
     """The run in `run_dir` (a training run or a kept copy), up to `steps`."""
-    from mrtpo.harness import heldout
+    from mrtpo.harness.run import heldout
 
     doc = heldout.read(run_dir)
     return Run(method, seed, [p for p in heldout.curve(doc) if p["step"] <= steps],

@@ -67,7 +67,7 @@ def run_config(run_dir: Path, task: str, method: str, seed: int, settings: dict,
 def finished(run_dir: Path, steps: int, measured: bool = False) -> list[dict] | None:
     """The run's first `steps` metrics records when it reached `steps` (and, with `measured`,
     holds its held-out measurement after the last step), else None."""
-    from mrtpo.harness import heldout
+    from mrtpo.harness.run import heldout
 
     done = _read(run_dir / "metrics.jsonl")
     if len(done) < steps or (measured and not heldout.measured(heldout.read(run_dir), steps)):
@@ -113,7 +113,7 @@ def run_one(out: Path, task: str, method: str, seed: int, settings: dict, thread
     The run directory is locked while it is read (as `mrtpo train` locks it): a second copy
     of the benchmark started on the same --out is refused instead of deleting this one's run.
     The run itself trains in a fresh process (`train_apart`), which takes the lock again."""
-    from mrtpo.harness.runlock import LOCK_NAME, RunLock
+    from mrtpo.harness.run.lock import LOCK_NAME, RunLock
 
     run_dir = run_dir_of(out, task, method, seed)
     measured = measure is not None and bool(settings.get("heldout"))
@@ -176,7 +176,7 @@ def _named(name: str, path: str) -> str:
 
 
 def _read(path: Path) -> list[dict]:
-    from mrtpo.harness.metrics import JsonlLog
+    from mrtpo.harness.run.files import JsonlLog
 
     return JsonlLog(path).read()  # a torn last line (a run killed mid-write) is dropped
 

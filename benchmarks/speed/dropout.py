@@ -2,13 +2,13 @@
 
 `mrtpo train` keeps TRL's LoRA dropout of 0.05, so every update's forward draws a mask for the
 input of each of the 210 LoRA projections of SmolLM2. On CPU the policy now draws only the
-dropped positions (`mrtpo.harness.dropout.SparseDropout`: the same distribution, other masks).
-This script times one update's forward and backward (`loss.token_logps` with the fast paths,
+dropped positions (`mrtpo.harness.fast.dropout.SparseDropout`: the same distribution, other masks).
+This script times one update's forward and backward (`forward.token_logps` with the fast paths,
 as the trainer runs it; a loss that weighs every position differently) on the same rollout
 with three copies of the same policy: dropout off, peft's dropout, the sparse one; alternated
 for `--repeats` rounds (the order reversed every other round), medians. The dropout itself
 does not change what is compared, only its masks: the rows' gradients differ by their masks
-whichever module draws them, so no gradient is compared here (tests/harness/test_dropout.py
+whichever module draws them, so no gradient is compared here (tests/harness/fast/test_dropout.py
 tests the distribution).
 
     python benchmarks/speed/dropout.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings, timed,
-                    train_setup, write_result)
+from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings,
+                    timed, train_setup, write_result)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
@@ -33,7 +33,7 @@ SETTINGS = ("off", "torch", "sparse")
 def main(argv: list[str] | None = None) -> dict:
     args, load = parse_step_args(step_parser(__doc__, repeats=6), argv)
     from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.forward import token_logps
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.models.builtin import builtin_name
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
                      f"paired saving of the sparse draw against torch's: {mean:.2f} s per update "
                      f"(mean of {len(saved)} rounds, 95% interval [{low:.2f}, {high:.2f}] s)",
                      "the masks differ (another random stream), their distribution does not: "
-                     "tests/harness/test_dropout.py"],
+                     "tests/harness/fast/test_dropout.py"],
            "settings": step_settings(cfg, task_args), "modules": kinds, "rounds": rounds, "commit": commit}
     write_result(args.json, doc)
     return doc

@@ -324,7 +324,7 @@ def compare_runs(common: list[str], learn: Path, seeds: list[str], result: Path)
 
 def measured_steps(run_dir: Path) -> list[int]:
     """The steps at which the run in `run_dir` measured its held-out examples ([] for none)."""
-    from mrtpo.harness import heldout
+    from mrtpo.harness.run import heldout
 
     return sorted(p["step"] for p in heldout.curve(heldout.read(run_dir)))
 

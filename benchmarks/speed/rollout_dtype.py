@@ -44,7 +44,8 @@ def rollouts(policy, task, examples, cfg, seed: int, order: list[str]) -> dict:
 def gaps(policy, rollout, temperature: float) -> dict:
     """The recorded log-probs against the float32 weights' on the same tokens, and TRL's
     default correction on them."""
-    from mrtpo.harness.loss import sampling_correction, token_logps
+    from mrtpo.harness.forward import token_logps
+    from mrtpo.harness.loss import sampling_correction
 
     batch = rollout.batch(policy.pad_id, policy.device)
     with torch.no_grad(), policy.merged() as model:
@@ -63,9 +64,9 @@ def gaps(policy, rollout, temperature: float) -> dict:
 def rest_of_step(policy, task, rollout, cfg) -> float:
     """Seconds of scoring, the replay and the update's forward and backward on `rollout`."""
     from mrtpo.contexts import build_item, model_positions
-    from mrtpo.harness.distances import policy_replayer
-    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.forward import token_logps
     from mrtpo.harness.scoring import Scorer
+    from mrtpo.harness.token_credit import policy_replayer
     from mrtpo.replay import distances
 
     scored, score = timed(lambda: Scorer(task, 0).score(rollout.examples, rollout.responses))

@@ -110,11 +110,12 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     """The step's phases as rows (name, tokens, prompt_tokens, flops, bytes, seconds)."""
     from mrtpo.advantages import estimate, place
     from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.distances import policy_replayer, replay_distances
-    from mrtpo.harness.loss import policy_loss, token_logps
-    from mrtpo.replay.planning import common_prefix
+    from mrtpo.harness.forward import token_logps
+    from mrtpo.harness.loss import policy_loss
     from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt, sample
     from mrtpo.harness.scoring import Scorer
+    from mrtpo.harness.token_credit import policy_replayer, replay_distances
+    from mrtpo.replay.planning import common_prefix
 
     s = shape(policy.model)
     G = cfg.num_generations

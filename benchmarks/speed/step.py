@@ -1,7 +1,7 @@
 """One training step's time with the fast paths off and on, side by side in one run.
 
 The step is the trainer's: sample B x G completions (`rollout.sample`), score them, replay
-them (MRTPO's distances), then the update's forward and backward (`loss.token_logps` with each
+them (MRTPO's distances), then the update's forward and backward (`forward.token_logps` with each
 prompt encoded once for its group). Two settings, alternated for `--repeats` rounds on the same
 policy and batch:
 
@@ -23,9 +23,9 @@ policy and batch:
   (`ReplayOptions.trunks`), the replay taking the rollout's encoding of the beginning
   its prompts share instead of encoding it again (`Rollout.prompt_start`, while the weights
   stand), the update's responses fed as one token trie per prompt
-  (`loss.response_trie_hidden`: no padding, a shared beginning once), and the update's
+  (`forward.response_trie_hidden`: no padding, a shared beginning once), and the update's
   vocabulary head a slice of words at a time (`harness.head_logps`), once per trie node
-  rather than once per [N, T] position (`loss.ResponseStates`).
+  rather than once per [N, T] position (`forward.ResponseStates`).
 
 Both settings start each round from the same seed, and the script checks that they give the
 same results: the same completions, distances, log-probs and LoRA gradients to float rounding (it prints the
@@ -53,13 +53,13 @@ SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
     """Each setting's rollout and update seconds, and what the replay and scoring take."""
     from mrtpo.contexts import build_item, model_positions
-    from mrtpo.harness.attention import grouped_attention
-    from mrtpo.harness.distances import policy_replayer
-    from mrtpo.harness.loss import token_logps
-    from mrtpo.replay import ReplayOptions, distances
-    from mrtpo.harness.rollout import sample
     from mrtpo.harness.distributed import RowSeededSampling
+    from mrtpo.harness.fast.attention import grouped_attention
+    from mrtpo.harness.forward import token_logps
+    from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
+    from mrtpo.harness.token_credit import policy_replayer
+    from mrtpo.replay import ReplayOptions, distances
 
     out, rollouts = {}, {}
     for name, flags in SETTINGS.items():

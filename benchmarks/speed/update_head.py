@@ -1,11 +1,11 @@
 """The update's vocabulary head once per distinct hidden state against once per position.
 
-The update feeds each prompt's responses as one token trie (`loss.response_trie_hidden`), so
+The update feeds each prompt's responses as one token trie (`forward.response_trie_hidden`), so
 responses that begin alike share the trie's first nodes, and every position past a
 response's end reads the same zero state. `head_logps.chosen_logps(rows=)` sends each
 distinct state through the head (a slice of the vocabulary at a time) once and sums the
 positions' gradients into it; before, the [N, T] positions each went through it. This script
-samples one batch as the trainer does, takes its states (`loss.shared_prompt_hidden`), and
+samples one batch as the trainer does, takes its states (`forward.shared_prompt_hidden`), and
 times the head's forward and backward (with the entropy, as the update's first pass asks,
 and a loss that weighs every position differently) both ways, alternated for `--repeats`
 rounds (the order reversed every other round). It prints medians, the paired saving with its
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings, timed,
-                    train_setup, write_result)
+from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings,
+                    timed, train_setup, write_result)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
@@ -33,8 +33,8 @@ SETTINGS = ("positions", "states")
 def main(argv: list[str] | None = None) -> dict:
     args, load = parse_step_args(step_parser(__doc__, repeats=12), argv)
     from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.head_logps import chosen_logps
-    from mrtpo.harness.loss import shared_prompt_hidden
+    from mrtpo.harness.fast.head_logps import chosen_logps
+    from mrtpo.harness.forward import shared_prompt_hidden
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.models.builtin import builtin_name

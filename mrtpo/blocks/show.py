@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from mrtpo.blocks.lint import LintReport
 from mrtpo.blocks.rules import RULES, Finding
-from mrtpo.textio import scrub, scrub_all
+from mrtpo.textio import scrub_all
 
 
 def _indent(text: str, prefix: str) -> str:

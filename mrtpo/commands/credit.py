@@ -59,7 +59,6 @@ def register(app: typer.Typer) -> None:
 
         from mrtpo.credit import terminal
         from mrtpo.credit.records import CreditError
-
         from mrtpo.textio import OutputPathError, check_writable, scrub_all
 
         console = Console()
@@ -145,7 +144,7 @@ def _fresh(task_name, model, data, responses, task_options, limit, estimator, te
     from mrtpo.commands.options import parse_task_options, task_code
     from mrtpo.credit.records import CreditError, fresh
     from mrtpo.harness.policy import PolicyLoadError
-    from mrtpo.harness.trained import TrainedModelError
+    from mrtpo.harness.run.trained import TrainedModelError
     from mrtpo.tasks import get_task
     from mrtpo.tasks.contract import RewardError
     from mrtpo.tasks.registry import TaskLoadError, TaskNotFound

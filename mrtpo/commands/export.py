@@ -3,7 +3,7 @@
     mrtpo export runs/demo exported/demo-adapter            # LoRA adapter + tokenizer
     mrtpo export runs/demo exported/demo --merge --step 40  # merged: a plain transformers model
 
-The library side is mrtpo.harness.export.
+The library side is mrtpo.harness.run.export.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
     ) -> None:
         """Write a trained checkpoint as a directory that `from_pretrained` loads on another machine."""
-        from mrtpo.harness.export import export
-        from mrtpo.harness.trained import TrainedModelError
+        from mrtpo.harness.run.export import export
+        from mrtpo.harness.run.trained import TrainedModelError
 
         try:
             info = export(source, out, step=step, merge=merge)
@@ -33,9 +33,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=2)
         info["out"] = str(out)
         if as_json:
-            from mrtpo.textio import strict_json as dumps
-
             from mrtpo.commands.jsonout import emit
+            from mrtpo.textio import strict_json as dumps
 
             emit(dumps({"schema": "mrtpo.export/1", **info}, indent=2))
             return

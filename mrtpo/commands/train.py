@@ -126,11 +126,11 @@ def run(**kwargs) -> None:
     from mrtpo.harness.config import ConfigError, read_yaml, resolve
     from mrtpo.harness.data import DataError
     from mrtpo.harness.policy import PolicyLoadError
-    from mrtpo.models.packaged import PackagedModelError
-    from mrtpo.tasks.contract import RewardError
-    from mrtpo.harness.checkpoints import SaveError
+    from mrtpo.harness.run.checkpoints import SaveError
     from mrtpo.harness.update import NonFiniteError
+    from mrtpo.models.packaged import PackagedModelError
     from mrtpo.tasks import TaskLoadError, TaskNotFound, TaskOptionError
+    from mrtpo.tasks.contract import RewardError
 
     err = Console(stderr=True)
     config_file = kwargs.pop("config")
@@ -141,8 +141,8 @@ def run(**kwargs) -> None:
     except ConfigError as exc:
         _say(err, "error", exc)
         raise typer.Exit(2)
-    from mrtpo.harness.distributed import is_main_process
     from mrtpo.harness.config import defaults_line
+    from mrtpo.harness.distributed import is_main_process
 
     if not cfg.resume and is_main_process():  # a resumed run trains with its saved config.yaml
         err.print(defaults_line(given, cfg.model), highlight=False, soft_wrap=True, markup=False)
@@ -150,7 +150,7 @@ def run(**kwargs) -> None:
         with _stop_signals() as stopped:
             result = _train_with_progress(cfg, err)
     except (KeyboardInterrupt, _Stopped) as exc:  # Ctrl-C, or SIGTERM (a job scheduler, kill)
-        from mrtpo.harness.checkpoints import where_to_resume
+        from mrtpo.harness.run.checkpoints import where_to_resume
 
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         if stopped.main:
@@ -347,7 +347,7 @@ def _summary(result, console) -> None:
 
 def _heldout_line(result, console) -> None:
     """The held-out before/after (heldout.json) as the run's last line."""
-    from mrtpo.harness.heldout import line
+    from mrtpo.harness.run.heldout import line
 
     text = line(result.heldout) if result.heldout else None
     if text is not None:

@@ -3,7 +3,7 @@
 Two sources give the same `CreditRecord`:
 
 - `read_run(run_dir)`: the completions a training run logged (`<run>/completions.jsonl`,
-  format in mrtpo.harness.completions), one step at a time;
+  format in mrtpo.harness.run.completions), one step at a time;
 - `compute(...)` / `fresh(...)`: responses scored and replayed now, with a model, through the
   same functions the trainer uses (task verifiers, mrtpo.contexts, mrtpo.replay,
   mrtpo.advantages). Each example's responses form one group: credit comes from the
@@ -23,11 +23,12 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mrtpo import textio
+from mrtpo.tasks.files import lines as text_lines
+from mrtpo.tasks.files import read_text
 from mrtpo.textio import brief
-from mrtpo.tasks.files import lines as text_lines, read_text
 
 COMPLETIONS = "completions.jsonl"
 
@@ -177,11 +178,11 @@ def from_log_row(row: dict[str, Any], where: str) -> CreditRecord:
     for key in _REQUIRED:
         if key not in row:
             raise CreditError(f"{where}: field {key!r} is missing; this is not a completions log "
-                              "written by `mrtpo train` (see mrtpo/harness/completions.py)")
+                              "written by `mrtpo train` (see mrtpo/harness/run/completions.py)")
     for key, (what, ok) in _FIELD_TYPES.items():
         if key in row and not ok(row[key]):
             raise CreditError(f"{where}: field {key!r} must be {what}, got {brief(row[key], 80)}; this line "
-                              "was not written by `mrtpo train` as it is (see mrtpo/harness/completions.py)")
+                              "was not written by `mrtpo train` as it is (see mrtpo/harness/run/completions.py)")
     t = len(row["response_ids"])
     k = len(row["reward_names"])
     if len(row["tokens"]) != t:
@@ -322,7 +323,7 @@ def fresh(task, examples, model_path: str, responses_path: str | Path | None = N
     """Load the model at `model_path` (a directory, a hub id, a built-in policy's name, or a
     training run / checkpoint / adapter directory) and
     `compute` the records of `examples` with the given responses (or reference + corrupted)."""
-    from mrtpo.harness.trained import load_frozen_policy
+    from mrtpo.harness.run.trained import load_frozen_policy
 
     responses = responses_for(task, examples, responses_path)
     policy = load_frozen_policy(model_path, device=device, dtype=dtype)  # also a run dir or adapter

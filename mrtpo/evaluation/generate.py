@@ -45,11 +45,11 @@ class GenerationConfig:
 
 def load_model(path: str | Path, config: GenerationConfig):
     """(model, tokenizer) from a local directory, a hub id, a built-in policy's name, or what
-    `mrtpo train` wrote (a run directory, a checkpoint, an adapter: mrtpo.harness.trained),
+    `mrtpo train` wrote (a run directory, a checkpoint, an adapter: mrtpo.harness.run.trained),
     in eval mode, left padding. An adapter is merged into its base's weights."""
     import torch
 
-    from mrtpo.harness import trained
+    from mrtpo.harness.run import trained
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if config.dtype == "auto":
@@ -115,7 +115,7 @@ def generate(model, tokenizer, conversations: Sequence[list[dict]], config: Gene
 def _prompt_inputs(model, prompts: list[list[int]], pad: int, max_new_tokens: int, fast: bool):
     """(ids [B, L], mask [B, L], generate's cache kwarg or {}) for left-padded prompts; with
     `fast`, their KV cache but the last token's, the shared beginning encoded once."""
-    from mrtpo.harness.prefix import prefix_layout
+    from mrtpo.harness.fast.prefix import prefix_layout
 
     if fast and max(map(len, prompts)) > 1:
         from mrtpo.harness.rollout import prompt_cache
@@ -171,8 +171,8 @@ class _progress:
                 lines.update(done[0])
             return advance
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True))

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from mrtpo.evaluation.generate import GenerationConfig, generate
 from mrtpo.evaluation.run import per_example as per_example_values
 from mrtpo.evaluation.run import score
-from mrtpo.harness.heldout import PER_EXAMPLE
+from mrtpo.harness.run.heldout import PER_EXAMPLE
 from mrtpo.tasks.base import Example, Task
 
 

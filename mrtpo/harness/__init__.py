@@ -1,11 +1,13 @@
 """The compact LoRA trainer behind `mrtpo train`: one readable loop (loop.py) over small parts.
 
-config.py (TrainConfig), policy.py (model + LoRA), data.py (splits, prompts per step),
-rollout.py (sampling), scoring.py (rewards -> scores [N, K]), distances.py (MRTPO replay),
-loss.py (clipped surrogate, KL, aggregation), update.py (micro-batched optimizer step),
-metrics.py and completions.py (logs), checkpoints.py (atomic save, exact resume).
+The recipe is at the top: config.py (TrainConfig), policy.py (model + LoRA), data.py (splits,
+prompts per step), rollout.py (sampling), scoring.py (rewards -> scores [N, K]), token_credit.py
+(MRTPO's step: the replay -> per-token credit), forward.py (the update's log-probs), loss.py
+(clipped surrogate, KL, aggregation), update.py (micro-batched optimizer step), metrics.py.
 
-trained.py and export.py read what a run wrote back as loadable models.
+fast/ holds the exact fast paths the recipe takes; run/ what a run writes and reads back (the
+JSONL logs, lock, checkpoints, completions log, trackers, heldout.json, and trained.py and
+export.py, which read a run back as a loadable model).
 
 `train` and `RunResult` are imported on first use, so reading the config (the CLI does it
 to build its flags) does not import torch. `train(cfg)` here is the public entry: the loop

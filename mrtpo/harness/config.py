@@ -175,7 +175,7 @@ class TrainConfig:
         need(0 < self.verify_timeout <= MAX_VERIFY_TIMEOUT_S,
              f"--verify-timeout must be > 0 and at most {MAX_VERIFY_TIMEOUT_S:g} seconds (a day), "
              f"got {self.verify_timeout}")
-        from mrtpo.harness.trackers import check_installed, parse_report_to
+        from mrtpo.harness.run.trackers import check_installed, parse_report_to
 
         check_installed(parse_report_to(self.report_to))  # unknown or absent: ConfigError now
         # combinations
@@ -336,9 +336,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     Read by mrtpo's one YAML reader (mrtpo.yamlio): an alias bomb or a repeated key is refused."""
     import yaml
 
-    from mrtpo.yamlio import MAX_CHARS, YAMLRefused, load_yaml
-
     from mrtpo.textio import not_a_file
+    from mrtpo.yamlio import MAX_CHARS, YAMLRefused, load_yaml
 
     p = Path(path)
     problem = not_a_file(p)

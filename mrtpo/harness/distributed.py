@@ -296,7 +296,7 @@ class RowSeededSampling:
     the device once per block, not once per token.
 
     `record_logps`: also keep each drawn token's log-probability under the sampling model,
-    log softmax(logits / temperature) as `loss.token_logps` computes it (top-p not applied,
+    log softmax(logits / temperature) as `forward.token_logps` computes it (top-p not applied,
     as TRL's sampling log-probs), for the update's importance-sampling correction when the
     sampling model is not the trained one (--rollout-dtype); `logps()` returns them.
     """

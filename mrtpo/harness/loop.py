@@ -25,23 +25,22 @@ from typing import Any, Callable
 
 import torch
 
-import mrtpo.harness.checkpoints as checkpoints
-import mrtpo.harness.heldout as heldout
+import mrtpo.harness.run.checkpoints as checkpoints
+import mrtpo.harness.run.heldout as heldout
 from mrtpo.advantages import estimate
-from mrtpo.harness.completions import records as completion_records
 from mrtpo.harness.config import ConfigError, TrainConfig
 from mrtpo.harness.data import load_splits, prompts_for_step
-from mrtpo.harness.distances import logs_completions, mrtpo_step, policy_replayer, spans_problem
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
-from mrtpo.harness.metrics import (JsonlLog, PhaseTimer, clean, completion_metrics, mrtpo_metrics,
-                                   reward_metrics, timeout_metrics, timeout_warnings, tokens_seen)
-from mrtpo.harness.policy import (check_model_arg, load_policy, resolve_device, resolve_dtype,
-                                  resolve_rollout_dtype)
+from mrtpo.harness.metrics import (PhaseTimer, completion_metrics, mrtpo_metrics, reward_metrics,
+                                   timeout_metrics, timeout_warnings, tokens_seen)
+from mrtpo.harness.policy import check_model_arg, load_policy, resolve_device, resolve_dtype, resolve_rollout_dtype
 from mrtpo.harness.rollout import compiled_decoding, sample
-from mrtpo.harness.runfiles import check_run_dir
-from mrtpo.harness.runlock import RunLock
+from mrtpo.harness.run.completions import records as completion_records
+from mrtpo.harness.run.files import JsonlLog, check_run_dir, clean
+from mrtpo.harness.run.lock import RunLock
+from mrtpo.harness.run.trackers import Trackers, parse_report_to
 from mrtpo.harness.scoring import Scorer
-from mrtpo.harness.trackers import Trackers, parse_report_to
+from mrtpo.harness.token_credit import logs_completions, mrtpo_step, policy_replayer, spans_problem
 from mrtpo.harness.update import NonFiniteError, update
 from mrtpo.models.builtin import portable_name
 from mrtpo.tasks import get_task
@@ -70,7 +69,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     """Train as `cfg` says; `on_start(first_step)`, `on_step(record)` and `on_phase(text)` (a
     phase begins or ends: the held-out measurements) feed a progress display.
 
-    `measure` is the held-out measurements' metric (mrtpo.harness.heldout; `mrtpo train` passes
+    `measure` is the held-out measurements' metric (mrtpo.harness.run.heldout; `mrtpo train` passes
     `mrtpo.evaluation.heldout.measure`, the official one): with `cfg.heldout` > 0 the policy is
     measured on the held-out examples before step 1, after every `cfg.heldout_every` steps and
     after the last step, into heldout.json. Without it the examples are still held out (the run
@@ -80,7 +79,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     loads: the trainer knows built-in policies only by name (mrtpo.models.builtin) and never
     builds one. `mrtpo.harness.train` and `mrtpo train` pass the one that does
     (`mrtpo.models.default.resolve_model`). The run directory is locked for the whole run
-    (mrtpo.harness.runlock): a second run started in it is refused, naming this one."""
+    (mrtpo.harness.run.lock): a second run started in it is refused, naming this one."""
     cfg.check()  # a field changed since construction (cfg.lr = ...) is checked before anything loads
     check_model_arg(cfg.model)
     with RunLock(cfg.run_dir) if is_main_process() else contextlib.nullcontext():

@@ -1,4 +1,6 @@
-"""Per-step metrics with TRL's names, MRTPO's concentration metric, and the JSONL logs.
+"""Per-step metrics with TRL's names, MRTPO's concentration metric, and the phase timer.
+
+The JSONL files they are written to are `run.files.JsonlLog`'s.
 
 Names (one `metrics.jsonl` line per step):
 - `reward`: mean over completions of the weighted sum of rewards (absent rewards count 0);
@@ -28,27 +30,12 @@ Names (one `metrics.jsonl` line per step):
 """
 from __future__ import annotations
 
-import json
-import logging
-import math
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
-from mrtpo import textio
-from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import open_append
-from mrtpo.textio import write_atomic
-
 # the concentration metric has one implementation, shared with `mrtpo credit`
 from mrtpo.statistics import concentration
-
-log = logging.getLogger(__name__)
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def weighted_total(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -145,82 +132,6 @@ def mrtpo_metrics(distances: torch.Tensor, mask: torch.Tensor, names: list[str],
             if col.numel():
                 out[f"mrtpo/{name}/{label}"] = float(col.mean())
     return out
-
-
-class LogError(ConfigError):
-    """A run log (metrics.jsonl, completions.jsonl) with a line that cannot be read back."""
-
-
-class JsonlLog:
-    """Append-only JSONL file with a `step` field; `truncate_after(step)` drops later lines.
-
-    On resume the lines written after the checkpoint are dropped, so the file reads as if the
-    run had never stopped. Every line must be a JSON object with an integer `step`; a bad line
-    raises LogError naming the file and the line (a torn last line is dropped with a warning).
-    Writes never follow a symbolic link (mrtpo.harness.runfiles); `truncate_after` rewrites the
-    file atomically.
-    """
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def truncate_after(self, step: int) -> None:
-        if not self.path.exists():
-            return
-        keep = [line for line, row in self._rows() if row["step"] <= step]
-        write_atomic(self.path, "".join(line + "\n" for line in keep))
-
-    def write(self, rows: Iterable[dict[str, Any]]) -> None:
-        with open_append(self.path) as f:
-            for row in rows:
-                f.write(json.dumps(row, allow_nan=False, default=_jsonable) + "\n")
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [row for _, row in self._rows()]
-
-    def _rows(self) -> list[tuple[str, dict[str, Any]]]:
-        """(line, parsed row) for every line. A last line that does not parse (a crash
-        mid-append tore it) is dropped with a warning; a bad line before it, or a line that
-        parses but is not an object with an integer step, is an error."""
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise LogError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
-        lines = text.split("\n")
-        out = []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = textio.loads(line)
-            except ValueError as exc:
-                if all(not rest.strip() for rest in lines[n:]):
-                    log.warning("%s, line %d: dropping a torn last line (%d characters; the run "
-                                "stopped while writing it)", self.path, n, len(line))
-                    continue
-                raise LogError(f"{self.path}, line {n}: not valid JSON ({exc}); only a torn last "
-                               "line is dropped on its own; fix or remove this line") from None
-            step = row.get("step") if isinstance(row, dict) else None
-            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-                what = (f'its "step" is {step!r}, not a step number' if isinstance(row, dict)
-                        else f"it is a JSON {type(row).__name__}, not an object with a step")
-                raise LogError(f"{self.path}, line {n}: {what}; every line of a run log is one "
-                               "step's record; fix or remove this line")
-            out.append((line, row))
-        return out
-
-
-def _jsonable(x):
-    if isinstance(x, torch.Tensor):
-        return x.tolist()
-    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
-
-
-def clean(record: dict[str, Any]) -> dict[str, Any]:
-    """NaN/inf -> None so every line is strict JSON."""
-    return {k: (_finite(v) if isinstance(v, float) else v) for k, v in record.items()}
 
 
 class PhaseTimer:

@@ -362,7 +362,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     (torch's distribution, only the dropped positions drawn; the saved adapter is peft's)
     unless `sparse_dropout` is False (peft's `nn.Dropout`: benchmarks time one against the other).
     """
-    from mrtpo.harness.attention import prefer_grouped_attention
+    from mrtpo.harness.fast.attention import prefer_grouped_attention
     from mrtpo.loading import Refused, auto_model
 
     check_model_arg(model)
@@ -396,7 +396,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     if lora:
         from peft import LoraConfig, get_peft_model
 
-        from mrtpo.harness.dropout import use_sparse_dropout
+        from mrtpo.harness.fast.dropout import use_sparse_dropout
 
         targets = list(lora_target_modules)
         width = adapted_width(net, targets)

@@ -143,7 +143,7 @@ def prompt_cache(model, prompts: list[list[int]], repeats: int, pad_id: int, *,
     cores); None, or a model whose layers are not all full-attention, keeps the dynamic one.
     `bucket`: the static cache's length rounded up to a multiple of it (`cache_room`); the
     extra positions stay masked, so the completions are the same."""
-    from mrtpo.harness.prefix import encode_prompts, prefix_layout
+    from mrtpo.harness.fast.prefix import encode_prompts, prefix_layout
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
 
     decoder, device = decoder_of(model), device_of(model)
@@ -263,7 +263,7 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     policy.model.eval()
     try:
         with policy.sampler(dtype) as model:
-            from mrtpo.harness.decode import supports
+            from mrtpo.harness.fast.decode import supports
 
             room = None
             if lean and p > 1 and not sampled and not compiled and supports(model):
@@ -302,8 +302,8 @@ def _generate(model, ids: list[list[int]], g: int, gen, pad_id: int, logits_proc
     """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start, the static
     cache's positions or None) through transformers' `generate`, with the fast paths `sample`
     names."""
-    from mrtpo.harness.cascade import shared_prompt_attention
-    from mrtpo.harness.packed import packed_head
+    from mrtpo.harness.fast.cascade import shared_prompt_attention
+    from mrtpo.harness.fast.packed import packed_head
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
 
     p = max(len(x) for x in ids)
@@ -331,9 +331,9 @@ def _decode(model, ids: list[list[int]], g: int, max_new_tokens: int, stops: lis
     """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start) through
     `harness.decode`: the prompts encoded once without their last token, as `prompt_cache`
     does, their rows not repeated."""
-    from mrtpo.harness.decode import decode
-    from mrtpo.harness.packed import packed_head
-    from mrtpo.harness.prefix import encode_prompts, prefix_layout
+    from mrtpo.harness.fast.decode import decode
+    from mrtpo.harness.fast.packed import packed_head
+    from mrtpo.harness.fast.prefix import encode_prompts, prefix_layout
     from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
 
     device, decoder = device_of(model), decoder_of(model)

@@ -5,7 +5,7 @@ normalised over the whole batch (loss.aggregate), so accumulation gives the grad
 full batch. The log-probs of the first pass are the "old" ones (the model has not moved yet,
 so the ratio starts at exactly 1); with `num_iterations > 1` later passes reuse them and the
 clip starts to bite. The KL reference log-probs are computed once, without gradients.
-Every pass encodes each distinct prompt of a micro-batch once (loss.shared_prompt_hidden):
+Every pass encodes each distinct prompt of a micro-batch once (forward.shared_prompt_hidden):
 the G completions of a prompt share its keys and values, and the beginning all the prompts
 share (system text, worked example) is encoded once for all of them (harness.prefix).
 
@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from mrtpo.harness.loss import policy_loss, sampling_correction, token_logps
+from mrtpo.harness.forward import token_logps
+from mrtpo.harness.loss import policy_loss, sampling_correction
 from mrtpo.harness.rollout import Batch
 
 

@@ -12,7 +12,7 @@ checkpoints stay TRL's. Per generation batch it changes four things:
    ("normalize_then_sum" = GDPO, "sum_then_normalize" = GRPO with TRL's `scale_rewards`),
    optionally SAW-weighted; each process keeps its own rows;
 3. and 4., MRTPO's step: each process hands its own completions, scores and credit to
-   `mrtpo.harness.distances.mrtpo_step`, the step `mrtpo train` takes too (the replay under
+   `mrtpo.harness.token_credit.mrtpo_step`, the step `mrtpo train` takes too (the replay under
    P_all and every P_without_k, or the `mrtpo_weights` control; zero-credit pairs skipped; the
    placement), -> token advantages [B, T], handed to TRL as the batch's `advantages` (TRL
    >= 0.26 takes [B, T] in `_compute_loss`).
@@ -51,14 +51,13 @@ from torch.overrides import TorchFunctionMode
 
 from mrtpo.advantages import Credit, estimate
 from mrtpo.contexts import model_positions
-from mrtpo.harness.distances import (WEIGHT_SOURCES, Replayer, TokenCredit, logs_completions,
-                                     mrtpo_step)
 from mrtpo.harness.distributed import local_credit
 from mrtpo.harness.rollout import Rollout
 from mrtpo.harness.scoring import Scored, reward_names
-from mrtpo.tasks.contract import checked_verify
+from mrtpo.harness.token_credit import WEIGHT_SOURCES, Replayer, TokenCredit, logs_completions, mrtpo_step
 from mrtpo.tasks import TaskLoadError, TaskNotFound, get_task
 from mrtpo.tasks.base import Example, Task, Verdict
+from mrtpo.tasks.contract import checked_verify
 
 MIN_TRL = "1.7"  # the floor pyproject.toml declares and .ci/run tests (why: its comment there)
 
@@ -212,7 +211,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     Examples to train on instead. mrtpo: place credit on tokens by replay (False: every token
     gets the response's advantage). mrtpo_lambda: blend with uniform weights (1 = pure MRTPO).
     mrtpo_weights: where the token weights come from, as `mrtpo train --mrtpo-weights`: "replay",
-    "shuffled", "spans" or "single" (mrtpo.harness.distances.WEIGHT_SOURCES).
+    "shuffled", "spans" or "single" (mrtpo.harness.token_credit.WEIGHT_SOURCES).
     saw: "off", "reward" (with GRPO) or "advantage" (with GDPO). The estimator follows
     `args.multi_objective_aggregation`; `args.reward_weights` defaults to the task's weights.
     log_completions_every: every completion of step 1 and of every Nth step goes to
@@ -384,12 +383,12 @@ class MRTPOGRPOTrainer(GRPOTrainer):
 
     def _log_completions(self, step: int, rollout: Rollout, scored: Scored, placed: TokenCredit, rows: slice) -> None:
         """Append this batch's completions to `<output_dir>/completions.jsonl` in `mrtpo train`'s
-        format (mrtpo.harness.completions: the step's record, as the loop writes it), so
+        format (mrtpo.harness.run.completions: the step's record, as the loop writes it), so
         `mrtpo credit OUTPUT_DIR` shows TRL runs too."""
         import json
         from pathlib import Path
 
-        from mrtpo.harness.completions import records
+        from mrtpo.harness.run.completions import records
 
         lines = records(step, rollout, scored, placed, self._mrtpo_state.tokenizer)
         for i, line in enumerate(lines):  # group and sample in the whole batch, not this process's share

@@ -46,12 +46,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
-from mrtpo.replay.js import head_and_js, js_distance, js_distance_log_probs
 from mrtpo.replay.full import replay_full
+from mrtpo.replay.js import head_and_js, js_distance, js_distance_log_probs
 from mrtpo.replay.planning import (ItemPlan, ReplayGroup, ReplayOptions, groups_common, plan_costs, plan_item,
                                    replay_groups, replay_tokens, takes_tree_mask)
-from mrtpo.replay.plumbing import (EncodedStart, PaddingSide, cache_kwarg, decoder_of, device_of, head_of,
-                                   output_cache)
+from mrtpo.replay.plumbing import EncodedStart, PaddingSide, cache_kwarg, decoder_of, device_of, head_of, output_cache
 from mrtpo.replay.shared import encode_start, replay_shared
 
 if TYPE_CHECKING:  # items are duck-typed: the package imports nothing of mrtpo's but itself
@@ -161,7 +160,7 @@ def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]]
                         on_progress: Callable[[int, int], None] | None = None,
                         known: EncodedStart | None = None) -> torch.Tensor:
     """q [N, K, T] = `shape` (float32, on the CPU) of a batch's reward columns: the step the
-    trainer (mrtpo.harness.distances), the TRL integration and `mrtpo credit` share.
+    trainer (mrtpo.harness.token_credit), the TRL integration and `mrtpo credit` share.
 
     Each item is one completion with its own rewards (instruction following has one reward
     per constraint, so rows differ); the batch has one column per reward name. Item j's

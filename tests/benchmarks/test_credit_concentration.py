@@ -4,13 +4,14 @@ measured, not asserted; this checks what the table holds)."""
 from __future__ import annotations
 
 import benchmark_module
+
 from mrtpo.statistics import ALL
 
 
 def test_rows_hold_the_policy_and_its_control_for_every_reward(tiny_qwen2_dir):
     bench = benchmark_module.load("credit_concentration")
     from mrtpo.credit.probe import random_control
-    from mrtpo.harness.trained import load_frozen_policy
+    from mrtpo.harness.run.trained import load_frozen_policy
 
     policy = load_frozen_policy(str(tiny_qwen2_dir))
     # the fixture is itself a random init from seed 0: the control draws from seed 1 here

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import math
 
+import benchmark_module
+import harness_task
 import pytest
 import torch
 
-import benchmark_module
-import harness_task
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
 
 
@@ -48,7 +48,7 @@ def test_sequence_logps_are_each_completions_own_sum(one_step, tiny_qwen2_dir, r
     """Passes of several prompts' groups (their shared beginning once), of one group, and of
     two rows (a group cut): every completion's log-probability is the sum over its tokens of
     a forward of its own prompt and completion."""
-    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.forward import token_logps
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import Rollout
 

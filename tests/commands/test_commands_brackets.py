@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import harness_task
+import pytest
 from cli_runs import NOWHERE
 from cli_runs import invoke as _invoke
 from cli_runs import refused as _refused
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.timeout(300)
 
 # ------------------------------------------------------- brackets printed, not markup
 def test_a_missing_tracker_message_keeps_its_brackets(monkeypatch, tmp_path):
-    import mrtpo.harness.trackers as trackers
+    import mrtpo.harness.run.trackers as trackers
 
     monkeypatch.setitem(trackers.PACKAGES, "tensorboard", "no_such_tracker_package")
     result, out = _invoke("train", "--model", NOWHERE, "--task", "harness-words",

@@ -198,10 +198,10 @@ def _python_blocks() -> list[str]:
 
 @pytest.mark.parametrize("index", range(len(_python_blocks())))
 def test_readme_python_runs(index, tmp_path, monkeypatch):
-    """The README's Python snippets run as shown (the export one runs in tests/harness/test_export.py,
+    """The README's Python snippets run as shown (the export one runs in tests/harness/run/test_export.py,
     on a real export: this machine has no `exported/demo`)."""
     code = _python_blocks()[index]
     if "exported/" in code:
-        pytest.skip("run by tests/harness/test_export.py on a real export")
+        pytest.skip("run by tests/harness/run/test_export.py on a real export")
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"README.md python block {index + 1}", "exec"), {"__name__": "readme"})

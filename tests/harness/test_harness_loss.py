@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from mrtpo.harness.loss import aggregate, kl_k3, policy_loss, token_logps
+from mrtpo.harness.forward import token_logps
+from mrtpo.harness.loss import aggregate, kl_k3, policy_loss
 
 
 def _loss(logp, old, adv, mask, **kw):
@@ -216,7 +217,7 @@ def test_shared_prompt_pass_equals_the_full_forward(model_dir, common, common_pr
 def test_shared_prompt_pass_declines_when_nothing_is_shared(tiny_qwen2_dir):
     from transformers import AutoModelForCausalLM
 
-    from mrtpo.harness.loss import shared_prompt_hidden
+    from mrtpo.harness.forward import shared_prompt_hidden
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
     batch = _grouped_batch(0, group=1)  # every prompt once, no shared beginning

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mrtpo.harness.data import prompts_for_step
-from mrtpo.harness.metrics import JsonlLog, clean, completion_metrics, mrtpo_metrics, reward_metrics
+from mrtpo.harness.metrics import completion_metrics, mrtpo_metrics, reward_metrics
+from mrtpo.harness.run.files import JsonlLog, clean
 from mrtpo.statistics import top_share
 
 

@@ -11,15 +11,15 @@ import importlib.util
 import json
 import math
 
+import harness_task
 import pytest
 import torch
 from safetensors.torch import load_file
 
-import harness_task
 from mrtpo.harness import ConfigError, TrainConfig, train
-from mrtpo.harness import checkpoints
 from mrtpo.harness.data import DataError
 from mrtpo.harness.policy import PolicyLoadError
+from mrtpo.harness.run import checkpoints
 from mrtpo.tasks.contract import RewardError
 
 harness_task.register()
@@ -93,10 +93,10 @@ def test_zero_credit_pairs_are_not_replayed_and_the_advantages_stay(tiny_qwen2_d
     `format` alike, so there are pairs to skip. An empty completion (TRL masks truncated ones
     out) is not replayed."""
     from mrtpo.advantages import estimate
-    from mrtpo.harness.distances import logs_completions, mrtpo_step, policy_replayer
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
+    from mrtpo.harness.token_credit import logs_completions, mrtpo_step, policy_replayer
     from mrtpo.tasks import get_task
 
     assert [s for s in range(1, 8) if logs_completions(s, 3)] == [1, 3, 6] and not logs_completions(1, 0)

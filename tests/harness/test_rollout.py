@@ -65,11 +65,11 @@ def test_the_replay_takes_the_beginning_the_rollout_encoded(tiny_qwen2_dir):
     for it and gives the same distances as without it."""
     import torch
 
-    from mrtpo.harness.distances import policy_replayer, replay_distances
     from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
+    from mrtpo.harness.token_credit import policy_replayer, replay_distances
     from mrtpo.replay.planning import common_prefix
     from mrtpo.replay.plumbing import decoder_of
     from mrtpo.tasks import get_task

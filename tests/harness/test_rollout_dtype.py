@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 
+import harness_task
 import pytest
 import torch
-
-import harness_task
 from cli_runs import clean_error, invoke
+
 from mrtpo.harness.distributed import RowSeededSampling
-from mrtpo.harness.loss import policy_loss, sampling_correction, token_logps
+from mrtpo.harness.forward import token_logps
+from mrtpo.harness.loss import policy_loss, sampling_correction
 
 harness_task.register()
 

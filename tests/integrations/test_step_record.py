@@ -1,7 +1,7 @@
 """One step record for both trainers: `mrtpo train` (harness/loop.py) and the TRL integration
 write completions.jsonl from the same `TokenCredit` (`mrtpo_step`'s), so with SAW on both log
 `reward_weights` as the task's weight times SAW's weight of the step's batch, which is what
-harness/completions.py documents and `mrtpo credit` shows."""
+harness/run/completions.py documents and `mrtpo credit` shows."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("trl")
 
 import harness_task  # noqa: E402
+
 from mrtpo.advantages import saw_weights  # noqa: E402
 from mrtpo.harness import TrainConfig, train  # noqa: E402
 from mrtpo.tasks import get_task  # noqa: E402

@@ -8,7 +8,7 @@
   [B, B, T] broadcast would give another number).
 - use_liger_kernel and TRL-side reward functions are refused with clear messages; the shape
   guard catches the broadcast older TRLs made.
-- `mrtpo_weights` reaches MRTPO's step (mrtpo.harness.distances.mrtpo_step, shared with `mrtpo
+- `mrtpo_weights` reaches MRTPO's step (mrtpo.harness.token_credit.mrtpo_step, shared with `mrtpo
   train` and tested there: zero-credit pairs, logging steps).
 
 Skipped when TRL is not installed (`pip install -e ".[trl]"`).
@@ -300,7 +300,7 @@ def test_two_processes_with_accelerate(tiny_qwen2_dir, tmp_path):
 
 
 def test_weight_sources_reach_trl(tiny_qwen2_dir, tmp_path):
-    """`--mrtpo_weights` goes through the step `mrtpo train` takes (mrtpo.harness.distances,
+    """`--mrtpo_weights` goes through the step `mrtpo train` takes (mrtpo.harness.token_credit,
     where the rules themselves are tested): `spans` puts toolcall's reward spans, 1 on their
     tokens and 0 elsewhere, on the completions TRL sampled; an unknown source is refused."""
     from mrtpo.integrations.trl import startup_line

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
+import harness_task
 import pytest
 import torch
 
-import harness_task
 from mrtpo.harness import ConfigError, TrainConfig, train
 from mrtpo.spans import token_offsets
 from mrtpo.tasks import get_task

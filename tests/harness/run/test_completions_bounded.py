@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import hostile_task
+import pytest
 from cli_runs import invoke
+
 from mrtpo.tasks import register_task, unregister_task
 
 pytestmark = pytest.mark.timeout(300)

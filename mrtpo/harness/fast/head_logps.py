@@ -96,7 +96,7 @@ def chosen_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tens
     shape): the row of hidden [M, H] that each target's position reads, so that positions
     sharing a hidden state (a token trie's shared node, the zero state of padding) go
     through the head once; None: hidden has the targets' shape plus [H], a row each. The
-    entropy of each row's distribution comes without gradient, as `loss.token_logps` reports it."""
+    entropy of each row's distribution comes without gradient, as `forward.token_logps` reports it."""
     lead = targets.shape
     flat_h = hidden.reshape(-1, hidden.shape[-1])  # [M, H]
     flat_t = targets.reshape(-1)  # [P]

@@ -13,7 +13,7 @@ independently with probability p, exactly as torch's mask drops it. The kept ele
 scaled by 1/(1 - p) in the input's dtype, as torch scales them, and the gradient is the
 upstream one times the same mask. Only the random stream differs: a seeded run draws other
 masks than peft's dropout would (the same distribution), as the update's token tries already
-draw one mask per trie node rather than per padded row (`loss.response_trie_hidden`).
+draw one mask per trie node rather than per padded row (`forward.response_trie_hidden`).
 
 `use_sparse_dropout` swaps it in for peft's dropout modules of a policy on CPU
 (`policy.load_policy`); on a GPU torch's dropout is one fused kernel, and this module's

@@ -13,17 +13,18 @@ import re
 import shutil
 from pathlib import Path
 
+import harness_task
 import pytest
+from small_runs import small_config as _cfg
+from small_runs import step_dir
 from typer.testing import CliRunner
 
-import harness_task
-from small_runs import small_config as _cfg, step_dir
 from mrtpo.cli import app
 from mrtpo.harness import ConfigError, train
-from mrtpo.harness import checkpoints
-from mrtpo.harness.metrics import JsonlLog
-from mrtpo.harness.runlock import RunLock
-from mrtpo.harness.trained import TrainedModelError, locate
+from mrtpo.harness.run import checkpoints
+from mrtpo.harness.run.files import JsonlLog
+from mrtpo.harness.run.lock import RunLock
+from mrtpo.harness.run.trained import TrainedModelError, locate
 
 harness_task.register()
 pytestmark = pytest.mark.timeout(300)
@@ -106,7 +107,7 @@ def test_a_hard_linked_lock_is_refused(tiny_qwen2_dir, tmp_path):
 
 
 def test_log_and_atomic_writes_replace_or_refuse_a_link_planted_later(tmp_path):
-    from mrtpo.harness.runfiles import RunFileError, open_append
+    from mrtpo.harness.run.files import RunFileError, open_append
     from mrtpo.textio import write_atomic
 
     victim = tmp_path / "victim"

@@ -1,4 +1,4 @@
-"""mrtpo.harness.decode: decoding without `generate` gives the completions `generate` gives, through
+"""mrtpo.harness.fast.decode: decoding without `generate` gives the completions `generate` gives, through
 `rollout.sample` (the trainer's seeded sampler, greedy decoding, stop tokens and the padding
 after them), and only for the decoders it knows."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mrtpo.harness import decode
 from mrtpo.harness.distributed import RowSeededSampling
+from mrtpo.harness.fast import decode
 from mrtpo.harness.policy import load_policy
 from mrtpo.harness.rollout import sample
 from mrtpo.tasks import get_task
@@ -90,7 +90,7 @@ def test_stopped_rows_leave_the_products_where_the_library_allows(tiny_llama_dir
     """After a row stops, later steps feed the running rows alone (unpacked products, or
     packed by a library that serves any row count), with the completions `generate` gives;
     MKL's packed products keep every row."""
-    from mrtpo.harness.packed import packs_any_rows
+    from mrtpo.harness.fast.packed import packs_any_rows
 
     policy = _policy(tiny_llama_dir)
     task = get_task("toolcall")

@@ -11,19 +11,20 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import harness_task
-from small_runs import small_config as _cfg, step_dir
+import pytest
+from small_runs import small_config as _cfg
+from small_runs import step_dir
+
 from mrtpo.harness import ConfigError, train
-from mrtpo.harness import checkpoints
-from mrtpo.harness.metrics import JsonlLog
-from mrtpo.harness.runlock import RunDirLocked, RunLock
+from mrtpo.harness.run import checkpoints
+from mrtpo.harness.run.files import JsonlLog
+from mrtpo.harness.run.lock import RunDirLocked, RunLock
 
 harness_task.register()
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def test_optimizer_from_another_run_is_refused(runs, run_a):
 
 # --- one run per directory ------------------------------------------------------------------
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
-    code = ("import sys, time; from mrtpo.harness.runlock import RunLock; "
+    code = ("import sys, time; from mrtpo.harness.run.lock import RunLock; "
             f"l = RunLock({str(run_dir)!r}).acquire(); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -221,7 +222,7 @@ def test_a_killed_runs_forked_children_neither_keep_its_lock_nor_outlive_it(tmp_
     closed their copies of the parent's pipe ends, so they read end-of-file)."""
     code = (
         "import os, sys, time\n"
-        "from mrtpo.harness.runlock import RunLock\n"
+        "from mrtpo.harness.run.lock import RunLock\n"
         "from mrtpo.harness.scoring import _ForkPool\n"
         f"RunLock({str(tmp_path / 'run')!r}).acquire()\n"
         "pool = _ForkPool(2)\n"

@@ -108,7 +108,7 @@ class _WandB:
         wandb = _require("wandb")
         id_file = run_dir / ".wandb_run_id"  # a resumed run continues its wandb run
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:8]
-        write_atomic(id_file, run_id)  # never through a link (mrtpo.harness.runfiles)
+        write_atomic(id_file, run_id)  # never through a link (mrtpo.harness.run.files)
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "mrtpo"), name=name, dir=str(run_dir),
                               id=run_id, config=config, resume="allow", reinit="finish_previous")
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import time
 
+import harness_task
 import pytest
 
-import harness_task
 from mrtpo.harness import ConfigError, TrainConfig, train
-from mrtpo.harness.trackers import parse_report_to
+from mrtpo.harness.run.trackers import parse_report_to
 
 harness_task.register()
 SMALL = dict(task="harness-words", batch_prompts=2, num_generations=2, max_new_tokens=6, steps=2,
@@ -35,7 +35,7 @@ def test_report_to_names():
 
 
 def test_a_missing_tracker_package_names_what_to_install(monkeypatch):
-    import mrtpo.harness.trackers as trackers
+    import mrtpo.harness.run.trackers as trackers
 
     monkeypatch.setitem(trackers.PACKAGES, "trackio", "no_such_tracker_package")
     with pytest.raises(ConfigError, match=r'needs the no_such_tracker_package package.*pip install "mrtpo\[trackers\]"'):

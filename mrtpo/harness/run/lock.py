@@ -12,7 +12,7 @@ it again). POSIX only; elsewhere no lock is taken.
 
 The lock file is opened without following a link (`O_NOFOLLOW`) and must be a regular file
 with one name: a `.lock` that is a symbolic link, a hard link to another file, a directory or
-a device is refused with a message naming it, never truncated (mrtpo.harness.runfiles). A run
+a device is refused with a message naming it, never truncated (mrtpo.harness.run.files). A run
 directory that cannot be created (`--output-dir` names a file, or a place that cannot be
 written) is refused the same way.
 """
@@ -21,15 +21,15 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import socket
+import stat
 import sys
 import threading
 import time
 from pathlib import Path
 
 from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import RunFileError, check_entry
+from mrtpo.harness.run.files import RunFileError, check_entry
 from mrtpo.textio import unwritable
 
 LOCK_NAME = ".lock"

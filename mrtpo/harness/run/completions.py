@@ -53,7 +53,7 @@ def logged_feedback(text: str) -> str:
 
 def records(step: int, rollout, scored, placed, tokenizer) -> list[dict[str, Any]]:
     """One JSON-ready dict per completion (see the module docstring for the fields), from the
-    step's credit (`placed`: mrtpo.harness.distances.TokenCredit, built by `mrtpo_step` with
+    step's credit (`placed`: mrtpo.harness.token_credit.TokenCredit, built by `mrtpo_step` with
     `logs=True`, so its blocks are there), whichever trainer ran the step.
 
     `placed.distances` and `placed.token_weights` are [N, K, T] over the batch's reward columns

@@ -1,4 +1,4 @@
-"""mrtpo.harness.attention: grouped key/value heads read in place on CPU, with the same results."""
+"""mrtpo.harness.fast.attention: grouped key/value heads read in place on CPU, with the same results."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import os
 import harness_task
 import torch
 
-from mrtpo.harness.attention import SWITCH, grouped_attention
+from mrtpo.harness.fast.attention import SWITCH, grouped_attention
 
 harness_task.register()
 
@@ -40,7 +40,7 @@ def test_grouped_heads_give_the_copied_heads_results(tiny_llama_dir, monkeypatch
 
     from mrtpo.contexts import build_item, model_positions
     from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.loss import token_logps
+    from mrtpo.harness.forward import token_logps
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
@@ -93,7 +93,7 @@ def test_grouped_heads_give_the_copied_heads_results(tiny_llama_dir, monkeypatch
 
 def test_other_devices_are_left_alone(monkeypatch):
     """A GPU keeps transformers' default: there a mask with grouped heads selects a slower kernel."""
-    from mrtpo.harness.attention import prefer_grouped_attention
+    from mrtpo.harness.fast.attention import prefer_grouped_attention
 
     monkeypatch.delenv(SWITCH, raising=False)
     prefer_grouped_attention("cuda:0")

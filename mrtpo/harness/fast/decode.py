@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from mrtpo.harness.cascade import additive, two_part_attention
+from mrtpo.harness.fast.cascade import additive, two_part_attention
 
 #: model types whose decoder layer is Llama's: norm, attention (q/k/v/o projections, rotary,
 #: grouped key/value heads), residual, norm, gated MLP, residual
@@ -101,7 +101,7 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
     row leaves the products (its scores are zeros; its token is padding whatever they are),
     unless `packed` products are MKL's, packed for the full row count. `packed`: the layers'
     projections multiply by weights packed once (`packed.packed_linear`)."""
-    from mrtpo.harness.packed import packs_any_rows
+    from mrtpo.harness.fast.packed import packs_any_rows
 
     body = model.get_decoder()
     head = model.get_output_embeddings()
@@ -181,7 +181,7 @@ def _parts(layer, rows: int, packed: bool) -> _Parts:
     """`layer`'s norms, activation and projections (`_product`), those of one input as one
     product: packed (MKL or oneDNN) when `packed` and the library can take them, else one call
     each, joined."""
-    from mrtpo.harness.packed import packed_linear
+    from mrtpo.harness.fast.packed import packed_linear
 
     attn, mlp = layer.self_attn, layer.mlp
 

@@ -1,4 +1,4 @@
-"""Decoding's products with packed weights (mrtpo.harness.packed): the vocabulary head, and the
+"""Decoding's products with packed weights (mrtpo.harness.fast.packed): the vocabulary head, and the
 layers' projections stacked into one product per input (`packed_linear`), each for both
 packing libraries (MKL, oneDNN) where this torch build has them."""
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mrtpo.harness.packed import _PACKED, BACKENDS, backend_for, can_pack, default_backend, packed_head, packed_linear
+from mrtpo.harness.fast.packed import (_PACKED, BACKENDS, backend_for, can_pack, default_backend, packed_head,
+                                       packed_linear)
 
 needs_packing = pytest.mark.skipif(not can_pack(torch.zeros(1, 1)), reason="this torch build packs no weights")
 each_backend = pytest.mark.parametrize("backend", [

@@ -1,4 +1,4 @@
-"""Decoding attention over each prompt's cached columns once per group (mrtpo.harness.cascade)."""
+"""Decoding attention over each prompt's cached columns once per group (mrtpo.harness.fast.cascade)."""
 from __future__ import annotations
 
 import types
@@ -6,7 +6,7 @@ import types
 import pytest
 import torch
 
-from mrtpo.harness.cascade import _PLAN, cascade_attention, shared_prompt_attention
+from mrtpo.harness.fast.cascade import _PLAN, cascade_attention, shared_prompt_attention
 
 
 def _sdpa(module, query, key, value, mask):
@@ -50,7 +50,7 @@ def test_two_part_attention_equals_one_softmax_over_all_columns(seed, group, hea
 
 
 def test_the_cpu_kernel_and_the_plain_products_agree():
-    from mrtpo.harness.cascade import _part, additive
+    from mrtpo.harness.fast.cascade import _part, additive
 
     _, query, key, value, mask = _decode_inputs(4)
     q = query.reshape(query.shape[0], 2, 3, query.shape[-1])  # [N, K, rep, d]

@@ -1,11 +1,11 @@
-"""The vocabulary head a slice at a time (mrtpo.harness.head_logps) against the plain [M, V] logits."""
+"""The vocabulary head a slice at a time (mrtpo.harness.fast.head_logps) against the plain [M, V] logits."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mrtpo.harness.head_logps import chosen_logps
-from mrtpo.harness.loss import token_logps
+from mrtpo.harness.fast.head_logps import chosen_logps
+from mrtpo.harness.forward import token_logps
 from mrtpo.replay.plumbing import plain_linear_head
 
 

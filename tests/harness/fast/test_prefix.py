@@ -1,9 +1,9 @@
-"""mrtpo.harness.prefix: the beginning every prompt shares encoded once, and the layout its cache takes."""
+"""mrtpo.harness.fast.prefix: the beginning every prompt shares encoded once, and the layout its cache takes."""
 from __future__ import annotations
 
 import torch
 
-from mrtpo.harness.prefix import encode_prompts, prefix_layout
+from mrtpo.harness.fast.prefix import encode_prompts, prefix_layout
 
 
 def test_prefix_layout_puts_the_shared_beginning_first_and_each_rest_last():

@@ -16,7 +16,7 @@ from the adapter directory when it holds one (checkpoints save it since issue 19
 from the base.
 
 Nothing is loaded or exported from a damaged checkpoint: its state.json is read by the one
-validated reader (mrtpo.harness.checkpoints.read_state) and its weight files must have the
+validated reader (mrtpo.harness.run.checkpoints.read_state) and its weight files must have the
 sizes and SHA-256 it records (`problems(..., resume=False)`), so a truncated adapter or
 model is refused naming the file, and the newest intact checkpoint is suggested. Weight
 files outside a checkpoint (an exported adapter, a model directory) are checked for a
@@ -63,7 +63,7 @@ def locate(name_or_path: str | Path, step: int | None = None, build: bool = True
 
     `build=False` leaves a built-in base unresolved (its name), for callers that only copy files.
     """
-    from mrtpo.harness import checkpoints
+    from mrtpo.harness.run import checkpoints
 
     path = Path(name_or_path).expanduser()
     if is_run_dir(path):
@@ -104,7 +104,7 @@ def locate(name_or_path: str | Path, step: int | None = None, build: bool = True
 
 def _dir_step(checkpoint: Path) -> int:
     """The step a checkpoint directory is named for (`step-000040`), else the one it records."""
-    from mrtpo.harness import checkpoints
+    from mrtpo.harness.run import checkpoints
 
     name = checkpoint.name
     if name.startswith("step-") and name[5:].isdigit():
@@ -116,7 +116,7 @@ def _verified_step(checkpoint: Path) -> int:
     """The step of a checkpoint whose state.json and weight files are intact (resume's check,
     without the optimizer and RNG); else TrainedModelError naming the bad file and the newest
     intact checkpoint of the same run to use instead."""
-    from mrtpo.harness import checkpoints
+    from mrtpo.harness.run import checkpoints
 
     why = checkpoints.problems(checkpoint, resume=False)
     if not why:
@@ -186,8 +186,8 @@ def load(located: Located, dtype=None, device: str | None = None, merge: bool = 
     `merge`, so generation runs at the plain model's speed), in eval mode. Whatever fails to
     load (a refused pickle, a config transformers rejects, an unreachable hub id or base, a
     tokenizer larger than the embedding) is a TrainedModelError in one line, naming what."""
-    from mrtpo.loading import auto_model, auto_tokenizer
     from mrtpo.harness.policy import vocabulary_problem
+    from mrtpo.loading import auto_model, auto_tokenizer
 
     check_weights(located)
     base_role = "--model" if located.adapter is None else f"the base model of {located.adapter}"
@@ -219,8 +219,8 @@ def load(located: Located, dtype=None, device: str | None = None, merge: bool = 
 def _loading(name: str, what: str, role: str, load):
     """`load()`, its failure a TrainedModelError in one line naming `name` (mrtpo's own errors,
     such as a refusal of custom code, pass through as their message)."""
-    from mrtpo.loading import Refused
     from mrtpo.harness.policy import load_failure
+    from mrtpo.loading import Refused
 
     with _reading(name):
         try:

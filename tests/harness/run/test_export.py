@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 
+import harness_task
 import pytest
 import torch
 from typer.testing import CliRunner
 
-import harness_task
 from mrtpo.cli import app
 from mrtpo.harness import TrainConfig, train
-from mrtpo.harness.trained import TrainedModelError, locate
+from mrtpo.harness.run.trained import TrainedModelError, locate
 from mrtpo.models.builtin import portable_name
 
 harness_task.register()
@@ -122,7 +122,7 @@ def test_export_adapter_and_merged_load_with_transformers_and_peft(trained_run, 
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     (snippet,) = [b for b in re.findall(r"^```python\n(.*?)^```$", readme, flags=re.S | re.M) if "exported/demo" in b]
     scope: dict = {}
     exec(snippet.replace("exported/demo", str(merged_out)), scope)
@@ -153,8 +153,8 @@ def test_saving_an_adapter_of_a_builtin_base_looks_nothing_up(tiny_qwen2_dir, tm
 
     import torch
 
-    from mrtpo.harness import checkpoints
     from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.run import checkpoints
 
     policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, device="cpu", base_name="mrtpo-tiny")
     opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=1e-3)

@@ -22,16 +22,25 @@ files use them); the run's writers import them from there.
 from __future__ import annotations
 
 import errno
+import json
+import logging
+import math
 import os
 from pathlib import Path
+from typing import Any, Iterable
 
+import torch
+
+from mrtpo import textio
 from mrtpo.harness.errors import ConfigError
-from mrtpo.textio import unwritable
+from mrtpo.textio import unwritable, write_atomic
+
+log = logging.getLogger(__name__)
 
 #: what `mrtpo train` writes into a run directory (files, then the checkpoints directory)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "heldout.json", ".wandb_run_id")
 CHECKPOINTS = "checkpoints"
-CHECKPOINT_FILES = ("latest", "run-id")  # mrtpo.harness.checkpoints.LATEST, RUN_ID
+CHECKPOINT_FILES = ("latest", "run-id")  # mrtpo.harness.run.checkpoints.LATEST, RUN_ID
 
 
 class RunFileError(ConfigError):
@@ -85,3 +94,83 @@ def open_append(path: Path):
             raise RunFileError(_link_message(path)) from None
         raise RunFileError(f"cannot append to {path}: {unwritable(path, exc)}") from None
     return os.fdopen(fd, "a", encoding="utf-8")
+
+
+class LogError(ConfigError):
+    """A run log (metrics.jsonl, completions.jsonl) with a line that cannot be read back."""
+
+
+class JsonlLog:
+    """Append-only JSONL file with a `step` field; `truncate_after(step)` drops later lines.
+
+    On resume the lines written after the checkpoint are dropped, so the file reads as if the
+    run had never stopped. Every line must be a JSON object with an integer `step`; a bad line
+    raises LogError naming the file and the line (a torn last line is dropped with a warning).
+    Writes never follow a symbolic link (mrtpo.harness.run.files); `truncate_after` rewrites the
+    file atomically.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        keep = [line for line, row in self._rows() if row["step"] <= step]
+        write_atomic(self.path, "".join(line + "\n" for line in keep))
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        with open_append(self.path) as f:
+            for row in rows:
+                f.write(json.dumps(row, allow_nan=False, default=_jsonable) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [row for _, row in self._rows()]
+
+    def _rows(self) -> list[tuple[str, dict[str, Any]]]:
+        """(line, parsed row) for every line. A last line that does not parse (a crash
+        mid-append tore it) is dropped with a warning; a bad line before it, or a line that
+        parses but is not an object with an integer step, is an error."""
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise LogError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        lines = text.split("\n")
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = textio.loads(line)
+            except ValueError as exc:
+                if all(not rest.strip() for rest in lines[n:]):
+                    log.warning("%s, line %d: dropping a torn last line (%d characters; the run "
+                                "stopped while writing it)", self.path, n, len(line))
+                    continue
+                raise LogError(f"{self.path}, line {n}: not valid JSON ({exc}); only a torn last "
+                               "line is dropped on its own; fix or remove this line") from None
+            step = row.get("step") if isinstance(row, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                what = (f'its "step" is {step!r}, not a step number' if isinstance(row, dict)
+                        else f"it is a JSON {type(row).__name__}, not an object with a step")
+                raise LogError(f"{self.path}, line {n}: {what}; every line of a run log is one "
+                               "step's record; fix or remove this line")
+            out.append((line, row))
+        return out
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _jsonable(x):
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def clean(record: dict[str, Any]) -> dict[str, Any]:
+    """NaN/inf -> None so every line is strict JSON."""
+    return {k: (_finite(v) if isinstance(v, float) else v) for k, v in record.items()}

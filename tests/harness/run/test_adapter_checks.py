@@ -7,9 +7,8 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
 from cli_runs import clean_error, invoke
+from safetensors.torch import load_file, save_file
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,7 @@ and positions that count real tokens only, so every token sees what it sees in t
 left-padded layout [padding | prompt], at the same position: the same keys, values and
 logits, to float rounding. Autograd flows through the copies (a gradient reaching a copy adds
 into the one prefix it was copied from), so a pass with gradients gets the full forward's
-gradients too. The rollout's prefill and the update's forward (`loss.shared_prompt_hidden`)
+gradients too. The rollout's prefill and the update's forward (`forward.shared_prompt_hidden`)
 both use it.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@
 Every export also holds `mrtpo_export.json` (run, step, base, merged). It is written into a
 temporary directory next to OUT and renamed into place, so a failed export leaves nothing.
 The source is checked first, as resume checks it: a checkpoint's state.json and the sizes
-and SHA-256 of its weights (mrtpo.harness.trained), so a damaged checkpoint is refused naming
+and SHA-256 of its weights (mrtpo.harness.run.trained), so a damaged checkpoint is refused naming
 the file instead of being exported. OUT and its new parents get the usual permissions
 (0777 less the umask); an OUT that cannot be written is refused with the reason.
 """
@@ -23,8 +23,8 @@ import os
 import shutil
 from pathlib import Path
 
+from mrtpo.harness.run.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 from mrtpo.textio import new_temp_dir, no_room, unwritable
-from mrtpo.harness.trained import ADAPTER_CONFIG, TrainedModelError, check_weights, load, locate
 
 INFO = "mrtpo_export.json"
 _NOT_COPIED = {"optimizer.pt", "rng.pt", "state.json"}

@@ -1,4 +1,4 @@
-"""LoRA dropout that draws the dropped positions (mrtpo.harness.dropout) against torch's dropout."""
+"""LoRA dropout that draws the dropped positions (mrtpo.harness.fast.dropout) against torch's dropout."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mrtpo.harness.dropout import MAX_SPARSE_P, SparseDropout, dropped_positions, sparse_dropout, use_sparse_dropout
+from mrtpo.harness.fast.dropout import (MAX_SPARSE_P, SparseDropout, dropped_positions, sparse_dropout,
+                                        use_sparse_dropout)
 
 
 def _within(count: int, n: int, p: float, sigmas: float = 5.0) -> bool:

@@ -2,7 +2,7 @@
 
 Layout: `<run>/checkpoints/step-000010/` with
 - `adapter/` (peft `save_pretrained` + tokenizer: loadable with `PeftModel.from_pretrained`;
-  its `base_model_name_or_path` is portable, see mrtpo.harness.trained) or `model/`
+  its `base_model_name_or_path` is portable, see mrtpo.harness.run.trained) or `model/`
   (full weights + tokenizer, loadable with `from_pretrained`) for --no-lora runs;
 - `optimizer.pt` (AdamW state), `rng.pt` (torch CPU/CUDA, python, numpy states);
 - `state.json` (`{"step": 10, "run": <run fingerprint>, "files": {name: [bytes, sha256]}}`),
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from mrtpo.harness.config import ConfigError
-from mrtpo.harness.runfiles import check_entry
+from mrtpo.harness.run.files import check_entry
 from mrtpo.textio import new_temp_dir, no_room, write_atomic
 
 log = logging.getLogger(__name__)
@@ -404,7 +404,7 @@ def step_dirs(run_dir: Path) -> list[Path]:
 def clean_leftovers(run_dir: Path) -> list[Path]:
     """Remove what a crash mid-save left (`.tmp-step-*` directories, `.latest-*` files).
 
-    Only call it while holding the run's lock (mrtpo.harness.runlock): a live run's
+    Only call it while holding the run's lock (mrtpo.harness.run.lock): a live run's
     temporaries look the same."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
