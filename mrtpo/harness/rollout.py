@@ -29,7 +29,7 @@ class Batch:
     position_ids: torch.Tensor  # [N, P + T]
     response_mask: torch.Tensor  # [N, T] 1 on response tokens
 
-    def rows(self, idx: slice) -> "Batch":
+    def rows(self, idx: "slice | torch.Tensor") -> "Batch":
         return Batch(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx],
                      self.response_mask[idx])
 

@@ -9,12 +9,21 @@ Every pass encodes each distinct prompt of a micro-batch once (forward.shared_pr
 the G completions of a prompt share its keys and values, and the beginning all the prompts
 share (system text, worked example) is encoded once for all of them (harness.prefix).
 
+Rows without a gradient are not differentiated (`skip_zero_rows`, on): with beta = 0 a row
+whose advantage is 0 on every response token has a surrogate of exactly 0 whatever its ratio, so
+its gradient is exactly 0. Such a row (a group whose rewards were all alike: GRPO and GDPO give
+it 0) is run once without gradients, for the entropy and the statistics, and no more; the other
+rows' gradient is the same to float rounding (their forward runs in a smaller batch), and the
+statistics are the same. A pass with no such row computes exactly what it did before; a pass
+where every row is one steps the optimizer with zero gradients, as backward would have left.
+
 A pass whose loss or gradient norm is not finite raises `NonFiniteError` before the optimizer
 steps, and so does a step that leaves a weight non-finite (an update too large for the weights):
 the weights are never saved that way (the loop checkpoints only after `update` returns).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -52,6 +61,17 @@ def micro_batches(n: int, parts: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def row_groups(mb: slice, live: torch.Tensor | None) -> list[tuple[slice | torch.Tensor, bool]]:
+    """A micro-batch's rows as (rows, with gradient): the slice itself when every row has a
+    gradient (`live` None or all true), else the rows with one and the rows without, as index
+    tensors (an empty group left out)."""
+    if live is None or bool(live[mb].all()):
+        return [(mb, True)]
+    index = torch.arange(mb.start, mb.stop, device=live.device)  # [n]
+    groups = [(index[live[mb]], True), (index[~live[mb]], False)]
+    return [(rows, grad) for rows, grad in groups if rows.numel()]
+
+
 @torch.no_grad()
 def reference_logps(policy, batch: Batch, temperature: float, parts: int) -> torch.Tensor:
     t = batch.response_mask.shape[1]
@@ -74,7 +94,7 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
            beta: float, num_iterations: int, grad_accum: int, max_grad_norm: float,
            max_completion_length: int, loss_mask: torch.Tensor | None = None,
            sampling_logps: torch.Tensor | None = None, is_mode: str | None = "sequence_mask",
-           is_clip_max: float = 3.0, dist=None) -> dict[str, float]:
+           is_clip_max: float = 3.0, dist=None, skip_zero_rows: bool = True) -> dict[str, float]:
     """Run `num_iterations` optimizer steps on the batch; return TRL-named statistics.
 
     `sampling_logps` [N, T]: the tokens' log-probs under the model that sampled them, when it
@@ -85,6 +105,9 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
     `dist` (mrtpo.harness.distributed.Distributed): this process holds one share of a
     data-parallel batch; losses are normalised by the whole batch, gradients averaged over
     processes before clipping (as DDP does), statistics reduced over the whole batch.
+
+    `skip_zero_rows`: rows with no gradient (module doc) skip the backward; off, every row is
+    differentiated (tests compare the two).
     """
     model = policy.model
     params = policy.trainable_parameters()
@@ -100,31 +123,44 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, advantages: t
     model.train()
     sums = dict(loss=0.0, tokens=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, entropy=0.0, grad_norm=0.0)
     extremes: list[tuple[float, float]] = []  # per iteration: (clip_ratio/low_min, clip_ratio/high_max)
+    # [N] rows whose surrogate has a gradient (all of them with a KL term or skip_zero_rows off)
+    live = ((adv != 0) & (mask > 0)).any(1) if beta == 0.0 and skip_zero_rows else None
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
         low_min, high_max = [], []
         pass_loss = 0.0
+        backward = False
         for mb in micro_batches(n, grad_accum):
-            b = batch.rows(mb)
-            logp, entropy = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
-                                        temperature, with_entropy=it == 0, share_prompts=True)  # [n, T]
-            if it == 0:
-                old[mb] = logp.detach()
-                sums["entropy"] += float((entropy * mask[mb]).sum())
-                if is_ratio is not None:
-                    is_ratio[mb] = sampling_correction(old[mb], sampling_logps[mb].to(old.device), mask[mb],
-                                                       is_mode, is_clip_max)
-            loss, parts = policy_loss(
-                logp, old[mb], adv[mb], mask[mb], ref_logp=None if ref is None else ref[mb],
-                beta=beta, epsilon=epsilon, epsilon_high=epsilon_high, loss_type=loss_type,
-                num_sequences=n, num_tokens=num_tokens, max_completion_length=max_completion_length,
-                is_ratio=None if is_ratio is None else is_ratio[mb])
-            loss.backward()
-            pass_loss += float(loss.detach())
-            for key in ("tokens", "clip_low", "clip_high", "kl"):
-                sums[key] += getattr(parts, key)
-            low_min.append(parts.clip_low_min)
-            high_max.append(parts.clip_high_max)
+            for rows, grad in row_groups(mb, live):
+                b = batch.rows(rows)
+                if grad or it == 0:
+                    with contextlib.nullcontext() if grad else torch.no_grad():
+                        logp, entropy = token_logps(model, b.input_ids, b.attention_mask, b.position_ids, t,
+                                                    temperature, with_entropy=it == 0, share_prompts=True)  # [n, T]
+                else:  # no gradient and no entropy to take: its loss is 0 at any ratio
+                    logp = old[rows]
+                if it == 0:
+                    old[rows] = logp.detach()
+                    sums["entropy"] += float((entropy * mask[rows]).sum())
+                    if is_ratio is not None:
+                        is_ratio[rows] = sampling_correction(old[rows], sampling_logps[rows].to(old.device),
+                                                             mask[rows], is_mode, is_clip_max)
+                loss, parts = policy_loss(
+                    logp, old[rows], adv[rows], mask[rows], ref_logp=None if ref is None else ref[rows],
+                    beta=beta, epsilon=epsilon, epsilon_high=epsilon_high, loss_type=loss_type,
+                    num_sequences=n, num_tokens=num_tokens, max_completion_length=max_completion_length,
+                    is_ratio=None if is_ratio is None else is_ratio[rows])
+                if grad:
+                    loss.backward()
+                    backward = True
+                pass_loss += float(loss.detach())
+                for key in ("tokens", "clip_low", "clip_high", "kl"):
+                    sums[key] += getattr(parts, key)
+                low_min.append(parts.clip_low_min)
+                high_max.append(parts.clip_high_max)
+        if not backward:  # every row without gradient: the zero gradients backward would have left
+            for p in params:
+                p.grad = torch.zeros_like(p)
         extremes.append(_extremes(low_min, high_max, dist))
         if dist is not None:
             dist.average_gradients(params)  # every process steps with the whole batch's gradient
