@@ -117,7 +117,7 @@ def overrides_from_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
 def run(**kwargs) -> None:
     """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default).
 
-    TRL's names work too, on the command line and in --config YAML: learning_rate (--lr), max_completion_length (--max-new-tokens), max_steps (--steps), gradient_accumulation_steps (--grad-accum), save_steps (--save-every), reward_weights (--reward-weight); any flag may be spelt with underscores (--num_generations).
+    TRL's names work too, on the command line and in --config YAML: learning_rate (--lr), max_completion_length (--max-new-tokens), max_steps (--steps), gradient_accumulation_steps (--grad-accum), save_steps (--save-every), reward_weights (--reward-weight); any flag may be spelt with underscores (--num_generations). Older names: --heldout-every is --eval-every, --eval-size is --heldout (one held-out measurement since they merged).
     """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
