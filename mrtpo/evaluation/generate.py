@@ -1,4 +1,5 @@
 """Greedy generation for evaluation: batched, left-padded, through the model's chat template.
+The one generation path of `mrtpo eval --model` and of `mrtpo train`'s held-out measurement.
 
 Each prompt is the task's P0 as chat messages, rendered with the tokenizer's chat template
 and `add_generation_prompt=True` (the assistant turn is opened, as at serving time), then

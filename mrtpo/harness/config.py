@@ -270,6 +270,8 @@ def older_names(values: dict[str, Any], where: str) -> dict[str, Any]:
     it trained on), else it is dropped (those runs trained on what `heldout` alone holds out).
     A TrainConfig call always has a `heldout` (8 unless given)."""
     out = dict(values)
+    if not set(OLDER_NAMES) & set(out):
+        return out
     every = typed("eval_every", out.get("eval_every", 0), f"{where}: eval_every")  # as --eval-every was
     if "eval_size" in out:
         size = typed("heldout", out.pop("eval_size"), f"{where}: eval_size")

@@ -223,12 +223,14 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                 records = dist.gather_objects(completion_records(step, rollout, scored, placed, policy.tokenizer))
                 if dist.is_main:
                     completions_log.write(records)
-            if held and heldout_due(cfg, step) and not heldout.measured(held_doc, step):
-                # before this step's line and checkpoint: a run resumed from it has its point
-                with timer("eval"):
-                    held_doc, rewards = _measure_heldout(measure, policy, task, held, scorer, cfg, run_dir,
-                                                         held_doc, step, splits.heldout_source, on_phase)
-                record.update(rewards)  # eval/...: the task's rewards on the same responses
+            if held and heldout_due(cfg, step):  # before this step's line and checkpoint
+                if heldout.measured(held_doc, step):  # a step trained again on --resume: its point stands
+                    rewards = heldout.rewards_at(held_doc, step)
+                else:
+                    with timer("eval"):
+                        held_doc, rewards = _measure_heldout(measure, policy, task, held, scorer, cfg, run_dir,
+                                                             held_doc, step, splits.heldout_source, on_phase)
+                record.update(rewards)  # eval/...: the task's rewards on the measured responses
 
             record.update(timer.totals())
             record = clean(record)

@@ -83,8 +83,12 @@ def test_help_lists_the_training_flags():
                  "--output-dir", "--seed", "--advantage", "--saw", "--mrtpo", "--no-mrtpo",
                  "--epsilon", "--epsilon-high", "--beta", "--loss-type", "--lr", "--grad-accum",
                  "--max-grad-norm", "--save-every", "--resume", "--log-completions-every",
-                 "--eval-every"):
+                 "--eval-every", "--heldout"):
         assert flag in out, flag
+    # the older names of the held-out measurement's settings, said to be aliases
+    text = re.sub(r"[\s│]+", " ", out)  # the words as read, across the table's wrapped lines
+    assert "--heldout-every is the same setting" in text
+    assert "--heldout-every is --eval-every, --eval-size is --heldout" in text
 
 
 def test_the_summary_compares_the_first_and_the_last_fifth():

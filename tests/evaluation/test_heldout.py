@@ -214,6 +214,9 @@ def test_heldout_every_writes_a_curve_and_a_resumed_run_measures_no_step_twice(t
     train(TrainConfig(steps=3, resume=True, **kw), measure=_counting(calls))
     assert calls == []
     assert json.loads((run / "heldout.json").read_text())["_curve"][-1]["reward"] == 0.123456
+    # step 3's line, written again, has the eval/... of the measurement that stands
+    step3 = json.loads((run / "metrics.jsonl").read_text().splitlines()[2])
+    assert {k: v for k, v in step3.items() if k.startswith("eval/")} == doc["_curve"][-1]["_eval"] != {}
 
     # trained on to step 6: the points of steps 4 and 6 only
     train(TrainConfig(steps=6, resume=True, **kw), measure=_counting(calls))
@@ -305,11 +308,11 @@ def test_heldout_every_is_eval_every(tiny_qwen2_dir, tmp_path):
         r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "3", flag, "1")
         assert r.exit_code == 0, out
         saved = yaml.safe_load((run / "config.yaml").read_text())
-        assert saved["eval_every"] == 1 and "heldout_every" not in saved
         runs[flag] = (_records(run), json.loads((run / "heldout.json").read_text()),
                       {k: v for k, v in saved.items() if k != "output_dir"})
     assert "eval/reward" in runs["--heldout-every"][0][0]
     assert runs["--heldout-every"] == runs["--eval-every"]
+    assert saved["eval_every"] == 1 and "heldout_every" not in saved
     r, out = _train(tiny_qwen2_dir, tmp_path / "both", "--eval-every", "1", "--heldout-every", "2")
     assert r.exit_code == 2 and "--eval-every and --heldout-every name the same setting" in out
 

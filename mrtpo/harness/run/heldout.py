@@ -96,6 +96,14 @@ def measured(doc: dict[str, Any], step: int) -> bool:
     return any(doc.get(f"_{when}_step") == step and has(doc, when) for when in ("before", "after"))
 
 
+def rewards_at(doc: dict[str, Any], step: int) -> dict[str, float]:
+    """The reward metrics (`eval/...`) of `doc`'s point at `step`, or {} (none there, or a file
+    written before points had them)."""
+    point = next((p for p in curve(doc) if p["step"] == step), {})
+    rewards = point.get(EVAL)
+    return dict(rewards) if isinstance(rewards, dict) else {}
+
+
 def _number(value: Any) -> float | None:
     """A finite number as it is; NaN, infinities and anything else as None (JSON null)."""
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
