@@ -252,14 +252,16 @@ def _measure(measure, prefix: str, *args, description: str, **kwargs):
 
 class _Bar:
     """A terminal's display: a line per phase, and a bar over the steps that starts with the
-    first step (so a build's or an evaluation's own bar never runs beside it) and ends at the
-    next phase."""
+    first step (so a build's or an evaluation's own bar never runs beside it), ends at the
+    next phase (a held-out measurement) and goes on, a new one, at the step after it."""
 
     def __init__(self, steps: int, console):
         self.steps, self.console = steps, console
         self.progress = self.bar = None
+        self.started = False
 
     def start(self, first: int) -> None:
+        self.started = True
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -269,6 +271,8 @@ class _Bar:
         self.bar = self.progress.add_task("sampling", total=self.steps, completed=first)
 
     def step(self, record: dict[str, Any]) -> None:
+        if self.progress is None and self.started:  # a phase ended the bar: the steps go on in a new one
+            self.start(record["step"] - 1)
         if self.progress is not None:
             self.progress.update(self.bar, completed=record["step"], description=_reward_line(record))
 

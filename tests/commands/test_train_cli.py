@@ -100,3 +100,22 @@ def test_the_summary_compares_the_first_and_the_last_fifth():
     assert fifth_means([None, 0.2, None, 0.4]) == (0.2, 0.4)  # absent steps skipped
     assert fifth_means([0.3]) == (0.3, 0.3)
     assert fifth_means([None, None]) == (None, None)
+
+
+def test_the_bar_goes_on_after_a_held_out_measurement():
+    """On a terminal a measurement's lines end the steps' bar; the next step starts a new one
+    where the old one stopped (the last step's measurement comes before the last step's line)."""
+    import io
+
+    from rich.console import Console
+
+    from mrtpo.commands.train import _Bar
+
+    bar = _Bar(3, Console(file=io.StringIO(), force_terminal=True, width=100))
+    bar.start(0)
+    bar.step({"step": 1, "reward": 0.5})
+    bar.phase("held-out after training: 2 examples, greedy, the task's official metric")
+    assert bar.progress is None
+    bar.step({"step": 2, "reward": 0.25})
+    assert bar.progress is not None and bar.progress.tasks[0].completed == 2
+    bar.stop()
