@@ -409,7 +409,7 @@ def heldout_split(task: str, settings: dict) -> tuple[int, str]:
     from mrtpo.harness.data import load_splits
     from mrtpo.tasks import get_task
 
-    splits = load_splits(get_task(task, **settings["task_args"]), settings["data"], settings["eval_data"], 0, 0,
+    splits = load_splits(get_task(task, **settings["task_args"]), settings["data"], settings["eval_data"],
                          settings["heldout"])
     if len(splits.heldout) < settings["heldout"]:
         raise SystemExit(f"--heldout {settings['heldout']}: the data holds out only {len(splits.heldout)} examples "

@@ -117,7 +117,7 @@ def overrides_from_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
 def run(**kwargs) -> None:
     """Train a policy with GRPO / GDPO (+ SAW), MRTPO token credit on top (LoRA by default).
 
-    TRL's names work too, on the command line and in --config YAML: learning_rate (--lr), max_completion_length (--max-new-tokens), max_steps (--steps), gradient_accumulation_steps (--grad-accum), save_steps (--save-every), reward_weights (--reward-weight); any flag may be spelt with underscores (--num_generations).
+    TRL's names work too, on the command line and in --config YAML: learning_rate (--lr), max_completion_length (--max-new-tokens), max_steps (--steps), gradient_accumulation_steps (--grad-accum), save_steps (--save-every), reward_weights (--reward-weight); any flag may be spelt with underscores (--num_generations). Older names: --heldout-every is --eval-every, --eval-size is --heldout (one held-out measurement since they merged).
     """  # noqa: E501 (one paragraph: --help wraps it)
     from rich.console import Console
 
@@ -252,14 +252,16 @@ def _measure(measure, prefix: str, *args, description: str, **kwargs):
 
 class _Bar:
     """A terminal's display: a line per phase, and a bar over the steps that starts with the
-    first step (so a build's or an evaluation's own bar never runs beside it) and ends at the
-    next phase."""
+    first step (so a build's or an evaluation's own bar never runs beside it), ends at the
+    next phase (a held-out measurement) and goes on, a new one, at the step after it."""
 
     def __init__(self, steps: int, console):
         self.steps, self.console = steps, console
         self.progress = self.bar = None
+        self.started = False
 
     def start(self, first: int) -> None:
+        self.started = True
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -269,6 +271,8 @@ class _Bar:
         self.bar = self.progress.add_task("sampling", total=self.steps, completed=first)
 
     def step(self, record: dict[str, Any]) -> None:
+        if self.progress is None and self.started:  # a phase ended the bar: the steps go on in a new one
+            self.start(record["step"] - 1)
         if self.progress is not None:
             self.progress.update(self.bar, completed=record["step"], description=_reward_line(record))
 

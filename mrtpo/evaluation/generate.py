@@ -1,4 +1,5 @@
 """Greedy generation for evaluation: batched, left-padded, through the model's chat template.
+The one generation path of `mrtpo eval --model` and of `mrtpo train`'s held-out measurement.
 
 Each prompt is the task's P0 as chat messages, rendered with the tokenizer's chat template
 and `add_generation_prompt=True` (the assistant turn is opened, as at serving time), then
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from mrtpo.chat import render_chat
 from mrtpo.textio import scrub_all
@@ -74,9 +75,26 @@ def render_prompts(tokenizer, conversations: Sequence[list[dict]]) -> list[list[
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
+class Generation(NamedTuple):
+    """One response: its text (special tokens removed), its length in tokens (the stop token
+    included, as TRL and the trainer's rollout count a completion), and whether it was cut at
+    `max_new_tokens` instead of stopping."""
+
+    text: str
+    tokens: int
+    truncated: bool
+
+
 def generate(model, tokenizer, conversations: Sequence[list[dict]], config: GenerationConfig = GenerationConfig(),
              progress: bool = True, description: str = "generating", fast: bool = True) -> list[str]:
-    """One response per conversation, in input order (special tokens removed).
+    """One response per conversation, in input order (special tokens removed): `generations`'
+    texts."""
+    return [g.text for g in generations(model, tokenizer, conversations, config, progress, description, fast)]
+
+
+def generations(model, tokenizer, conversations: Sequence[list[dict]], config: GenerationConfig = GenerationConfig(),
+                progress: bool = True, description: str = "generating", fast: bool = True) -> list[Generation]:
+    """One Generation per conversation, in input order.
 
     `fast`: each batch's prompts are encoded as the trainer's rollout encodes them
     (`harness.rollout.prompt_cache`: the beginning they share once, then each rest; a static
@@ -86,7 +104,7 @@ def generate(model, tokenizer, conversations: Sequence[list[dict]], config: Gene
 
     prompts = render_prompts(tokenizer, conversations)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
-    out: list[str | None] = [None] * len(prompts)
+    out: list[Generation | None] = [None] * len(prompts)
     eos = _eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id
     device = next(model.parameters()).device
@@ -107,9 +125,13 @@ def generate(model, tokenizer, conversations: Sequence[list[dict]], config: Gene
             )  # [B, L + new]
             new = gen[:, width:]  # [B, new]
             for r, i in enumerate(idx):
-                out[i] = tokenizer.decode(_until_eos(new[r].tolist(), eos), skip_special_tokens=True)
+                row = new[r].tolist()
+                tokens = _until_eos(row, eos)
+                stopped = len(tokens) < len(row)  # a stop token came (counted, as the rollout counts it)
+                out[i] = Generation(tokenizer.decode(tokens, skip_special_tokens=True), len(tokens) + stopped,
+                                    not stopped)
             advance(len(idx))
-    return [o or "" for o in out]
+    return [o or Generation("", 0, False) for o in out]
 
 
 def _prompt_inputs(model, prompts: list[list[int]], pad: int, max_new_tokens: int, fast: bool):

@@ -18,7 +18,7 @@ import dataclasses
 import difflib
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,10 +59,8 @@ class TrainConfig:
     task: str | None = opt(None, "Registered task name (see `mrtpo tasks ls`).")
     task_args: dict[str, Any] = opt({}, "Keyword arguments for the task's constructor (-o/--task-option KEY=VALUE, repeatable).")
     data: str | None = opt(None, "Training data file for the task; default: the task's bundled sample.")
-    eval_data: str | None = opt(None, "Held-out data for --eval-every; default: the last --eval-size examples of --data, held out of training.")
-    eval_size: int = opt(8, "Examples held out of the training data for evaluation when --eval-every > 0 and no --eval-data.")
-    heldout: int = opt(8, "Before/after: score the policy greedily on this many held-out examples with the task's official metric (the numbers of `mrtpo eval`) before step 1 and after the last, printed at the end and written to heldout.json; they come from --eval-data, else the last ones of --data (at most a quarter of it), held out of training. 0 = off.")
-    heldout_every: int = opt(0, "Also measure the --heldout examples (greedy, the official metric) after every N steps, into heldout.json's `_curve` with each example's score, for held-out learning curves; 0 = only before step 1 and after the last.")
+    eval_data: str | None = opt(None, "Held-out data: the held-out examples are its first --heldout rows, and --data stays whole; default: the last --heldout examples of --data, held out of training.")
+    heldout: int = opt(8, "Held-out examples, never trained on: measured greedily before step 1, every --eval-every steps and after the last, with the task's official metric (the numbers of `mrtpo eval`: heldout.json, and the run's last line) and each reward's mean (eval/... in metrics.jsonl), from one generation; from --eval-data, else the last ones of --data (at most a quarter of it). 0 = off. --eval-size is its older name.")
     reward_weights: dict[str, float] = opt({}, "Override reward weights by name (--reward-weight NAME=W, repeatable); default: the task's weights.")
 
     # --- rollout -----------------------------------------------------------------------------
@@ -108,12 +106,21 @@ class TrainConfig:
     save_total_limit: int = opt(0, "Keep only the newest N checkpoints (0 = keep all).")
     resume: bool = opt(False, "Continue the run in --output-dir from its latest checkpoint, with its saved config.")
     log_completions_every: int = opt(10, "Write every completion of step 1 and of every Nth step to completions.jsonl (0 = never).")
-    eval_every: int = opt(0, "Score greedy completions on the held-out examples every N steps (0 = never).")
+    eval_every: int = opt(0, "Also measure the --heldout examples after every N steps (0 = only before step 1 and after the last); each measurement is a point of heldout.json's `_curve` and puts eval/... into that step's metrics. --heldout-every is the same setting.")
     verify_workers: int = opt(2, "Processes that run the verifiers with deadlines (0 = in this process, no deadline).")
     verify_timeout: float = opt(30.0, "Seconds one reward may take on one completion before it scores its floor ('timed out').")
     report_to: list[str] = opt(["none"], "Experiment trackers, as TRL's report_to: none, tensorboard, wandb, trackio or all; each gets metrics.jsonl's records.")
 
-    def __post_init__(self) -> None:
+    # --- older names (OLDER_NAMES), taken from Python as a config file takes them ---------------
+    heldout_every: InitVar[int | None] = None  # --eval-every
+    eval_size: InitVar[int | None] = None  # --heldout, where it held examples out (older_names)
+
+    def __post_init__(self, heldout_every: int | None = None, eval_size: int | None = None) -> None:
+        given = {k: v for k, v in (("heldout_every", heldout_every), ("eval_size", eval_size)) if v is not None}
+        if given:
+            merged = older_names({"eval_every": self.eval_every, "heldout": self.heldout,
+                                  "eval_data": self.eval_data, **given}, "TrainConfig")
+            self.eval_every, self.heldout = merged["eval_every"], merged["heldout"]
         self.check()
 
     def check(self) -> None:
@@ -170,7 +177,7 @@ class TrainConfig:
         need(0.0 <= self.lora_dropout < 1.0, f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         need(bool(self.lora_target_modules), "--lora-target-modules needs at least one module name (or 'all-linear')")
         for name in ("save_every", "save_total_limit", "log_completions_every", "eval_every",
-                     "warmup_steps", "verify_workers", "eval_size", "heldout", "heldout_every"):
+                     "warmup_steps", "verify_workers", "heldout"):
             need(getattr(self, name) >= 0, f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         need(0 < self.verify_timeout <= MAX_VERIFY_TIMEOUT_S,
              f"--verify-timeout must be > 0 and at most {MAX_VERIFY_TIMEOUT_S:g} seconds (a day), "
@@ -188,10 +195,8 @@ class TrainConfig:
         need(self.scale_rewards == "group" or self.advantage == "grpo",
              f"--scale-rewards {self.scale_rewards} applies to --advantage grpo only (GDPO always "
              "normalises per reward, then over the batch); drop it or use --advantage grpo.")
-        need(self.heldout_every == 0 or self.heldout >= 1,
-             "--heldout-every measures the examples --heldout holds out; pass --heldout N >= 1 too")
-        need(self.eval_every == 0 or self.eval_data is not None or self.eval_size >= 1,
-             "--eval-every needs held-out examples: pass --eval-data FILE or --eval-size N >= 1")
+        need(self.eval_every == 0 or self.heldout >= 1,
+             "--eval-every measures the examples --heldout holds out; pass --heldout N >= 1 too")
         need(not self.resume or self.output_dir is not None,
              "--resume continues an existing run: pass its directory with --output-dir")
 
@@ -218,6 +223,10 @@ class TrainConfig:
         write_atomic(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
+# the older names read back as what they became (a class attribute None would say "not set")
+TrainConfig.heldout_every = property(lambda self: self.eval_every, doc="--eval-every's older name")  # type: ignore[assignment]
+TrainConfig.eval_size = property(lambda self: self.heldout, doc="--heldout's older name")  # type: ignore[assignment]
+
 # ----------------------------------------------------------------------------------------------
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 #: settings that change what a run trains on, added after runs were written without them: a
@@ -232,12 +241,46 @@ def field_default(name: str) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 #: settings a resumed run may change: they do not alter what the next step computes
 RESUMABLE = {"steps", "save_every", "save_total_limit", "log_completions_every", "eval_every",
-             "heldout_every", "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to",
+             "resume", "verify_workers", "verify_timeout", "output_dir", "run_name", "device", "report_to",
              "compiled_decoding"}
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+#: older names of settings -> today's. The held-out measurement was two until issue 60:
+#: --eval-every scored --eval-size examples with the task's rewards (eval/... in metrics.jsonl)
+#: and --heldout-every measured the --heldout examples with the official metric (heldout.json);
+#: now one measurement of the --heldout examples every --eval-every steps gives both. On the
+#: command line the older flags are aliases (mrtpo.harness.trl_names); a config file or a
+#: TrainConfig call reads them with `older_names`, so a config.yaml written before still resumes.
+OLDER_NAMES = {"heldout_every": "eval_every", "eval_size": "heldout"}
+
+
+def older_names(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """`values` with the settings' older names (OLDER_NAMES) read as today's.
+
+    A config.yaml written before the merge holds both names of each pair, so giving both is
+    read, not refused: `heldout_every` and `eval_every` are one cadence (where both are set,
+    to different numbers, the smaller: measured at least as often as either asked).
+    `eval_size` counted the examples --eval-every scored; it held them out of --data only
+    with --eval-every on and no --eval-data, and then the held-out examples are the larger of
+    it and `heldout` (an absent `heldout` counting 0, so a resumed run trains on the examples
+    it trained on), else it is dropped (those runs trained on what `heldout` alone holds out).
+    A TrainConfig call always has a `heldout` (8 unless given)."""
+    out = dict(values)
+    if not set(OLDER_NAMES) & set(out):
+        return out
+    every = typed("eval_every", out.get("eval_every", 0), f"{where}: eval_every")  # as --eval-every was
+    if "eval_size" in out:
+        size = typed("heldout", out.pop("eval_size"), f"{where}: eval_size")
+        if every and out.get("eval_data") is None:
+            out["heldout"] = max(size, typed("heldout", out.get("heldout", 0), f"{where}: heldout"))
+    if "heldout_every" in out:
+        old = typed("eval_every", out.pop("heldout_every"), f"{where}: heldout_every")
+        out["eval_every"] = min(old, every) if old and every else old or every
+    return out
 
 
 #: how a setting is named in messages about its value when it did not come from a file
@@ -368,7 +411,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"--config {p}: {brief(written[key])} and {brief(str(k))} name the same setting; keep one")
         keys[key], written[key] = v, str(k)
     spelt = {TRL_ALIASES.get(k, k): written[k] for k in keys}  # field -> the key as written
-    values = check_keys(apply_aliases(keys, where=f"--config {p}"), where=f"--config {p}")
+    values = check_keys(older_names(apply_aliases(keys, where=f"--config {p}"), f"--config {p}"),
+                        where=f"--config {p}")
     return {k: typed(k, v, f"--config {p}: {spelt.get(k, k)}") for k, v in values.items()}
 
 
@@ -410,7 +454,7 @@ def resolve(config_file: str | Path | None = None, overrides: dict[str, Any] | N
     """
     values: dict[str, Any] = read_yaml(config_file) if config_file else {}
     from_file = set(values) - set(overrides or {})  # what the file sets and no flag overrides
-    values.update(check_keys(dict(overrides or {}), where="flags"))
+    values.update(check_keys(older_names(dict(overrides or {}), "flags"), where="flags"))
     if not values.get("resume"):  # no --model: the built-in policy, with the settings it trains with
         from mrtpo.models.builtin import with_train_defaults
 

@@ -1,7 +1,7 @@
 """Training and held-out examples, and which prompts each step uses.
 
 `load_splits` reads the task's data (its bundled sample when no path is given) and holds out
-the evaluation examples and the before/after's (--heldout): none of them is trained on.
+the examples the run measures (--heldout): none of them is trained on.
 `prompts_for_step` is a pure function of (step, seed): each epoch is a seeded permutation of
 the training set and step s takes the next B examples of the concatenated epochs, so a
 resumed run needs no data-loader state to pick up exactly where it stopped.
@@ -42,41 +42,30 @@ def load_examples(task: Task, path: str | None, what: str = "--data") -> list[Ex
 
 @dataclass
 class Splits:
-    """The examples of one run: `train` is all it trains on; `eval` (for --eval-every) and
-    `heldout` (the before/after, --heldout) are never in it."""
+    """The examples of one run: `train` is all it trains on; `heldout` (--heldout, measured
+    before step 1, every --eval-every steps and after the last) is never in it."""
 
     train: list[Example]
-    eval: list[Example]
     heldout: list[Example]
     heldout_source: str = ""  # where `heldout` came from, in words
 
 
-def load_splits(task: Task, data: str | None, eval_data: str | None, eval_every: int,
-                eval_size: int, heldout: int = 0) -> Splits:
-    """The training examples and the held-out ones. With `eval_data`, both held-out sets come
-    from that file (--eval-every uses all of it, the before/after its first `heldout`) and the
-    training data stays whole. Without it, the last examples of the training data are held
-    out of training: `eval_size` of them when `eval_every` > 0, and the before/after takes the
-    last `heldout` of them, at most a quarter of the data (so a small sample keeps most of its
-    examples for training; the two sets overlap, both unseen in training)."""
+def load_splits(task: Task, data: str | None, eval_data: str | None, heldout: int = 0) -> Splits:
+    """The training examples and the held-out ones. With `eval_data`, the held-out examples
+    are that file's first `heldout` and the training data stays whole. Without it, the last
+    `heldout` examples of the training data are held out of training, at most a quarter of
+    it (so a small sample keeps most of its examples for training)."""
     train = load_examples(task, data)
     if eval_data is not None:
-        if eval_every == 0 and heldout == 0:
-            return Splits(train, [], [])
+        if heldout == 0:
+            return Splits(train, [])
         held = load_examples(task, eval_data, what="--eval-data")
-        return Splits(train, held if eval_every else [], held[:heldout],
-                      f"the first {min(heldout, len(held))} examples of --eval-data {eval_data}")
-    periodic = eval_size if eval_every else 0
-    if periodic >= len(train) and periodic:
-        raise DataError(f"--eval-size {eval_size} holds out all {len(train)} examples of "
-                        f"{data or 'the bundled sample'}; lower it or pass --eval-data FILE")
-    before_after = min(heldout, len(train) // 4)
-    hold = max(periodic, before_after)
+        return Splits(train, held[:heldout], f"the first {min(heldout, len(held))} examples of --eval-data {eval_data}")
+    hold = min(heldout, len(train) // 4)
     if hold == 0:
-        return Splits(train, [], [])
-    kept, held = train[:-hold], train[-hold:]
-    return Splits(kept, held[-periodic:] if periodic else [], held[-before_after:] if before_after else [],
-                  f"the last {before_after} of the {len(train)} examples of "
+        return Splits(train, [])
+    return Splits(train[:-hold], train[-hold:],
+                  f"the last {hold} of the {len(train)} examples of "
                   f"{'--data ' + data if data else 'the bundled sample'}, held out of training")
 
 

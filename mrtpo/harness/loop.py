@@ -4,8 +4,9 @@ Each step: take B prompts, sample G completions of each from P0, score every com
 with every reward of its task (scores [N, K], N = B*G), replay the completions under the
 block contexts to get per-reward token distances (MRTPO), turn scores into per-reward
 credit (GRPO or GDPO, optionally SAW-weighted), place the credit on tokens, and take one
-clipped policy-gradient step (TRL's loss definitions). Then log, evaluate, measure on the
-held-out examples (--heldout-every), checkpoint.
+clipped policy-gradient step (TRL's loss definitions). Then measure the held-out examples
+(every --eval-every steps and after the last: the official metric and the rewards' eval/...
+metrics from one greedy generation), log, checkpoint.
 
 What it deliberately does not do: no transformers.Trainer, no reward model, no value head,
 no vLLM. Under `accelerate launch` it runs data-parallel: each process takes a share of the
@@ -69,11 +70,12 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     """Train as `cfg` says; `on_start(first_step)`, `on_step(record)` and `on_phase(text)` (a
     phase begins or ends: the held-out measurements) feed a progress display.
 
-    `measure` is the held-out measurements' metric (mrtpo.harness.run.heldout; `mrtpo train` passes
-    `mrtpo.evaluation.heldout.measure`, the official one): with `cfg.heldout` > 0 the policy is
-    measured on the held-out examples before step 1, after every `cfg.heldout_every` steps and
-    after the last step, into heldout.json. Without it the examples are still held out (the run
-    trains on the same data either way) and not measured.
+    `measure` is the held-out measurements' metric and generation (mrtpo.harness.run.heldout;
+    `mrtpo train` passes `mrtpo.evaluation.heldout.measure`, the official one): with
+    `cfg.heldout` > 0 the policy is measured on the held-out examples before step 1, after every
+    `cfg.eval_every` steps and after the last step, into heldout.json, and the same responses'
+    rewards go into that step's metrics as eval/... Without it the examples are still held out
+    (the run trains on the same data either way) and not measured.
 
     `model_path(cfg.model)` is asked once, on the main process, for what `from_pretrained`
     loads: the trainer knows built-in policies only by name (mrtpo.models.builtin) and never
@@ -99,8 +101,8 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
     model_path = dist.run_on_main(lambda: path_of(cfg.model))
     checkpoints.seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_args)
-    splits = load_splits(task, cfg.data, cfg.eval_data, cfg.eval_every, cfg.eval_size, cfg.heldout)
-    train_set, eval_set = splits.train, splits.eval
+    splits = load_splits(task, cfg.data, cfg.eval_data, cfg.heldout)
+    train_set = splits.train
     check_reward_weights(task, train_set, cfg.reward_weights)
     problem = spans_problem(task) if cfg.mrtpo and cfg.mrtpo_weights == "spans" else None
     if problem:  # before the model loads
@@ -135,15 +137,16 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
     held = splits.heldout if measure is not None and dist.is_main else []
     if cfg.heldout and measure is None and dist.is_main:
         logger.info("--heldout %d: no `measure` was given (mrtpo.harness.train(cfg, measure=...)), so the "
-                    "held-out examples are left out of training and not measured", cfg.heldout)
+                    "held-out examples are left out of training and not measured (nor is --eval-every)", cfg.heldout)
     held_doc = heldout.read(run_dir) if held and cfg.resume else {}  # a new run measures afresh
     if held and start > 0 and not heldout.has(held_doc, "before"):  # it cannot go back to step 0
         on_phase(f"held-out before training: not measured (the run resumes at step {start} and "
                  f"{heldout.FILE} holds no measurement from its start)")
-    if held and start < cfg.steps and heldout_due(cfg, start) and not heldout.measured(held_doc, start):
-        # step 0: before step 1; a resumed run: the policy it resumes from, where its point is missing
-        held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, start,
-                                    splits.heldout_source, on_phase)
+    if held and heldout_due(cfg, start) and not heldout.measured(held_doc, start):
+        # step 0: before step 1; a resumed run: the policy it resumes from, where its point is
+        # missing (the after too, when it resumes at the last step)
+        held_doc, _ = _measure_heldout(measure, policy, task, held, scorer, cfg, run_dir, held_doc, start,
+                                       splits.heldout_source, on_phase)
     dist.barrier()
     if on_start is not None and dist.is_main:
         on_start(start)
@@ -220,9 +223,14 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                 records = dist.gather_objects(completion_records(step, rollout, scored, placed, policy.tokenizer))
                 if dist.is_main:
                     completions_log.write(records)
-            if cfg.eval_every and step % cfg.eval_every == 0 and dist.is_main:
-                with timer("eval"):
-                    record.update(held_out_metrics(policy, task, eval_set, scorer, cfg))
+            if held and heldout_due(cfg, step):  # before this step's line and checkpoint
+                if heldout.measured(held_doc, step):  # a step trained again on --resume: its point stands
+                    rewards = heldout.rewards_at(held_doc, step)
+                else:
+                    with timer("eval"):
+                        held_doc, rewards = _measure_heldout(measure, policy, task, held, scorer, cfg, run_dir,
+                                                             held_doc, step, splits.heldout_source, on_phase)
+                record.update(rewards)  # eval/...: the task's rewards on the measured responses
 
             record.update(timer.totals())
             record = clean(record)
@@ -232,19 +240,11 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                     logger.warning(line)
                 metrics_log.write([record])
                 trackers.log(record)  # --report-to: the same record
-                if held and step < cfg.steps and heldout_due(cfg, step) and not heldout.measured(held_doc, step):
-                    # before this step's checkpoint: a run resumed from it has its point already
-                    held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, step,
-                                                splits.heldout_source, on_phase)
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
                     checkpoints.save(run_dir, step, policy, optimizer, keep_last=cfg.save_total_limit)
             if on_step is not None and dist.is_main:
                 on_step(record)
-        # the last step was checkpointed inside the loop (adapter, optimizer, RNG, step); the
-        # after is measured while the scorer's runner still runs the task's code (its deadline)
-        if held and not heldout.measured(held_doc, cfg.steps):  # a run that stopped while measuring it too
-            held_doc = _measure_heldout(measure, policy, task, held, cfg, run_dir, held_doc, cfg.steps,
-                                        splits.heldout_source, on_phase)
+        # the last step was measured and checkpointed inside the loop (adapter, optimizer, RNG, step)
     finally:
         scorer.close()
         trackers.close()
@@ -318,52 +318,39 @@ def check_reward_weights(task, examples, overrides: dict[str, float]) -> None:
 
 
 def heldout_due(cfg: TrainConfig, step: int) -> bool:
-    """Whether the held-out curve has a point at `step`: 0 (before step 1), every
-    --heldout-every steps, and the last step."""
-    return step in (0, cfg.steps) or bool(cfg.heldout_every and step % cfg.heldout_every == 0)
+    """Whether the held-out examples are measured at `step`: 0 (before step 1), every
+    --eval-every steps, and the last step."""
+    return step in (0, cfg.steps) or bool(cfg.eval_every and step % cfg.eval_every == 0)
 
 
-def _measure_heldout(measure, policy, task, examples, cfg: TrainConfig, run_dir: Path, doc: dict,
-                     step: int, source: str, on_phase: Callable[[str], None]) -> dict:
-    """One held-out measurement of the policy after `step` steps, said as a phase and entered
-    into heldout.json: a point of its curve, and at step 0 and the last step the metrics'
-    before and after."""
+def _measure_heldout(measure, policy, task, examples, scorer: Scorer, cfg: TrainConfig, run_dir: Path,
+                     doc: dict, step: int, source: str, on_phase: Callable[[str], None]) -> tuple[dict, dict]:
+    """One held-out measurement of the policy after `step` steps, said as a phase: the official
+    metric and the task's rewards on the same greedy responses (`held_out_rewards`), entered
+    into heldout.json (a point of its curve, and at step 0 and the last step the metrics'
+    before and after). Returns the new document and the rewards' eval/... metrics."""
     when = "before" if step == 0 else "after" if step == cfg.steps else None
     label = f"held-out {when} training" if when else f"held-out at step {step}"
     on_phase(f"{label}: {len(examples)} examples, greedy, the task's official metric")
     result = heldout.run(measure, policy, task, examples, cfg.max_new_tokens, label)
+    rewards = held_out_rewards(scorer, examples, result.responses) if result.responses is not None else {}
     on_phase(f"{label}: {heldout.summary(result.values)} ({result.seconds:.1f} s)")
     meta = {"examples": len(examples), "example_ids": [ex.id for ex in examples], "source": source,
-            "max_new_tokens": cfg.max_new_tokens, "greedy": True, "every": cfg.heldout_every,
+            "max_new_tokens": cfg.max_new_tokens, "greedy": True, "every": cfg.eval_every,
             **({f"{when}_step": step} if when else {})}
     doc = heldout.add_point(heldout.record(doc, when, result.values, meta), step, result.values,
-                            result.per_example)
+                            result.per_example, rewards)
     heldout.write(run_dir, doc)
-    return doc
+    return doc, rewards
 
 
-def held_out_metrics(policy, task, examples, scorer: Scorer, cfg: TrainConfig) -> dict[str, float]:
-    """Greedy completions on the held-out examples, scored by the task's rewards -> eval/... metrics."""
-    out: dict[str, float] = {}
-    scores, names, lengths, truncated = [], [], [], []
-    chunk = cfg.batch_prompts * cfg.num_generations
-    for i in range(0, len(examples), chunk):
-        rollout = sample(policy, task, examples[i:i + chunk], 1, max_new_tokens=cfg.max_new_tokens,
-                         greedy=True)
-        scored = scorer.score(rollout.examples, rollout.responses)
-        scores.append(scored)
-        lengths += [len(r) for r in rollout.response_ids]
-        truncated += rollout.truncated
-    for s in scores:
-        names += [n for n in s.names if n not in names]
-    table = torch.full((len(lengths), len(names)), float("nan"))  # [E, K]
-    weights = torch.zeros(len(names))  # [K]
-    row = 0
-    for s in scores:
-        for k, name in enumerate(s.names):
-            table[row:row + len(s.scores), names.index(name)] = s.scores[:, k]
-            weights[names.index(name)] = s.weights[k]
-        row += len(s.scores)
-    out.update(reward_metrics(table, names, weights, group_size=1, prefix="eval/"))
-    out.update(completion_metrics(lengths, truncated, prefix="eval/"))
+def held_out_rewards(scorer: Scorer, examples, responses: list[dict]) -> dict[str, float]:
+    """The task's rewards on the held-out responses (`{"text", "tokens", "truncated"}` each, as
+    the measure generated them) -> TRL's metric names under eval/: `eval/reward`,
+    `eval/rewards/<name>/mean|std`, `eval/completions/...` (with --reward-weight's weights, and
+    the scorer's verifier deadline)."""
+    scored = scorer.score(list(examples), [r["text"] for r in responses])
+    out = reward_metrics(scored.scores, scored.names, scored.weights, group_size=1, prefix="eval/")
+    out.update(completion_metrics([int(r["tokens"]) for r in responses], [bool(r["truncated"]) for r in responses],
+                                  prefix="eval/"))
     return out

@@ -21,7 +21,11 @@ Names (one `metrics.jsonl` line per step):
   reward is not 0 (the others are not replayed, see `--replay-zero-credit`) and whose
   distance is not all zero; 1.0 would be uniform spread, small values mean the reward points
   at few tokens.
-- `time/generate|verify|replay|update|eval|step` in seconds; `loss`, `grad_norm`, `kl`,
+- `eval/reward`, `eval/rewards/<name>/mean|std`, `eval/completions/...`: the names above, on
+  the held-out examples' greedy responses, at the steps that measure them (every --eval-every
+  and the last; mrtpo.harness.loop.held_out_rewards).
+- `time/generate|verify|replay|update|eval|step` in seconds (`time/step` leaves out
+  `time/compile` and `time/eval`); `loss`, `grad_norm`, `kl`,
   `entropy`, `clip_ratio/*`, `learning_rate` come from the update. `clip_ratio/low_mean`,
   `high_mean`, `region_mean` are shares of the batch's tokens; `clip_ratio/low_min` is the
   smallest share of one sequence's tokens clipped at 1 - epsilon (A < 0), `clip_ratio/high_max`
@@ -165,9 +169,11 @@ class PhaseTimer:
         self.seconds[f"time/{to}"] = self.seconds.get(f"time/{to}", 0.0) + seconds
 
     def totals(self) -> dict[str, float]:
-        """Every phase's seconds and `time/step`, the step's wall clock less `time/compile`
-        (a one-off per compiled shape, reported apart so that step times compare)."""
-        return {**self.seconds, "time/step": self._clock() - self._start - self.seconds.get("time/compile", 0.0)}
+        """Every phase's seconds and `time/step`, the step's wall clock less `time/compile` (a
+        one-off per compiled shape) and `time/eval` (the held-out measurement, on some steps
+        only): reported apart so that step times compare."""
+        apart = self.seconds.get("time/compile", 0.0) + self.seconds.get("time/eval", 0.0)
+        return {**self.seconds, "time/step": self._clock() - self._start - apart}
 
 
 def tokens_seen(previous: int, prompt_lengths: list[int], completion_lengths: list[int]) -> int:

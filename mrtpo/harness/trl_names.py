@@ -11,6 +11,9 @@ Meanings match TRL's where the name is TRL's: `max_steps` = optimizer steps of t
 completions are split into that many; TRL also multiplies the generation batch by it).
 `reward_weights` takes reward names here (`{format: 1, correct: 2}`, `--reward_weights
 format=1`): TRL's positional list would be ambiguous when K varies per example.
+
+mrtpo's own older flags are aliases the same way: `--heldout-every` is `--eval-every`,
+`--eval-size` is `--heldout` (OLDER_FLAGS).
 """
 from __future__ import annotations
 
@@ -29,9 +32,13 @@ TRL_ALIASES = {
     "reward_weights": "reward_weights",  # the field's own name; the flag is --reward-weight
 }
 
+#: mrtpo's own older flags -> today's (mrtpo.harness.config.OLDER_NAMES says why; a config
+#: file or a TrainConfig call reads the older names with config.older_names)
+OLDER_FLAGS = {"heldout-every": "eval-every", "eval-size": "heldout"}
+
 #: flag spellings (after '_' -> '-') -> the flag `mrtpo train` declares
 _FLAG_ALIASES = {**{k.replace("_", "-"): v.replace("_", "-") for k, v in TRL_ALIASES.items()},
-                 "reward-weights": "reward-weight"}
+                 "reward-weights": "reward-weight", **OLDER_FLAGS}
 
 
 def normalize_flag(name: str) -> str:

@@ -83,8 +83,12 @@ def test_help_lists_the_training_flags():
                  "--output-dir", "--seed", "--advantage", "--saw", "--mrtpo", "--no-mrtpo",
                  "--epsilon", "--epsilon-high", "--beta", "--loss-type", "--lr", "--grad-accum",
                  "--max-grad-norm", "--save-every", "--resume", "--log-completions-every",
-                 "--eval-every"):
+                 "--eval-every", "--heldout"):
         assert flag in out, flag
+    # the older names of the held-out measurement's settings, said to be aliases
+    text = re.sub(r"[\s│]+", " ", out)  # the words as read, across the table's wrapped lines
+    assert "--heldout-every is the same setting" in text
+    assert "--heldout-every is --eval-every, --eval-size is --heldout" in text
 
 
 def test_the_summary_compares_the_first_and_the_last_fifth():
@@ -96,3 +100,22 @@ def test_the_summary_compares_the_first_and_the_last_fifth():
     assert fifth_means([None, 0.2, None, 0.4]) == (0.2, 0.4)  # absent steps skipped
     assert fifth_means([0.3]) == (0.3, 0.3)
     assert fifth_means([None, None]) == (None, None)
+
+
+def test_the_bar_goes_on_after_a_held_out_measurement():
+    """On a terminal a measurement's lines end the steps' bar; the next step starts a new one
+    where the old one stopped (the last step's measurement comes before the last step's line)."""
+    import io
+
+    from rich.console import Console
+
+    from mrtpo.commands.train import _Bar
+
+    bar = _Bar(3, Console(file=io.StringIO(), force_terminal=True, width=100))
+    bar.start(0)
+    bar.step({"step": 1, "reward": 0.5})
+    bar.phase("held-out after training: 2 examples, greedy, the task's official metric")
+    assert bar.progress is None
+    bar.step({"step": 2, "reward": 0.25})
+    assert bar.progress is not None and bar.progress.tasks[0].completed == 2
+    bar.stop()

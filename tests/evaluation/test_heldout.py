@@ -80,9 +80,10 @@ def test_each_phase_prints_a_line_in_a_log(tiny_qwen2_dir, tmp_path):
                         lines[4])
     assert lines[5] == "train: step 0/2 | sampling"
     assert re.fullmatch(r"train: step 1/2 \| [\d.]+ s/step \| ETA \d+s \| reward .*", lines[6])
-    assert lines[7].startswith("train: step 2/2 | ")
-    assert lines[8] == "train: held-out after training: 2 examples, greedy, the task's official metric"
-    assert lines[-1].startswith("train: held-out after training: reward ")
+    # the last step's measurement comes before its line: its eval/... metrics are in that line's record
+    assert lines[7] == "train: held-out after training: 2 examples, greedy, the task's official metric"
+    assert lines[-2].startswith("train: held-out after training: reward ")
+    assert lines[-1].startswith("train: step 2/2 | ")
 
 
 def test_heldout_zero_trains_on_every_example_and_writes_nothing(tiny_qwen2_dir, tmp_path):
@@ -213,6 +214,9 @@ def test_heldout_every_writes_a_curve_and_a_resumed_run_measures_no_step_twice(t
     train(TrainConfig(steps=3, resume=True, **kw), measure=_counting(calls))
     assert calls == []
     assert json.loads((run / "heldout.json").read_text())["_curve"][-1]["reward"] == 0.123456
+    # step 3's line, written again, has the eval/... of the measurement that stands
+    step3 = json.loads((run / "metrics.jsonl").read_text().splitlines()[2])
+    assert {k: v for k, v in step3.items() if k.startswith("eval/")} == doc["_curve"][-1]["_eval"] != {}
 
     # trained on to step 6: the points of steps 4 and 6 only
     train(TrainConfig(steps=6, resume=True, **kw), measure=_counting(calls))
@@ -260,3 +264,75 @@ def test_per_example_values_average_to_the_metrics(task_name):
         assert mean(x for x in xs if x is not None) == pytest.approx(report.metrics[name], abs=1e-12)
     if task_name == "text2sql":
         assert values["execution_accuracy"] == [0.0, 1.0] * 3
+
+
+def _records(run):
+    """metrics.jsonl's records without their timings."""
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_one_measurement_gives_the_official_metric_and_the_rewards_from_the_same_responses(tiny_qwen2_dir, tmp_path):
+    """--eval-every 1: before step 1, after each step: one greedy generation on the --heldout
+    examples, scored with the official metric (heldout.json's curve) and with the task's rewards
+    (eval/... in that step's metrics.jsonl record, and in the point's `_eval`)."""
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--data", str(_data(tmp_path / "w.jsonl")), "--heldout", "3",
+                    "--eval-every", "1")
+    assert r.exit_code == 0, out
+    doc = json.loads((run / "heldout.json").read_text())
+    assert [p["step"] for p in doc["_curve"]] == [0, 1, 2] and doc["_every"] == 1
+    records = _records(run)
+    names = ("format", "short", "letters", "word")
+    for point in doc["_curve"]:
+        evals = point["_eval"]
+        assert {"eval/reward", "eval/completions/mean_length", "eval/completions/clipped_ratio"} <= set(evals)
+        # harness-words' official metric is each reward's mean (`mrtpo eval`, generic.py): the
+        # same numbers as the rewards' eval/... only when both scored the same responses
+        assert evals["eval/reward"] == pytest.approx(point["reward"], abs=1e-6)  # float32 sums
+        for name in names:
+            assert evals[f"eval/rewards/{name}/mean"] == pytest.approx(point[f"rewards/{name}/mean"], abs=1e-6)
+        if point["step"]:  # a step's record holds its measurement's eval/... (step 0 has no record)
+            record = records[point["step"] - 1]
+            assert {k: v for k, v in record.items() if k.startswith("eval/")} == evals
+    assert 0 < records[-1]["eval/completions/mean_length"] <= 6  # --max-new-tokens 6, the stop token counted
+
+
+def test_heldout_every_is_eval_every(tiny_qwen2_dir, tmp_path):
+    """--heldout-every, the older flag, is the same setting: the same records, the same heldout.json,
+    the same saved config; both at once are refused as two spellings of one setting."""
+    data = _data(tmp_path / "w.jsonl")
+    runs = {}
+    for flag in ("--eval-every", "--heldout-every"):
+        run = tmp_path / flag.strip("-")
+        r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "3", flag, "1")
+        assert r.exit_code == 0, out
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        runs[flag] = (_records(run), json.loads((run / "heldout.json").read_text()),
+                      {k: v for k, v in saved.items() if k != "output_dir"})
+    assert "eval/reward" in runs["--heldout-every"][0][0]
+    assert runs["--heldout-every"] == runs["--eval-every"]
+    assert saved["eval_every"] == 1 and "heldout_every" not in saved
+    r, out = _train(tiny_qwen2_dir, tmp_path / "both", "--eval-every", "1", "--heldout-every", "2")
+    assert r.exit_code == 2 and "--eval-every and --heldout-every name the same setting" in out
+
+
+def test_a_config_written_before_the_merge_resumes(tiny_qwen2_dir, tmp_path):
+    """A config.yaml of a run from before the two measurements were one (eval_every,
+    eval_size and heldout_every side by side) resumes: heldout_every is the cadence, the
+    examples held out stay the ones it trained without, and the config is saved anew."""
+    data = _data(tmp_path / "w.jsonl")
+    run = tmp_path / "run"
+    r, out = _train(tiny_qwen2_dir, run, "--data", str(data), "--heldout", "3", "--steps", "1", "--save-every", "1")
+    assert r.exit_code == 0, out
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved.update(eval_size=8, heldout_every=1, eval_every=0)  # as mrtpo wrote it before the merge
+    (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    r = CliRunner().invoke(app, ["train", "--resume", "--output-dir", str(run), "--steps", "2"], env=ENV)
+    assert r.exit_code == 0, r.output
+    doc = json.loads((run / "heldout.json").read_text())
+    assert [p["step"] for p in doc["_curve"]] == [0, 1, 2] and doc["_every"] == 1
+    assert doc["_example_ids"] == ["9", "10", "11"]  # the same 3 held out
+    assert "eval/reward" in _records(run)[-1]
+    now = yaml.safe_load((run / "config.yaml").read_text())
+    assert now["eval_every"] == 1 and now["heldout"] == 3 and not {"heldout_every", "eval_size"} & set(now)

@@ -40,9 +40,9 @@ def test_default_run_dir_is_under_runs():
     ({"scale_rewards": "batch"}, "applies to --advantage grpo only"),
     ({"grad_accum": 9, "batch_prompts": 2, "num_generations": 4}, "lower it"),
     ({"top_p": 0.0}, "--top-p"),
-    ({"eval_every": 2, "eval_size": 0}, "--eval-data FILE or --eval-size"),
-    ({"heldout_every": 2, "heldout": 0}, "pass --heldout N >= 1 too"),
-    ({"heldout_every": -1}, "--heldout-every must be >= 0"),
+    ({"eval_every": 2, "heldout": 0}, "--eval-every measures the examples --heldout holds out; pass --heldout N >= 1"),
+    ({"heldout_every": 2, "heldout": 0}, "pass --heldout N >= 1 too"),  # its older name, the same setting
+    ({"heldout_every": -1}, "--eval-every must be >= 0"),
     ({"mrtpo_lambda": 1.5}, r"--mrtpo-lambda must be in \[0, 1\]"),
 ])
 def test_invalid_values_say_what_to_do(values, message):
@@ -87,3 +87,46 @@ def test_a_dtype_the_device_cannot_compute_in_is_refused_before_loading():
     # every dtype --dtype names computes on a CPU; the probe itself names what a device lacks
     assert _cannot_compute(torch.float16, torch.device("cpu")) is None
     assert "not implemented for 'Float8_e4m3fn'" in _cannot_compute(torch.float8_e4m3fn, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("given, read", [
+    ({"eval_every": 0, "heldout_every": 25}, {"eval_every": 25}),  # what every kept benchmark run saved
+    ({"eval_every": 5, "heldout_every": 0}, {"eval_every": 5}),
+    ({"eval_every": 4, "heldout_every": 6}, {"eval_every": 4}),  # both on: the more frequent
+    ({"heldout_every": 3}, {"eval_every": 3}),
+    # eval_size held examples out of --data only with --eval-every on and no --eval-data
+    ({"eval_every": 2, "eval_size": 20, "heldout": 8}, {"eval_every": 2, "heldout": 20}),
+    ({"eval_every": 2, "eval_size": 4, "heldout": 8}, {"eval_every": 2, "heldout": 8}),
+    ({"eval_every": 2, "eval_size": 4}, {"eval_every": 2, "heldout": 4}),
+    ({"eval_every": 0, "eval_size": 20, "heldout": 8}, {"eval_every": 0, "heldout": 8}),
+    ({"eval_every": 2, "eval_size": 20, "heldout": 8, "eval_data": "held.jsonl"},
+     {"eval_every": 2, "heldout": 8, "eval_data": "held.jsonl"}),
+])
+def test_older_names_are_read_as_todays(tmp_path, given, read):
+    """--heldout-every and --eval-size, as a config file (a config.yaml written before the merge)
+    and a TrainConfig call give them."""
+    from mrtpo.harness.config import read_yaml
+
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(given))
+    assert read_yaml(path) == read
+    cfg = TrainConfig(**given)  # where `heldout` is not given, a call has its default
+    assert {k: getattr(cfg, k) for k in read} == (read if "heldout" in given or "eval_size" not in given
+                                                   else {**read, "heldout": max(given["eval_size"], 8)})
+    assert cfg.heldout_every == cfg.eval_every and cfg.eval_size == cfg.heldout  # read back as what they became
+
+
+def test_every_kept_run_config_reads():
+    """The config.yaml files of the runs kept under benchmarks/results (written before the merge)
+    read, with their heldout_every as the cadence."""
+    from pathlib import Path
+
+    from mrtpo.harness.config import read_yaml
+
+    paths = sorted((Path(__file__).parents[2] / "benchmarks" / "results").glob("**/config.yaml"))
+    assert paths
+    for path in paths:
+        raw = yaml.safe_load(path.read_text())
+        values = read_yaml(path)
+        assert values["eval_every"] == (raw.get("heldout_every") or raw.get("eval_every", 0)), path
+        assert not {"heldout_every", "eval_size"} & set(values)

@@ -156,16 +156,17 @@ def test_resume_continues_exactly(tiny_qwen2_dir, tmp_path):
     """4 steps straight == 2 steps, then --resume to 4: every non-timing metric, every logged
     completion and the adapter weights. Dropout, KL, two optimizer passes and micro-batches
     are on so every RNG and every piece of optimizer state matters."""
-    kw = dict(mrtpo=True, beta=0.05, lora_dropout=0.1, num_iterations=2, grad_accum=2,
-              eval_every=2, eval_size=1)
+    from mrtpo.evaluation.heldout import measure
+
+    kw = dict(mrtpo=True, beta=0.05, lora_dropout=0.1, num_iterations=2, grad_accum=2, eval_every=2)
     straight = tmp_path / "straight"
     split = tmp_path / "split"
-    train(_cfg(tiny_qwen2_dir, straight, steps=4, **kw))
-    train(_cfg(tiny_qwen2_dir, split, steps=2, **kw))
+    train(_cfg(tiny_qwen2_dir, straight, steps=4, **kw), measure=measure)
+    train(_cfg(tiny_qwen2_dir, split, steps=2, **kw), measure=measure)
     # a crashed later attempt left lines after the checkpoint: resume must drop them
     with (split / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 3, "reward": 123.0}) + "\n")
-    resumed = train(_cfg(tiny_qwen2_dir, split, steps=4, resume=True, **kw))
+    resumed = train(_cfg(tiny_qwen2_dir, split, steps=4, resume=True, **kw), measure=measure)
     assert [r["step"] for r in resumed.history] == [1, 2, 3, 4]
 
     a, b = _read(straight / "metrics.jsonl"), _read(split / "metrics.jsonl")

@@ -1,14 +1,18 @@
-"""The held-out measurements of a run (--heldout, --heldout-every): `<run>/heldout.json` and
-one measurement.
+"""The held-out measurements of a run (--heldout, every --eval-every steps): `<run>/heldout.json`
+and one measurement.
 
 The metric is not the trainer's to define: the caller hands the loop a `measure(model,
 tokenizer, task, examples, max_new_tokens, description) -> {metric: value}`
 (`mrtpo.evaluation.heldout.measure`: `mrtpo eval --model`'s generation and official metrics;
 `mrtpo train` passes it). A `measure` that takes `per_example` is asked for each example's
 values too (`per_example=True`; it returns them as `{"_per_example": {metric: [value, ...]}}`
-beside the means, in the order of `_example_ids`), which a bootstrap over examples needs.
+beside the means, in the order of `_example_ids`), which a bootstrap over examples needs. One
+that takes `responses` is asked for what it generated (`responses=True`: `{"_responses":
+[{"text", "tokens", "truncated"}, ...]}`, in the same order), which the loop scores with the
+task's rewards: the eval/... metrics of metrics.jsonl come from the same greedy generation as
+the official metric.
 
-The loop measures before step 1 (step 0), after every --heldout-every steps, and after the last
+The loop measures before step 1 (step 0), after every --eval-every steps, and after the last
 step. `heldout.json` holds each metric's before and after as `{"before": x, "after": y}` (null
 where not measured yet), and every measurement as a point of `_curve`, with what was measured
 under the other keys that start with `_`:
@@ -17,8 +21,13 @@ under the other keys that start with `_`:
      "_examples": 8, "_example_ids": ["toolcall-028", ...], "_source": "the last 8 of ...",
      "_max_new_tokens": 160, "_greedy": true, "_before_step": 0, "_after_step": 40, "_every": 20,
      "_curve": [{"step": 0, "ast_accuracy": 0.125, "format": 0.5,
-                 "_per_example": {"ast_accuracy": [0.0, 1.0, ...], "format": [...]}},
+                 "_per_example": {"ast_accuracy": [0.0, 1.0, ...], "format": [...]},
+                 "_eval": {"eval/reward": 1.5, "eval/rewards/format/mean": 0.5, ...}},
                 {"step": 20, ...}, {"step": 40, "ast_accuracy": 0.375, ...}]}
+
+A point's `_eval` holds the task's reward metrics of the same responses under the names
+metrics.jsonl gives them at that step (step 0, before training, has no metrics.jsonl line, so
+its are only here); absent where the measure returned no responses.
 
 The file is written after each measurement (atomically, never through a link), so a resumed
 run finds the measurements it made and does not make them again (`measured`).
@@ -39,6 +48,8 @@ from mrtpo.tasks.base import Example, Task
 FILE = "heldout.json"
 CURVE = "_curve"  # every measurement: [{"step": s, metric: value, ..., "_per_example": {...}}]
 PER_EXAMPLE = "_per_example"  # each example's values: {metric: [value, ...]} (measure(..., per_example=True))
+RESPONSES = "_responses"  # what a measure generated: [{"text", "tokens", "truncated"}] (measure(..., responses=True))
+EVAL = "_eval"  # a curve point's reward metrics of the same responses: {"eval/...": value}
 
 Measure = Callable[..., dict[str, Any]]
 
@@ -46,6 +57,7 @@ Measure = Callable[..., dict[str, Any]]
 class Measurement(NamedTuple):
     values: dict[str, float]  # metric -> the mean over the examples
     per_example: dict[str, list] | None  # metric -> one value per example (None: not a mean / not given)
+    responses: list[dict] | None  # one {"text", "tokens", "truncated"} per example (None: not given)
     seconds: float
 
 
@@ -84,6 +96,14 @@ def measured(doc: dict[str, Any], step: int) -> bool:
     return any(doc.get(f"_{when}_step") == step and has(doc, when) for when in ("before", "after"))
 
 
+def rewards_at(doc: dict[str, Any], step: int) -> dict[str, float]:
+    """The reward metrics (`eval/...`) of `doc`'s point at `step`, or {} (none there, or a file
+    written before points had them)."""
+    point = next((p for p in curve(doc) if p["step"] == step), {})
+    rewards = point.get(EVAL)
+    return dict(rewards) if isinstance(rewards, dict) else {}
+
+
 def _number(value: Any) -> float | None:
     """A finite number as it is; NaN, infinities and anything else as None (JSON null)."""
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
@@ -107,13 +127,16 @@ def record(doc: dict[str, Any], when: str | None, values: dict[str, float], meta
 
 
 def add_point(doc: dict[str, Any], step: int, values: dict[str, float],
-              per_example: dict[str, list] | None = None) -> dict[str, Any]:
+              per_example: dict[str, list] | None = None, rewards: dict[str, float] | None = None) -> dict[str, Any]:
     """`doc` with the measurement at `step` as a point of its curve (replacing one at the same
-    step), NaN as null, each example's values under `_per_example` when given."""
+    step), NaN as null, each example's values under `_per_example` and the reward metrics of
+    the same responses (`eval/...`) under `_eval` when given."""
     point: dict[str, Any] = {"step": step, **{name: _number(v) for name, v in values.items()}}
     if per_example:
         point[PER_EXAMPLE] = {name: [_number(float(x)) if isinstance(x, (bool, int, float)) else None for x in xs]
                               for name, xs in per_example.items()}
+    if rewards:
+        point[EVAL] = {name: _number(v) for name, v in rewards.items()}
     return {**doc, CURVE: [p for p in curve(doc) if p["step"] != step] + [point]}
 
 
@@ -123,27 +146,27 @@ def write(run_dir: Path, doc: dict[str, Any]) -> None:
     write_atomic(Path(run_dir) / FILE, strict_json(doc, indent=2) + "\n")
 
 
-def takes_per_example(measure: Measure) -> bool:
-    """Whether `measure` can be asked for each example's values: it names `per_example` or takes
-    any keyword (`**kwargs`, as a wrapper that passes them on does)."""
+def takes(measure: Measure, name: str) -> bool:
+    """Whether `measure` can be asked for `name` (`per_example`, `responses`): it names it or
+    takes any keyword (`**kwargs`, as a wrapper that passes them on does)."""
     try:
         params = inspect.signature(measure).parameters.values()
     except (TypeError, ValueError):  # a callable whose signature cannot be read: ask for the means only
         return False
-    return any(p.name == "per_example" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def run(measure: Measure, policy, task: Task, examples: Sequence[Example], max_new_tokens: int,
         description: str) -> Measurement:
-    """The metrics (and, where `measure` gives them, each example's values) of the policy as it
-    is now, greedy, in eval mode (no dropout), with the LoRA folded in where that is exact
-    enough (Policy.merged), leaving the random state as it was (so a run measured during
-    training trains as one that was not)."""
+    """The metrics (and, where `measure` gives them, each example's values and the responses)
+    of the policy as it is now, greedy, in eval mode (no dropout), with the LoRA folded in where
+    that is exact enough (Policy.merged), leaving the random state as it was (so a run measured
+    during training trains as one that was not)."""
     t0 = time.perf_counter()
     was_training = policy.model.training
     policy.model.eval()
     devices = [policy.device] if policy.device.type == "cuda" else []
-    extra = {"per_example": True} if takes_per_example(measure) else {}
+    extra = {name: True for name in ("per_example", "responses") if takes(measure, name)}
     try:
         with torch.random.fork_rng(devices=devices), torch.no_grad(), policy.merged() as model:
             out = measure(model, policy.tokenizer, task, list(examples), max_new_tokens=max_new_tokens,
@@ -152,7 +175,10 @@ def run(measure: Measure, policy, task: Task, examples: Sequence[Example], max_n
         policy.model.train(was_training)
     values = {k: v for k, v in out.items() if not k.startswith("_")}
     per_example = out.get(PER_EXAMPLE) if isinstance(out.get(PER_EXAMPLE), dict) else None
-    return Measurement(values, per_example, time.perf_counter() - t0)
+    responses = out.get(RESPONSES) if isinstance(out.get(RESPONSES), list) else None
+    if responses is not None and len(responses) != len(examples):
+        raise ValueError(f"the held-out measure returned {len(responses)} responses for {len(examples)} examples")
+    return Measurement(values, per_example, responses, time.perf_counter() - t0)
 
 
 def line(doc: dict[str, Any]) -> str | None:
