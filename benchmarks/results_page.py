@@ -14,10 +14,10 @@ that kind alone, never by its file name (the scripts write it: benchmarks/lib/re
 `learning`, `learning-heldout`, `sweep` (learning/), `roofline`, `speed-step`,
 `decode-graphs` (speed/), and `table` (`mrtpo.table/1`: figures moved from prose into data,
 a title, a command, columns and rows; its `section` field names the section it goes in).
-One exception, in `kind_of` alone: a `learning-heldout` file that benchmarks/learning/heldout.py
-wrote before it declared its kind (no `schema`; its fields `settings`, `curves`, `paired` and
-`metrics` say what it is) is read as that kind, so a file written by a run that started on
-older code still renders. A file of no known kind is listed under "Other result files",
+One exception, in `declared_kind` alone: a `learning-heldout` file that
+benchmarks/learning/heldout.py wrote before it declared its kind (no `schema`; its fields
+`settings`, `curves`, `paired` and `metrics` say what it is) is read as that kind, so a file
+written by a run that started on older code still renders. A file of no known kind is listed under "Other result files",
 never dropped. The model a table is for comes from the file's model field (`model`, or
 `settings.model`), so results for another policy (e.g. `probe-toolcall-smollm2-135m.json`)
 get their own tables beside the others.
