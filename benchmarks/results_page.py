@@ -6,14 +6,21 @@ the tables of the JSON files of that section, one table per file (so one per mod
 task), each with a `command:` line naming what produced it. Nothing is copied by hand: to
 change a figure, change or add its JSON file and rerun this script.
 
-Which section a file belongs to comes from its `schema` field, else from its name:
-`probe-*` (mrtpo.probe/1, what `mrtpo probe --json` writes), `learning-*` and
-`span-placement-*` (benchmarks/learning/learning.py's and span_placement.py's `--json`),
-`block-reading*`, `context-sensitivity*`, `probe-variants`, and `mrtpo.table/1` files
-(figures moved from prose into data: a title, a command, columns and rows). A file of no
-known kind is listed under "Other result files", never dropped. The model a table is for
-comes from the file's model field (`model`, or `settings.model`), so results for another
-policy (e.g. `probe-toolcall-smollm2-135m.json`) get their own tables beside the others.
+Every file declares its kind in its `schema` field, `mrtpo.KIND/VERSION`, and is rendered by
+that kind alone, never by its file name (the scripts write it: benchmarks/lib/results.py's
+`write_result`). The kinds (`RENDER`), each its own section of the page:
+`probe` (what `mrtpo probe --json` writes), `probe-variants` (warm-start variants),
+`block-reading`, `context-sensitivity`, `span-placement`, `one-step` (experiments/),
+`learning`, `learning-heldout`, `sweep` (learning/), `roofline`, `speed-step`,
+`decode-graphs` (speed/), and `table` (`mrtpo.table/1`: figures moved from prose into data,
+a title, a command, columns and rows; its `section` field names the section it goes in).
+One exception, in `declared_kind` alone: a `learning-heldout` file that
+benchmarks/learning/heldout.py wrote before it declared its kind (no `schema`; its fields
+`settings`, `curves`, `paired` and `metrics` say what it is) is read as that kind, so a file
+written by a run that started on older code still renders. A file of no known kind is listed under "Other result files",
+never dropped. The model a table is for comes from the file's model field (`model`, or
+`settings.model`), so results for another policy (e.g. `probe-toolcall-smollm2-135m.json`)
+get their own tables beside the others.
 
     python benchmarks/results_page.py            # rewrite docs/results.md
     python benchmarks/results_page.py --check    # exit 1 if docs/results.md is stale
@@ -63,36 +70,29 @@ def load_results(results_dir: Path) -> list[tuple[str, dict]]:
     return out
 
 
-def kind_of(name: str, data: dict) -> str:
-    """The page section a results file belongs to (see the module docstring)."""
-    schema = str(data.get("schema", ""))
-    if schema.startswith("mrtpo.table/"):
+SCHEMA = re.compile(r"mrtpo\.([\w-]+)/\d+")
+#: the fields by which a held-out learning file from before heldout.py declared its kind is known
+HELDOUT_FIELDS = frozenset({"settings", "curves", "paired", "metrics"})
+
+
+def declared_kind(data: dict) -> str | None:
+    """The kind a results file declares (`schema`: `mrtpo.KIND/VERSION`), else None. The one
+    file without it that is read by its fields: see the module docstring."""
+    m = SCHEMA.fullmatch(str(data.get("schema", "")))
+    if m:
+        return m.group(1)
+    if "schema" not in data and HELDOUT_FIELDS <= data.keys():
+        return "learning-heldout"  # written by benchmarks/learning/heldout.py before it declared its kind
+    return None
+
+
+def kind_of(data: dict) -> str:
+    """The page section a results file belongs to: its declared kind (a `table`'s own
+    `section`), "other" for a kind this page does not know."""
+    kind = declared_kind(data)
+    if kind == "table":
         return str(data.get("section", "other"))
-    if schema.startswith("mrtpo.probe-variants/"):
-        return "variants"
-    if schema.startswith("mrtpo.probe/") or (name.startswith("probe-") and "kinds" in data):
-        return "probe"
-    if schema.startswith("mrtpo.roofline/"):
-        return "roofline"
-    if schema.startswith("mrtpo.speed-step/"):
-        return "speed-step"
-    if schema.startswith("mrtpo.decode-graphs/"):
-        return "decode-graphs"
-    if schema.startswith("mrtpo.block-reading/"):
-        return "block-reading"
-    if schema.startswith("mrtpo.context-sensitivity/"):
-        return "context-sensitivity"
-    if name.startswith("span-placement-") and "rows" in data:
-        return "span-placement"
-    if name.startswith("one-step-") and "paired" in data:
-        return "one-step"
-    if schema.startswith("mrtpo.sweep/"):
-        return "sweep"
-    if name.startswith("learning-heldout-") and "curves" in data:
-        return "learning-heldout"
-    if name.startswith("learning-") and "rows" in data:
-        return "learning"
-    return "other"
+    return kind if kind in RENDER else "other"
 
 
 def model_field(data: dict) -> str:
@@ -225,7 +225,7 @@ def render_block_reading(name: str, data: dict) -> str:
     rows.append(["copy gain"] + [x for r in results for x in (signed(r.get("copy_gain")), "")])
     raw = model_field(data)
     tasks = ",".join(r["task"] for r in results)
-    command = data.get("command") or f"python benchmarks/experiments/block_reading.py --tasks {tasks}{model_flag(raw)}"
+    command = data.get("command") or f"python -m benchmarks.experiments.block_reading --tasks {tasks}{model_flag(raw)}"
     return block(f"block reading, {model_label(raw)}", command, name, table(columns, rows))
 
 
@@ -236,7 +236,7 @@ def render_context_sensitivity(name: str, data: dict) -> str:
     columns = [f"context (toolcall references, {data.get('value_edits', '?')} argument values)",
                "JS to P_all at the value's first token, mean", "median", "mean over the response"]
     raw = model_field(data)
-    command = data.get("command") or f"python benchmarks/experiments/context_sensitivity.py{model_flag(raw)}"
+    command = data.get("command") or f"python -m benchmarks.experiments.context_sensitivity{model_flag(raw)}"
     return block(f"context sensitivity, {model_label(raw)}", command, name, table(columns, rows))
 
 
@@ -257,7 +257,7 @@ def render_learning(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     if seconds:
         body.append(["seconds per run"] + [num(seconds.get(m), 0) for m in methods])
     raw = model_field(data)
-    command = data.get("command") or f"python benchmarks/learning/learning.py --tasks {task}{model_flag(raw)}"
+    command = data.get("command") or f"python -m benchmarks.learning.learning --tasks {task}{model_flag(raw)}"
     seeds = data.get("seeds")
     title = f"{task}, {model_label(raw)}" + (f", {len(seeds)} seeds" if isinstance(seeds, list) else "")
     notes = [data["note"]] if data.get("note") else []
@@ -301,7 +301,7 @@ def render_span_placement(name: str, data: dict) -> str:
     columns = ["reward"] + methods + [f"{m} minus gdpo, paired by seed" for m in paired]
     raw = model_field(data)
     seeds = data.get("seeds") or []
-    command = data.get("command") or (f"python benchmarks/experiments/span_placement.py --seeds {','.join(map(str, seeds))}"
+    command = data.get("command") or (f"python -m benchmarks.experiments.span_placement --seeds {','.join(map(str, seeds))}"
                                       f"{model_flag(raw)}")
     title = f"{task}, {model_label(raw)}, {len(seeds)} seeds, change first -> last tenth"
     return block(title, command, name, table(columns, body), [data["note"]] if data.get("note") else [])
@@ -344,7 +344,7 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     png = name[:-len(".json")] + ".png"
     if (Path(results_dir) / png).exists():
         notes.append(f"plot: [{png}](../benchmarks/results/{png})")
-    command = data.get("command") or "python benchmarks/experiments/one_step.py"
+    command = data.get("command") or "python -m benchmarks.experiments.one_step"
     return (block(title, command, name, table(["change of E[reward]"] + methods, body), notes) + "\n\n"
             + block(f"{task}: paired differences", command, name,
                     table(["a - b", "reward", "mean [95% interval]", "verdict"], verdicts)))
@@ -386,7 +386,7 @@ def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) 
     png = name[:-len(".json")] + ".png"
     if (Path(results_dir) / png).exists():
         notes.append(f"plot: [{png}](../benchmarks/results/{png})")
-    command = data.get("command") or "python benchmarks/learning/heldout.py"
+    command = data.get("command") or "python -m benchmarks.learning.heldout"
     return (block(title, command, name, table(["metric", "method"] + [f"step {s}" for s in steps], body), notes)
             + "\n\n" + block(f"{task}: paired differences after step {settings.get('steps')} ({data.get('interval')})",
                               command, name, table(["a - b", "metric", "mean [95% interval]", "per seed",
@@ -414,7 +414,7 @@ def render_sweep(name: str, data: dict) -> str:
     if data.get("official_metric") and data.get("official_metric") != data.get("metric"):
         notes.insert(1, f"the headline ({data.get('metric')}) must rise; the task's official metric "
                         f"({data.get('official_metric')}) ranks the settings where it does")
-    return block(title, data.get("command", "python benchmarks/learning/sweep.py"), name,
+    return block(title, data.get("command", "python -m benchmarks.learning.sweep"), name,
                  table(["lr", "prompts x completions", "held-out before", "after", "change [95% interval]",
                         "train reward first -> last fifth", "rises every seed", "s a run",
                         "every held-out metric", "seeds"], body), notes)
@@ -448,7 +448,7 @@ def render_roofline(name: str, data: dict) -> str:
     notes += list(data.get("notes") or [])
     columns = ["phase", "tokens", "GFLOP", "GB read", "seconds", "compute-bound s", "memory-bound s", "bound",
                "x bound", "prompt tokens"]
-    return block(title, data.get("command", "python benchmarks/speed/roofline.py"), name, table(columns, body), notes)
+    return block(title, data.get("command", "python -m benchmarks.speed.roofline"), name, table(columns, body), notes)
 
 
 def render_speed_step(name: str, data: dict) -> str:
@@ -470,7 +470,7 @@ def render_speed_step(name: str, data: dict) -> str:
     if data.get("cpu"):
         notes.append(f"measured on {data['cpu']}")
     notes += list(data.get("notes") or [])
-    return block(title, data.get("command", "python benchmarks/speed/step.py"), name,
+    return block(title, data.get("command", "python -m benchmarks.speed.step"), name,
                  table(["phase", "plain s", "fast s", "fast / plain"], body), notes)
 
 
@@ -491,7 +491,7 @@ def render_decode_graphs(name: str, data: dict) -> str:
     notes = [f"ms per new token (the runs after each setting's first): eager {num(ms.get('eager'), 1)}, compiled "
              f"{num(ms.get('compiled'), 1)}; compiled / eager {num(data.get('ratio'), 3)}; same completions "
              f"{data.get('same_completions')}/{compared}"] + list(data.get("notes") or [])
-    return block(title, data.get("command", "python benchmarks/speed/decode_graphs.py"), name, table(columns, body),
+    return block(title, data.get("command", "python -m benchmarks.speed.decode_graphs"), name, table(columns, body),
                  notes)
 
 
@@ -507,7 +507,8 @@ def render_table(name: str, data: dict) -> str:
     return block(title, data.get("command", "not recorded"), name, table(data.get("columns") or [], rows), notes)
 
 
-RENDER = {"probe": render_probe, "variants": render_variants, "block-reading": render_block_reading,
+#: each kind's renderer; a kind's section on the page has the kind's name
+RENDER = {"probe": render_probe, "probe-variants": render_variants, "block-reading": render_block_reading,
           "context-sensitivity": render_context_sensitivity, "learning": render_learning,
           "span-placement": render_span_placement, "one-step": render_one_step,
           "roofline": render_roofline, "speed-step": render_speed_step,
@@ -528,13 +529,13 @@ def render_section(section: str, files: list[tuple[str, dict]], results_dir: Pat
         return "\n".join(f"- `benchmarks/results/{name}`" for name, _ in files) or "(none)"
     parts = []
     for name, data in sorted(files, key=_sort_key):
-        schema = str(data.get("schema", ""))
-        if schema.startswith("mrtpo.table/"):
+        kind = declared_kind(data)
+        if kind == "table":
             parts.append(render_table(name, data))
-        elif section in ("learning", "one-step", "learning-heldout"):
-            parts.append(RENDER[section](name, data, results_dir))
+        elif kind in ("learning", "one-step", "learning-heldout"):  # these link their PNG beside them
+            parts.append(RENDER[kind](name, data, results_dir))
         else:
-            parts.append(RENDER[section](name, data))
+            parts.append(RENDER[kind](name, data))
     return "\n\n".join(parts) if parts else "(no results yet)"
 
 
@@ -544,7 +545,7 @@ def render(results_dir: Path = RESULTS, template: Path = TEMPLATE) -> str:
     text = Path(template).read_text(encoding="utf-8")
     sections: dict[str, list] = {}
     for name, data in load_results(results_dir):
-        sections.setdefault(kind_of(name, data), []).append((name, data))
+        sections.setdefault(kind_of(data), []).append((name, data))
     marked = set(MARKER.findall(text))
     for section in list(sections):
         if section not in marked and section != "other":

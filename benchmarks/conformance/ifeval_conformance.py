@@ -1,6 +1,6 @@
 """Print the instruction-following checkers' conformance figures (nothing is asserted here).
 
-    python benchmarks/conformance/ifeval_conformance.py [--shared ../shared]
+    python -m benchmarks.conformance.ifeval_conformance [--shared ../shared]
 
 IFEval: per-instruction agreement with the official strict/loose results on GPT-4's responses
 (prompts 1122 and 1129 excluded, where the official code draws a random letter) and the four

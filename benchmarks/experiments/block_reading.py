@@ -17,15 +17,17 @@ from P0 gives the three contexts about the same figures. The last line is the "c
 p(wrong token | counterfactual) - p(wrong token | P_all), 0 for a model that ignores the block,
 near 1 for one that copies it. Nothing is asserted; `--json PATH` writes the figures.
 
-    python benchmarks/experiments/block_reading.py [--tasks toolcall,text2sql] [--model mrtpo-tiny]
+    python -m benchmarks.experiments.block_reading [--tasks toolcall,text2sql] [--model mrtpo-tiny]
         [--json PATH] [--threads N] [--seed 0]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
+import sys
+
+from benchmarks.lib.results import command, write_result
 
 CONTEXTS = ("P0", "P_all", "counterfactual")
 
@@ -117,10 +119,8 @@ def main() -> None:
         for name in CONTEXTS:
             print(f"| {name} | {r['mean'][name]['wrong']:.3f} | {r['mean'][name]['reference']:.3f} |")
         print(f"{r['task']}: copy gain {r['copy_gain']:+.3f} (0: the block is not read; near 1: it is copied)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"schema": "mrtpo.block-reading/1", "results": results}, f, indent=1)
-            f.write("\n")
+    write_result(args.json, "block-reading",
+                 {"results": results, "command": command("benchmarks.experiments.block_reading", sys.argv[1:])})
 
 
 if __name__ == "__main__":

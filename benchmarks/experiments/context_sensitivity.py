@@ -17,14 +17,15 @@ For a policy that reads the blocks for their content, the first two would move t
 little, the paraphrase hardly at all and the reference's removal most. Nothing is asserted;
 it prints the mean and median distances and writes them as JSON with `--json PATH`.
 
-    python benchmarks/experiments/context_sensitivity.py [--model mrtpo-tiny] [--json PATH] [--threads 2]
+    python -m benchmarks.experiments.context_sensitivity [--model mrtpo-tiny] [--json PATH] [--threads 2]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 
+from benchmarks.lib.results import command, write_result
 from mrtpo.credit.probe import TEXT_CONTROL as UNRELATED  # the probe's own text control sentence
 
 PARAPHRASE = ('Write every function call as a single JSON object that has the keys "name" and "arguments", '
@@ -105,10 +106,8 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, r in result["contexts"].items():
         print(f"| {name} | {r['at_value_mean']:.3f} | {r['at_value_median']:.3f} | {r['response_mean']:.3f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"schema": "mrtpo.context-sensitivity/1", **result}, f, indent=1)
-            f.write("\n")
+    write_result(args.json, "context-sensitivity",
+                 {**result, "command": command("benchmarks.experiments.context_sensitivity", sys.argv[1:])})
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ per example; `mrtpo.statistics.summarize`), for the policy and for a random-init
 of the same architecture and tokenizer (`mrtpo.credit.probe.random_control`, the probe's
 control), and writes both side by side beside the paper's figures. Nothing is asserted.
 
-    python benchmarks/experiments/credit_concentration.py --model smollm2-135m \
+    python -m benchmarks.experiments.credit_concentration --model smollm2-135m \
         [--tasks toolcall,text2sql,instruct] [--limit 10] [--json OUT] [--threads 1]
 
 The toolcall and text2sql tasks get `demo=true` on SmolLM2 (its train defaults); `--no-demo`
@@ -20,7 +20,10 @@ drops it.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+
+from benchmarks.lib.results import command, declared, write_result
 
 DEMO_TASKS = ("toolcall", "text2sql")
 
@@ -57,8 +60,8 @@ def table(rows: list[dict], model_name: str, command: str, limit: int) -> dict:
     """The rows as a `mrtpo.table/1` file for the results page."""
     from mrtpo.statistics import paper_figure
 
-    return {
-        "schema": "mrtpo.table/1", "section": "probe", "model": model_name,
+    return declared("table", {
+        "section": "probe", "model": model_name,
         "title": ("credit concentration: the share of a response's tokens that holds 80% of a reward's distance "
                   f"(lower is more concentrated), first {limit} examples, the reference and a corrupted copy of "
                   "each, beside a random-init model of the same shape"),
@@ -70,12 +73,10 @@ def table(rows: list[dict], model_name: str, command: str, limit: int) -> dict:
         "notes": ["the paper's figures are for its own (larger) policies and data",
                   "the control's distances are those of a model that has learnt nothing: a share as low as "
                   "the control's says nothing about block reading"],
-    }
+    })
 
 
 def main() -> None:
-    import sys
-
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,7 +91,6 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from mrtpo.credit.probe import random_control
     from mrtpo.harness.run.trained import load_frozen_policy
-    from mrtpo.textio import strict_json
 
     policy = load_frozen_policy(args.model)  # loaded once for every task, as is its control
     control = random_control(policy.model)
@@ -103,11 +103,9 @@ def main() -> None:
             print(f"{name:<9} {r['reward']:<34} {r['responses']:>3} responses  model {_cell(r['model']):<14} "
                   f"control {_cell(r['control'])}")
         print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
-    command = "python benchmarks/experiments/credit_concentration.py " + " ".join(sys.argv[1:])
     if args.json:
-        from mrtpo.textio import write_atomic
-
-        write_atomic(args.json, strict_json(table(rows, args.model, command.strip(), args.limit), indent=1) + "\n")
+        write_result(args.json, "table", table(rows, args.model, command("benchmarks.experiments.credit_concentration",
+                                                                          sys.argv[1:]), args.limit), strict=True)
         print(f"wrote {args.json}")
 
 

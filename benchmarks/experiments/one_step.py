@@ -30,7 +30,7 @@ mean over batches has a 95% interval (Student t), and so do the paired differenc
 mrtpo - gdpo, mrtpo - mrtpo-shuffled (and the others against gdpo). `total` is the task's
 weighted sum of rewards.
 
-    python benchmarks/experiments/one_step.py --model smollm2-135m --task text2sql -o demo=true \
+    python -m benchmarks.experiments.one_step --model smollm2-135m --task text2sql -o demo=true \
         --batches 30 --pool 32 --seed 0 --json benchmarks/results/one-step-text2sql-smollm2-135m.json
 
 Each finished batch is appended to `--out` (JSONL, default benchmarks/out/one-step/); a rerun
@@ -43,7 +43,7 @@ whose settings are the same but the seed (runs with other seeds draw other promp
 completions, so their batches are independent and pool into one paired test; several can run
 at once, on one GPU or on several machines):
 
-    python benchmarks/experiments/one_step.py --combine runs/text2sql-seed*.jsonl --json pooled.json
+    python -m benchmarks.experiments.one_step --combine runs/text2sql-seed*.jsonl --json pooled.json
 """
 from __future__ import annotations
 
@@ -58,34 +58,14 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.lib.results import command, write_result
+from benchmarks.lib.setting import adapted_policy
+from benchmarks.lib.stats import t_interval
+
 METHODS = ("grpo", "gdpo", "gdpo+saw", "mrtpo", "mrtpo-shuffled", "mrtpo-single", "oracle")
 PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"), ("mrtpo", "mrtpo-single"),
          ("mrtpo-single", "gdpo"), ("oracle", "gdpo"),
          ("mrtpo", "oracle"), ("gdpo+saw", "gdpo"), ("grpo", "gdpo"))
-
-
-# ------------------------------------------------------------------------------ statistics
-def t_quantile(p: float, df: int) -> float:
-    """Student t's p-quantile (Cornish-Fisher expansion around the normal): 0.004 below the
-    exact 97.5% point at df 3, within 3e-4 from df 5 and 1e-4 from df 9 (an interval over
-    batches has df >= 29)."""
-    z = statistics.NormalDist().inv_cdf(p)
-    v = float(df)
-    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
-
-
-def interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of `xs` with its Student-t interval (NaN bounds for n < 2)."""
-    xs = [x for x in xs if x == x]
-    if not xs:
-        return math.nan, math.nan, math.nan
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, math.nan, math.nan
-    half = t_quantile(0.5 + level / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return m, m - half, m + half
 
 
 # ------------------------------------------------------------------------------ one batch
@@ -231,12 +211,12 @@ def summarise(records: list[dict], methods, rewards) -> tuple[list[dict], list[d
     names = list(rewards) + ["kl", "param_norm", "total_per_sqrt_kl"]
     for m in methods:
         for r in names:
-            mean, low, high = interval(values(m, r))
+            mean, low, high = t_interval(values(m, r))
             rows.append({"method": m, "reward": r, "mean": mean, "low": low, "high": high})
     for a, b in PAIRS:
         if a in methods and b in methods:
             for r in list(rewards) + ["total_per_sqrt_kl"]:
-                mean, low, high = interval([x - y for x, y in zip(values(a, r), values(b, r))])
+                mean, low, high = t_interval([x - y for x, y in zip(values(a, r), values(b, r))])
                 paired.append({"a": a, "b": b, "reward": r, "mean": mean, "low": low, "high": high})
     return rows, paired
 
@@ -327,10 +307,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.harness.policy import load_policy
     from mrtpo.harness.scoring import Scorer
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.default import resolve_model
     from mrtpo.tasks import get_task
 
     cfg = config_for(args)
@@ -357,9 +335,8 @@ def main(argv: list[str] | None = None) -> dict:
     scorer = Scorer(task, cfg.verify_workers, cfg.verify_timeout, cfg.reward_weights).start()
     try:
         torch.manual_seed(args.seed)  # the one fresh LoRA every method starts from
-        policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                             lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
-                             device=cfg.device, dtype=cfg.dtype)
+        policy = adapted_policy(args.model, cfg, None, lora_dropout=cfg.lora_dropout,
+                                lora_target_modules=cfg.lora_target_modules, device=cfg.device, dtype=cfg.dtype)
         if args.start:  # the mid-training policy every method steps from
             from mrtpo.harness.run.checkpoints import load_adapter
 
@@ -484,7 +461,7 @@ def report(records: list[dict], methods, settings: dict, args) -> dict:
     seconds = statistics.mean(rec["seconds"]["batch"] for rec in records) if records else math.nan
     doc = {"settings": {**settings, "batches": len(records)}, "rows": rows, "paired": paired,
            "flat_batches": sum(rec["flat"] for rec in records), "seconds_per_batch": seconds,
-           "command": "python benchmarks/experiments/one_step.py " + " ".join(sys.argv[1:]),
+           "command": command("benchmarks.experiments.one_step", sys.argv[1:]),
            "pool_means": {r: statistics.mean([rec["pool_means"][r] for rec in records if r in rec["pool_means"]] or [math.nan])
                           for r in rewards}}
     print(f"\n{len(records)} batches ({doc['flat_batches']} where every group scored every reward alike), "
@@ -499,9 +476,7 @@ def report(records: list[dict], methods, settings: dict, args) -> dict:
     for p in paired:
         print(f"  {p['a']} - {p['b']:<15} {p['reward']:<20} {p['mean']:+.5f}  [{p['low']:+.5f}, {p['high']:+.5f}]"
               f"  {verdict(p)}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    doc = write_result(args.json, "one-step", doc)
     if args.png and records:
         plot(rows, methods, rewards, Path(args.png),
              f"{settings['task']} on {settings['model']}: one step, {len(records)} batches")

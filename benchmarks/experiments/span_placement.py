@@ -22,7 +22,7 @@ This is a diagnostic, not a method: the spans are hand-written for toolcall's JS
 setting travels in the run's config into the process that trains, and everything else is
 `mrtpo train` unchanged.
 
-    python benchmarks/experiments/span_placement.py [--seeds 0,1,2] [--lambdas 1] [--threads 1]
+    python -m benchmarks.experiments.span_placement [--seeds 0,1,2] [--lambdas 1] [--threads 1]
         [--out benchmarks/out/learning] [--compare gdpo,mrtpo] [--steps N] [--json PATH]
 
 Runs go to <out>/runs/toolcall/mrtpo-spans[-lambda<L>]/seed<k>/ (resumable, locked, as in
@@ -32,15 +32,14 @@ trains those too when they are missing).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))
-
-import learning  # noqa: E402  (benchmarks/learning/learning.py)
+from benchmarks.learning import learning  # the learning curves' summary
+from benchmarks.lib.runs import ALL_METHODS, run_one
+from benchmarks.lib.results import command, write_result
 
 
 def paired_changes(curves: dict, base: str, steps: int) -> dict[str, dict[str, list[float]]]:
@@ -104,15 +103,16 @@ def main() -> None:
     span_methods = []
     for lam in [float(x) for x in args.lambdas.split(",")]:
         name = "mrtpo-spans" if lam == 1 else f"mrtpo-spans-lambda{lam:g}"
-        learning.ALL_METHODS[name] = {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": lam,
-                                      "mrtpo_weights": "spans"}
+        # the runs read their fields from this table (benchmarks/lib/runs.py)
+        ALL_METHODS[name] = {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": lam,
+                             "mrtpo_weights": "spans"}
         span_methods.append(name)
     out = Path(args.out)
     print(f"settings {settings}; seeds {seeds}; load average {os.getloadavg()[0]:.1f}", flush=True)
     t0 = time.perf_counter()
-    histories = {m: [learning.run_one(out, "toolcall", m, s, settings) for s in seeds]
+    histories = {m: [run_one(out, "toolcall", m, s, settings) for s in seeds]
                  for m in args.compare.split(",") if m}
-    histories.update({m: [learning.run_one(out, "toolcall", m, s, settings) for s in seeds]
+    histories.update({m: [run_one(out, "toolcall", m, s, settings) for s in seeds]
                       for m in span_methods})
     keys = learning.reward_keys([h for hs in histories.values() for h in hs])
     curves = {m: {k: [learning.series(h, k) for h in hs] for k in keys} for m, hs in histories.items()}
@@ -124,9 +124,10 @@ def main() -> None:
         for key, diffs in by_key.items():
             mean = sum(diffs) / len(diffs)
             print(f"  {key:<18} mean {mean:+.3f}; seeds " + " ".join(f"{d:+.3f}" for d in diffs))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"settings": settings, "seeds": seeds, "rows": rows,
-                                               "paired_change_minus_" + base: paired}, indent=1) + "\n")
+    write_result(args.json, "span-placement", {"settings": settings, "seeds": seeds, "rows": rows,
+                                               "paired_change_minus_" + base: paired,
+                                               "command": command("benchmarks.experiments.span_placement",
+                                                                  sys.argv[1:])})
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 

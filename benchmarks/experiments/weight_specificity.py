@@ -20,7 +20,7 @@ other reward's) of three weightings of the same distances:
 With `--control`, the same figures on a random-init model of the same shape (lifts about 1
 say the weighting itself invents no specificity). Nothing here changes training.
 
-    python benchmarks/experiments/weight_specificity.py --model smollm2-135m \
+    python -m benchmarks.experiments.weight_specificity --model smollm2-135m \
         [--tasks toolcall,text2sql,instruct] [--limit 10] [--control] [--json OUT]
 
 The toolcall and text2sql tasks get `demo=true` on SmolLM2 (its train defaults), as the probe
@@ -33,6 +33,8 @@ import math
 import time
 
 import torch
+
+from benchmarks.lib.results import command, write_result
 
 
 def paper(q: torch.Tensor) -> torch.Tensor:
@@ -136,16 +138,13 @@ def main() -> None:
     note = (f"(reward, response) pairs a weighting leaves no mass, so weight 1 everywhere: "
             + ", ".join(f"{w} {n}" for w, n in flats.items()) + f" (of {pairs} with a non-zero distance)")
     print(note)
-    if args.json:
-        from mrtpo.textio import strict_json
-
-        with open(args.json, "w") as fh:
-            fh.write(strict_json({"schema": "mrtpo.table/1", "section": "probe", "model": args.model,
-                       "title": f"specificity of three weightings of the same distances, {args.limit} examples per task",
-                       "command": "python benchmarks/experiments/weight_specificity.py --model "
-                                  f"{args.model} --tasks {args.tasks} --limit {args.limit}"
-                                  + (" --control" if args.control else ""),
-                       "columns": columns, "rows": table, "notes": [note], "figures": rows}, indent=1) + "\n")
+    write_result(args.json, "table", {
+        "section": "probe", "model": args.model,
+        "title": f"specificity of three weightings of the same distances, {args.limit} examples per task",
+        "command": command("benchmarks.experiments.weight_specificity",
+                           ["--model", args.model, "--tasks", args.tasks, "--limit", str(args.limit)]
+                           + (["--control"] if args.control else [])),
+        "columns": columns, "rows": table, "notes": [note], "figures": rows}, strict=True)
 
 
 if __name__ == "__main__":

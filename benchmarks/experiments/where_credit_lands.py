@@ -25,7 +25,7 @@ It trains the run itself (`mrtpo train --lora` through the CLI, MRTPO, every com
 a step that logs replays every reward on every completion, credited or not, so a reward rarely
 credited, like text2sql's `result`, is measured too) unless --run names one:
 
-    python benchmarks/experiments/where_credit_lands.py --model smollm2-135m --task text2sql \\
+    python -m benchmarks.experiments.where_credit_lands --model smollm2-135m --task text2sql \\
         -o demo=true -o questions=single-table --steps 6 --threads 1 \\
         --json benchmarks/results/where-credit-lands-text2sql-smollm2-135m.json
 
@@ -42,6 +42,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.lib.results import command, declared, write_result
 
 # ------------------------------------------------------------------------------ kinds of token
 SQL_KEYWORDS = frozenset("""
@@ -232,7 +234,7 @@ def table_doc(fig: dict, task: str, model: str, command: str, steps: list[int]) 
                      "-" if r["gini"] is None else f"{r['gini']:.2f}",
                      "-" if r["effective_token_ratio"] is None else f"{r['effective_token_ratio']:.2f}"] + cells)
     corr = "; ".join(f"{c['a']}-{c['b']} {c['mean']:+.2f}" for c in fig["correlation"] if c["mean"] is not None)
-    return {"schema": "mrtpo.table/1", "section": "one-step",
+    return declared("table", {"section": "one-step",
             "title": f"Where each reward's weight lands on the policy's own samples, {task}",
             "model": model, "command": command,
             "columns": ["reward", "responses", "mean distance (of largest)", "Gini", "effective tokens"]
@@ -242,7 +244,7 @@ def table_doc(fig: dict, task: str, model: str, command: str, steps: list[int]) 
                       "each reward's weight share per kind of token beside the kind's share of the tokens; lift = "
                       "weight share / token share (1: no preference)",
                       f"correlation of two rewards' distances over a response's tokens (mean over responses): {corr}"],
-            "figures": fig}
+            "figures": fig})
 
 
 # ------------------------------------------------------------------------------ main
@@ -294,8 +296,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from mrtpo.credit.records import read_run
-    from mrtpo.textio import strict_json, write_atomic
-
     t0 = time.perf_counter()
     run_dir = Path(args.run) if args.run else Path(args.out) / args.task / f"seed{args.seed}"
     if args.run is None and not (run_dir / "completions.jsonl").is_file():
@@ -306,16 +306,15 @@ def main(argv: list[str] | None = None) -> dict:
     if not view.mrtpo or not any(r.distances for r in records):
         raise SystemExit(f"{run_dir}: the run logged no distances (train it with MRTPO on)")
     fig = figures(records, task)
-    command = shlex.join(["python", "benchmarks/experiments/where_credit_lands.py",
-                          *(sys.argv[1:] if argv is None else argv)])
-    doc = table_doc(fig, task, view.model or args.model, command, view.steps)
+    doc = table_doc(fig, task, view.model or args.model,
+                    command("benchmarks.experiments.where_credit_lands", sys.argv[1:] if argv is None else argv,
+                            quoted=True), view.steps)
     print(f"\n== {doc['title']} ({fig['responses']} completions)")
     for row in [doc["columns"], *doc["rows"]]:
         print(" | ".join(str(c) for c in row))
     print(doc["notes"][1])
     out = Path(args.json) if args.json else Path(args.out) / f"where-credit-lands-{task}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, strict_json(doc, indent=1) + "\n")
+    doc = write_result(out, "table", doc, strict=True)
     print(f"results: {out}; {time.perf_counter() - t0:.0f} s")
     return doc
 

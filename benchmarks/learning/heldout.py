@@ -3,10 +3,10 @@
 MRTPO (on GDPO), GDPO, and a control, MRTPO with its token weights shuffled within each
 response (`mrtpo-shuffled`, `mrtpo_weights: shuffled`: the weights' distribution without their
 placement), train the same policy with the same settings for each seed, each run in a fresh
-process through the real entry point (learning.py's `run_one`, `mrtpo.harness.train`). A seed
-fixes the LoRA's initialisation, the prompts of every step and every completion's sampling
-seed, so the methods' runs of one seed are paired: they start alike and differ in where the
-credit lands. Every run measures the task's official metric (`mrtpo eval`'s numbers: execution
+process through the real entry point (benchmarks/lib/runs.py's `run_one`,
+`mrtpo.harness.train`). A seed fixes the LoRA's initialisation, the prompts of every step and
+every completion's sampling seed, so the methods' runs of one seed are paired: they start alike
+and differ in where the credit lands. Every run measures the task's official metric (`mrtpo eval`'s numbers: execution
 accuracy for text2sql, AST accuracy for toolcall, IFEval's for instruct) greedily on the same
 held-out examples, never trained on, before step 1, every --heldout-every steps and after the
 last (`mrtpo train --heldout N --heldout-every K`: heldout.json's `_curve`, with each
@@ -15,16 +15,18 @@ example's value). Held-out figures, not training-reward means, are what it compa
 It prints, per metric and method, the held-out curve (the mean over seeds at each measured
 step) and, per pair of methods (mrtpo - gdpo, mrtpo - mrtpo-shuffled, mrtpo-shuffled - gdpo),
 the paired difference after the last step with a 95% interval and each seed's difference. The
-interval is a paired bootstrap over seeds and held-out examples (`paired_bootstrap`): each of
-10,000 resamples draws the seeds with replacement and, independently, the held-out examples
-with replacement (one draw shared by the seeds, which all measure the same examples), and takes
-the mean of the per-example differences (a's value minus b's, same seed, same example) over
-what it drew; the interval holds the central 95% of those means (percentile method). With 3
-seeds the seed draw is coarse, so each seed's difference is reported beside it. It writes
+interval is a paired bootstrap over seeds and held-out examples (benchmarks/lib/stats.py's
+`paired_bootstrap`): each of 10,000 resamples draws the seeds with replacement and,
+independently, the held-out examples with replacement (one draw shared by the seeds, which all
+measure the same examples), and takes the mean of the per-example differences (a's value minus
+b's, same seed, same example) over what it drew; the interval holds the central 95% of those
+means (percentile method). With 3 seeds the seed draw is coarse, so each seed's difference is
+reported beside it. It writes
 (--json, else <out>/summary.json):
 
-    {"command", "settings": {"model", "task", "task_args", "seeds": [0, 1, 2], "steps", "heldout",
-                             "heldout_every", "heldout_examples", "heldout_source", "methods", ...},
+    {"schema": "mrtpo.learning-heldout/1" (its kind, for the results page), "command",
+     "settings": {"model", "task", "task_args", "seeds": [0, 1, 2], "steps", "heldout",
+                  "heldout_every", "heldout_examples", "heldout_source", "methods", ...},
      "metric": the headline metric, "interval": how the intervals were made,
      "curves": {method: {metric: {"steps": [0, 25, ...], "mean": [...], "per_seed": [[...], ...]}}},
      "paired": [{"a", "b", "reward": metric, "mean", "low", "high", "per_seed": [...], "step",
@@ -40,7 +42,7 @@ bundled single-table set (`-o questions=single-table`: 430 rows, the last 102 he
 scores execution accuracy 0.04 on them before training) or Spider (data_cards/spider.md, with
 --data and --eval-data: held out are the first --heldout rows of --eval-data):
 
-    python benchmarks/learning/heldout.py --model smollm2-135m --task text2sql -o demo=true \\
+    python -m benchmarks.learning.heldout --model smollm2-135m --task text2sql -o demo=true \\
         -o questions=single-table --steps 100 --heldout 100 --heldout-every 25 --threads 2 \\
         --json benchmarks/results/learning-heldout-text2sql-smollm2-135m.json
 
@@ -65,59 +67,24 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
-import learning  # beside this script: the runs, their settings and flags
+from benchmarks.lib.results import command, write_result
+from benchmarks.lib.runs import (ALL_METHODS, Run, add_train_flags, model_settings, named, read_kept, read_provenance,
+                                 run_or_read)
+from benchmarks.lib.stats import LEVEL, RESAMPLES, paired_bootstrap
 
+#: the kind its results file declares (benchmarks/results_page.py renders it by that)
+KIND = "learning-heldout"
 METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
 PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"),
          ("mrtpo", "mrtpo-single"), ("mrtpo-single", "gdpo"))  # a - b
-LEVEL, RESAMPLES = 0.95, 10_000
-KEPT_FILES = ("config.yaml", "metrics.jsonl", "heldout.json")  # what a kept run holds (no checkpoints)
-PROVENANCE = "provenance.json"  # beside them: the commit and CPU a kept run finished on
 
 
-# ------------------------------------------------------------------------------ statistics
-def paired_bootstrap(diffs: Sequence[Sequence[float]], level: float = LEVEL, resamples: int = RESAMPLES,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of the paired differences `diffs[s][e]` (seed s, held-out
-    example e: one method's value minus another's on the same example, same seed, same step)
-    and its percentile bootstrap interval at `level`.
-
-    Each resample draws the S seeds with replacement and, independently, the E examples with
-    replacement (one draw of examples for every seed drawn: the seeds measure the same
-    examples), and takes the mean difference over the drawn seeds x examples, counting each as
-    often as it was drawn. NaN (a metric that does not apply to an example) is left out of every
-    mean. The interval holds the central `level` of the resampled means. Pure: the same input
-    and `seed` give the same interval; differences that are all equal give a zero-width
-    interval at their value. Raises ValueError unless `diffs` is a non-empty S x E table."""
-    import numpy as np
-
-    d = np.asarray(diffs, dtype=float)  # [S, E]
-    if d.ndim != 2 or d.size == 0:
-        raise ValueError(f"expected a non-empty seeds x examples table of differences, got shape {d.shape}")
-    valid = ~np.isnan(d)  # [S, E]
-    if not valid.any():
-        return math.nan, math.nan, math.nan
-    values = np.where(valid, d, 0.0)  # [S, E]
-    mean = float(values.sum() / valid.sum())
-    if np.all(d[valid] == d[valid][0]):  # no spread to resample (exactly, without rounding residue)
-        return mean, mean, mean
-    rng = np.random.default_rng(seed)
-    n_seeds, n_examples = d.shape
-    seeds_drawn = rng.multinomial(n_seeds, [1 / n_seeds] * n_seeds, size=resamples)  # [R, S] draw counts
-    examples_drawn = rng.multinomial(n_examples, [1 / n_examples] * n_examples, size=resamples)  # [R, E]
-    totals = np.einsum("rs,se,re->r", seeds_drawn, values, examples_drawn)  # [R]
-    counts = np.einsum("rs,se,re->r", seeds_drawn, valid.astype(float), examples_drawn)  # [R]
-    means = totals[counts > 0] / counts[counts > 0]
-    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return mean, float(low), float(high)
-
-
+# ------------------------------------------------------------------------------ pairs
 def pairs_of(methods: Sequence[str]) -> list[tuple[str, str]]:
     """The (a, b) pairs compared as a - b: those of PAIRS whose methods ran, then every other
     pair of the methods (the later one minus the earlier one)."""
@@ -132,101 +99,6 @@ def pairs_of(methods: Sequence[str]) -> list[tuple[str, str]]:
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None and not math.isnan(x)]
     return sum(xs) / len(xs) if xs else None
-
-
-# ------------------------------------------------------------------------------ runs
-class Run(NamedTuple):
-    """One finished run read back: its held-out curve and its training metrics."""
-
-    method: str
-    seed: int
-    curve: list[dict]  # heldout.json's points: {"step", metric: value, "_per_example": {...}}
-    example_ids: list[str]
-    history: list[dict]  # metrics.jsonl, one record per step
-
-    def point(self, step: int) -> dict | None:
-        return next((p for p in self.curve if p["step"] == step), None)
-
-
-def read_run(run_dir: Path, method: str, seed: int, steps: int) -> Run:
-    """The run in `run_dir` (a training run or a kept copy), up to `steps`."""
-    from mrtpo.harness.run import heldout
-
-    doc = heldout.read(run_dir)
-    return Run(method, seed, [p for p in heldout.curve(doc) if p["step"] <= steps],
-               list(doc.get("_example_ids") or []), learning._read(run_dir / "metrics.jsonl")[:steps])
-
-
-def provenance() -> dict:
-    """{"commit": the short HEAD of this checkout (None outside git), "cpu": the processor's
-    name with its family and model}: what a kept run says it finished on (float rounding,
-    hence greedy near-ties, follow the code and the CPU)."""
-    import subprocess
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip() or None
-    info: dict[str, str] = {}
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "cpu family", "model") and key.strip() not in info:
-                info[key.strip()] = value.strip()
-    except OSError:
-        pass
-    cpu = info.get("model name", "unknown CPU")
-    if "cpu family" in info:
-        cpu += f" (family {info['cpu family']}, model {info.get('model', '?')})"
-    return {"commit": commit, "cpu": cpu}
-
-
-def keep(run_dir: Path, kept: Path) -> None:
-    """Copy a run's record (KEPT_FILES) to `kept`, each file whole or not at all (a finished run's;
-    gpu.py also keeps the runs its budget stopped, to compare them where they all got to), with
-    its PROVENANCE."""
-    import json
-
-    from mrtpo.textio import write_atomic
-
-    kept.mkdir(parents=True, exist_ok=True)
-    for name in KEPT_FILES:
-        if (run_dir / name).is_file():
-            write_atomic(kept / name, (run_dir / name).read_text(encoding="utf-8"))
-    write_atomic(kept / PROVENANCE, json.dumps(provenance()) + "\n")
-
-
-def read_provenance(kept_root: Path | None, method: str, seed: int) -> dict | None:
-    """A kept run's PROVENANCE, None when it has none (runs kept before it was written)."""
-    import json
-
-    path = kept_root / method / f"seed{seed}" / PROVENANCE if kept_root is not None else None
-    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
-
-
-def read_kept(kept_root: Path, task: str, method: str, seed: int, settings: dict) -> Run | None:
-    """The kept copy of (method, seed) when it finished with these settings, else None."""
-    kept = kept_root / method / f"seed{seed}"
-    if learning.finished(kept, settings["steps"], measured=True) is None:
-        return None
-    learning.check_settings(kept, learning.run_config(kept, task, method, seed, settings))
-    return read_run(kept, method, seed, settings["steps"])
-
-
-def run_or_read(out: Path, kept_root: Path | None, task: str, method: str, seed: int, settings: dict,
-                threads: int | None, measure) -> Run:
-    """One (method, seed): read back from its kept copy when that finished with these settings
-    (an earlier session's), else trained or read back from <out> (learning.run_one, which
-    resumes an interrupted run) and then kept."""
-    steps = settings["steps"]
-    done = read_kept(kept_root, task, method, seed, settings) if kept_root is not None else None
-    if done is not None:
-        return done
-    kept = kept_root / method / f"seed{seed}" if kept_root is not None else None
-    learning.run_one(out, task, method, seed, settings, threads, measure)
-    run_dir = learning.run_dir_of(out, task, method, seed)
-    if kept is not None:
-        keep(run_dir, kept)
-        print(f"  kept {method} seed {seed} in {kept}: commit it", flush=True)
-    return read_run(run_dir, method, seed, steps)
 
 
 # ------------------------------------------------------------------------------ summary
@@ -372,12 +244,12 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_task_flags(ap)
     ap.add_argument("--methods", default=",".join(METHODS),
-                    help=f"comma-separated, of {', '.join(learning.ALL_METHODS)}")
+                    help=f"comma-separated, of {', '.join(ALL_METHODS)}")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--heldout", type=int, default=100, help="held-out examples every run is measured on")
     ap.add_argument("--heldout-every", type=int, default=25, help="measure them every N steps (and at 0 and the end)")
-    learning.add_train_flags(ap, save_every=5)
+    add_train_flags(ap, save_every=5)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="benchmarks/out/learning-heldout", help="where the runs train")
     ap.add_argument("--kept-only", action="store_true",
@@ -390,12 +262,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run_settings(args: argparse.Namespace, model_path: str) -> dict:
-    """The settings every run trains with: the model's (learning.model_settings), the task
+    """The settings every run trains with: the model's (runs.model_settings), the task
     options, the data, the held-out measurement, and a checkpoint every --save-every steps
     (the newest kept) so that an interrupted run resumes near where it stopped."""
     from mrtpo.tasks.options import read_options
 
-    settings = learning.model_settings(args.model, args, task=args.task)
+    settings = model_settings(args.model, args, task=args.task)
     settings.update(model=model_path, steps=args.steps, lora=True,
                     task_args={**settings.get("task_args", {}), **read_options(args.options)},
                     data=args.data, eval_data=args.eval_data, heldout=args.heldout, heldout_every=args.heldout_every,
@@ -424,9 +296,9 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
     (default: the official one, mrtpo.evaluation.heldout.measure)."""
     args = parser().parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in learning.ALL_METHODS]
+    unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
-        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(learning.ALL_METHODS)}")
+        parser().error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(ALL_METHODS)}")
     if args.heldout < 1 or args.steps < 1 or args.heldout_every < 0:
         parser().error("--heldout and --steps must be >= 1, --heldout-every >= 0")
     seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -459,8 +331,8 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
                     for s in seeds] for m in methods}
     metrics = metrics_of([r for rs in runs.values() for r in rs])
     summary = {
-        "command": shlex.join(["python", "benchmarks/learning/heldout.py", *(sys.argv[1:] if argv is None else argv)]),
-        "settings": {**settings, "model": learning._named(args.model, settings["model"]), "model_name": args.model,
+        "command": command("benchmarks.learning.heldout", sys.argv[1:] if argv is None else argv, quoted=True),
+        "settings": {**settings, "model": named(args.model, settings["model"]), "model_name": args.model,
                      "task": args.task, "seeds": seeds, "methods": methods, "heldout_examples": n_held,
                      "heldout_source": source},
         "metric": metrics[0] if metrics else None,
@@ -474,10 +346,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
         "provenance": {m: {str(r.seed): read_provenance(kept_root, m, r.seed) for r in rs} for m, rs in runs.items()},
     }
     table(args.task, summary)
-    from mrtpo.textio import strict_json, write_atomic
-
-    results.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(results, strict_json(summary, indent=1) + "\n")
+    summary = write_result(results, KIND, summary, strict=True)
     png = results.with_suffix(".png") if args.json else out / "heldout.png"
     if plot(summary, png):
         print(f"\nplot: {png}")

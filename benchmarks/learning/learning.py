@@ -9,7 +9,7 @@ halfway from the common start (all methods' first tenth) to the maximum 1. It sa
 the curves with seed bands (min..max over seeds) when matplotlib is installed (the `plot`
 extra). Nothing is asserted: these are measured figures.
 
-    python benchmarks/learning/learning.py [--tasks toolcall,text2sql,instruct] [--seeds 0,1,2]
+    python -m benchmarks.learning.learning [--tasks toolcall,text2sql,instruct] [--seeds 0,1,2]
         [--steps N] [--out benchmarks/out/learning] [--threads N] [--quick]
 
 Runs go to <out>/runs/<task>/<method>/seed<k>/, each trained in a fresh process; a finished run
@@ -20,165 +20,21 @@ other than the task, method and seed are the built-in policy's as the recorded e
 them (`mrtpo.models.builtin.EXPERIMENT_DEFAULTS`), overridable with the flags below; the model
 is `mrtpo-tiny` unless --model names another, as when these results were first recorded.
 
-heldout.py (beside this script) draws held-out learning curves with the same runs: its runs
-also measure held-out examples (`--heldout`, `--heldout-every`), and it shares `run_one`.
+heldout.py (beside this script) draws held-out learning curves with the same runs
+(benchmarks/lib/runs.py: the methods, the settings, `run_one`): its runs also measure held-out
+examples (`--heldout`, `--heldout-every`).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 import time
 from pathlib import Path
 
-METHODS = {  # name -> TrainConfig fields
-    "grpo": {"advantage": "grpo", "saw": "off", "mrtpo": False},
-    "gdpo": {"advantage": "gdpo", "saw": "off", "mrtpo": False},
-    "gdpo+saw": {"advantage": "gdpo", "saw": "advantage", "mrtpo": False},
-    "mrtpo": {"advantage": "gdpo", "saw": "off", "mrtpo": True},
-}
-# further methods --methods can name (not run by default)
-EXTRA_METHODS = {
-    "mrtpo-lambda0.5": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_lambda": 0.5},
-    # controls: MRTPO's weights shuffled within each response; the task's own reward spans
-    "mrtpo-shuffled": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "shuffled"},
-    "mrtpo-spans": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "spans"},
-    # one contrast (P_all against P_none, every block left out) as every reward's weights
-    "mrtpo-single": {"advantage": "gdpo", "saw": "off", "mrtpo": True, "mrtpo_weights": "single"},
-}
-ALL_METHODS = {**METHODS, **EXTRA_METHODS}
-PATHS = ("model", "data", "eval_data")  # settings that name files: compared by name (check_settings)
-
-
-def run_dir_of(out: Path, task: str, method: str, seed: int) -> Path:
-    return out / "runs" / task / method / f"seed{seed}"
-
-
-def run_config(run_dir: Path, task: str, method: str, seed: int, settings: dict, resume: bool = False):
-    """The TrainConfig of one (task, method, seed): `settings` with the method's fields."""
-    from mrtpo.harness import TrainConfig
-
-    return TrainConfig(task=task, seed=seed, output_dir=str(run_dir), resume=resume,
-                       **ALL_METHODS[method], **settings)
-
-
-def finished(run_dir: Path, steps: int, measured: bool = False) -> list[dict] | None:
-    """The run's first `steps` metrics records when it reached `steps` (and, with `measured`,
-    holds its held-out measurement after the last step), else None."""
-    from mrtpo.harness.run import heldout
-
-    done = _read(run_dir / "metrics.jsonl")
-    if len(done) < steps or (measured and not heldout.measured(heldout.read(run_dir), steps)):
-        return None
-    return done[:steps]
-
-
-def check_settings(run_dir: Path, cfg) -> None:
-    """Stop, naming the differences, when `run_dir` holds a run trained with other settings than
-    `cfg` (a rerun with other flags on the same --out would mix runs or resume one under other
-    settings). Paths (the model, the data) are compared by their last part, which another
-    machine or checkout keeps (a built-in policy's build is `<name>-<fingerprint>`); what a
-    resumed run may change (mrtpo.harness.config.RESUMABLE) is not compared."""
-    from mrtpo.harness.config import RESUMABLE, ConfigError, read_yaml
-
-    def comparable(key: str, value):
-        return Path(str(value)).name if key in PATHS and value is not None else value
-
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        return
-    try:
-        saved = read_yaml(path)
-    except ConfigError as exc:
-        raise SystemExit(f"{exc}; remove {run_dir} to train it afresh") from None
-    given = cfg.to_dict()
-    diffs = [f"{k}: saved {saved[k]!r}, now {given[k]!r}" for k in sorted(saved)
-             if k in given and k not in RESUMABLE and comparable(k, saved[k]) != comparable(k, given[k])]
-    if diffs:
-        raise SystemExit(f"{run_dir} holds a run with other settings ({'; '.join(diffs)}); give another --out "
-                         "(or remove that run) to train with these")
-
-
-def run_one(out: Path, task: str, method: str, seed: int, settings: dict, threads: int | None = None,
-            measure=None) -> list[dict]:
-    """Train one (task, method, seed), or read it back when it already finished.
-
-    With `measure` (the held-out metric, `mrtpo.evaluation.heldout.measure`; a module-level
-    function, as the spawned trainer receives it pickled) the run measures its held-out
-    examples (`settings["heldout"]`, `heldout_every`), and it has finished only once it holds
-    the measurement after its last step.
-
-    The run directory is locked while it is read (as `mrtpo train` locks it): a second copy
-    of the benchmark started on the same --out is refused instead of deleting this one's run.
-    The run itself trains in a fresh process (`train_apart`), which takes the lock again."""
-    from mrtpo.harness.run.lock import LOCK_NAME, RunLock
-
-    run_dir = run_dir_of(out, task, method, seed)
-    measured = measure is not None and bool(settings.get("heldout"))
-    with RunLock(run_dir):
-        check_settings(run_dir, run_config(run_dir, task, method, seed, settings))
-        done = finished(run_dir, settings["steps"], measured)
-        if done is not None:
-            return done
-        done = _read(run_dir / "metrics.jsonl")
-        resume = (run_dir / "config.yaml").is_file() and any(run_dir.glob("checkpoints/step-*"))
-        if not resume:  # a run that died before its first checkpoint: start it afresh
-            import shutil
-
-            for p in run_dir.iterdir():
-                if p.name != LOCK_NAME:
-                    shutil.rmtree(p) if p.is_dir() else p.unlink()
-    cfg = run_config(run_dir, task, method, seed, settings, resume=resume)
-    t0 = time.perf_counter()
-    train_apart(cfg, threads, measure)
-    history = _read(run_dir / "metrics.jsonl")
-    print(f"  ran {task} {method} seed {seed}: {len(history) - len(done) if resume else len(history)} steps in "
-          f"{time.perf_counter() - t0:.0f} s", flush=True)
-    return history[: settings["steps"]]
-
-
-def train_apart(cfg, threads: int | None = None, measure=None) -> None:
-    """`mrtpo.harness.train(cfg, measure=measure)` in a fresh (spawned) process, with `threads`
-    torch threads.
-
-    One process per run: a process that has trained a model keeps gigabytes it no longer
-    uses, and the next run's verifier workers, forked from it, held a copy of them (about
-    5 GB each run on SmolLM2-135M, against 0.1 GB forked from a fresh process), so that two
-    runs side by side ran out of 24 GB. A run that fails stops the benchmark; rerunning it
-    resumes from the run's last checkpoint."""
-    import multiprocessing as mp
-
-    from mrtpo.harness import train
-
-    before = os.environ.get("OMP_NUM_THREADS")
-    if threads:
-        os.environ["OMP_NUM_THREADS"] = str(threads)  # the child's torch reads it at start
-    try:
-        proc = mp.get_context("spawn").Process(target=train, args=(cfg,), kwargs={"measure": measure})
-        proc.start()
-    finally:
-        if threads:
-            if before is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = before
-    proc.join()
-    if proc.exitcode != 0:
-        raise SystemExit(f"the run in {cfg.output_dir} failed (its process exited with code {proc.exitcode}); "
-                         "rerun the benchmark to resume it from its last checkpoint")
-
-
-def _named(name: str, path: str) -> str:
-    """The model as the results files name it: `name (path)` when a built-in name resolved."""
-    return name if str(path) == name else f"{name} ({path})"
-
-
-def _read(path: Path) -> list[dict]:
-    from mrtpo.harness.run.files import JsonlLog
-
-    return JsonlLog(path).read()  # a torn last line (a run killed mid-write) is dropped
+from benchmarks.lib.results import command, write_result
+from benchmarks.lib.runs import ALL_METHODS, EXTRA_METHODS, METHODS, add_train_flags, model_settings, named, run_one
 
 
 def reward_keys(histories: list[list[dict]]) -> list[str]:
@@ -299,35 +155,6 @@ def plot(all_curves: dict, steps: int, path: Path) -> bool:
     return True
 
 
-def add_train_flags(ap: argparse.ArgumentParser, save_every: int = 0) -> None:
-    """The training settings both learning scripts take (None: the model's own, see model_settings)."""
-    ap.add_argument("--batch-prompts", type=int, default=None)
-    ap.add_argument("--num-generations", type=int, default=None)
-    ap.add_argument("--max-new-tokens", type=int, default=None)
-    ap.add_argument("--lr", type=float, default=None)
-    ap.add_argument("--save-every", type=int, default=save_every,
-                    help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
-
-
-def model_settings(model: str, args: argparse.Namespace, task: str | None = None) -> dict:
-    """The training settings of every run: a built-in policy's (by name or built directory) as the
-    recorded experiments had them (`EXPERIMENT_DEFAULTS`), less the task, then the flags of
-    add_train_flags that were given. With `task`, the policy's task options are kept only when
-    they are for that task (SmolLM2's `demo` is its toolcall setting); without, as the recorded
-    learning results had them."""
-    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, builtin_name
-
-    settings = dict(EXPERIMENT_DEFAULTS.get(builtin_name(model) or "", {}))
-    own_task = settings.pop("task", None)
-    if task is not None and own_task != task:
-        settings.pop("task_args", None)
-    settings.update({k: v for k, v in {"steps": args.steps, "batch_prompts": args.batch_prompts,
-                                       "num_generations": args.num_generations,
-                                       "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
-                     if v is not None})
-    return settings
-
-
 def parser() -> argparse.ArgumentParser:
     from mrtpo.models.builtin import TINY_MODEL
 
@@ -389,13 +216,13 @@ def main() -> None:
     # results file keeps what its table and plot were made from
     curves_out = {t: {m: {k: [[None if math.isnan(v) else v for v in s] for s in runs] for k, runs in by_key.items()}
                       for m, by_key in c.items()} for t, c in all_curves.items()}
-    (out / "summary.json").write_text(json.dumps({
-        "command": " ".join(["python benchmarks/learning/learning.py", *sys.argv[1:]]),
-        "settings": {**settings, "model": _named(args.model, settings["model"]), "model_name": args.model},
+    write_result(out / "summary.json", "learning", {
+        "command": command("benchmarks.learning.learning", sys.argv[1:]),
+        "settings": {**settings, "model": named(args.model, settings["model"]), "model_name": args.model},
         "seeds": seeds,
         "window": args.window or max(1, settings["steps"] // 10), "rows": rows,
         "seconds_per_run": next(iter(seconds.values())) if len(seconds) == 1 else seconds,
-        "curves": curves_out}, indent=1) + "\n")
+        "curves": curves_out})
     png = out / "learning.png"
     if plot(all_curves, settings["steps"], png):
         print(f"\nplot: {png}")

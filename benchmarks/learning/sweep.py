@@ -5,7 +5,7 @@ within its time budget: the held-out metric rises, and the training reward over 
 of the steps is above the first fifth, in every seed. This script trains one method (default
 MRTPO on GDPO) on one task for every learning rate (--lrs) and group shape (--shapes,
 PROMPTSxCOMPLETIONS) with each seed, each run in a fresh process through the real entry point
-(heldout.py's `run_or_read`: learning.py's `run_one`, `mrtpo.harness.train`), measuring the
+(benchmarks/lib/runs.py's `run_or_read` and `run_one`, `mrtpo.harness.train`), measuring the
 task's official metric greedily on --heldout held-out examples before step 1 and after the last
 (`mrtpo train --heldout N`). Nothing is asserted: the figures are measured, and reported
 whichever way they come out.
@@ -13,7 +13,7 @@ whichever way they come out.
 For each setting it prints and writes, per seed and as the mean over seeds:
 - the held-out headline metric (--metric, default the task's official one) before and after,
   and its change with a 95% paired bootstrap
-  interval over seeds and held-out examples (heldout.py's `paired_bootstrap` of each example's
+  interval over seeds and held-out examples (benchmarks/lib/stats.py's `paired_bootstrap` of each example's
   after - before, same seed);
 - the training reward's mean over the first and the last fifth of the steps;
 - whether both rose in every seed (`rises_every_seed`), and the seconds a run's steps took;
@@ -40,7 +40,7 @@ raises `executes` to 1 and execution accuracy not at all. The results file (--js
 The sweep that chose SmolLM2's first-command default (text2sql with the worked example, on the
 bundled single-table questions):
 
-    python benchmarks/learning/sweep.py --model smollm2-135m --task text2sql -o demo=true \\
+    python -m benchmarks.learning.sweep --model smollm2-135m --task text2sql -o demo=true \\
         -o questions=single-table --lrs 5e-5,2e-4,3e-4,5e-4,1e-3 --shapes 2x4 --seeds 0,1,2 \\
         --steps 20 --heldout 32 --metric executes --threads 1 --json benchmarks/results/sweep-first-command-text2sql-smollm2-135m.json
 
@@ -53,13 +53,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 
-import heldout  # beside this script: the runs, the kept copies and the paired bootstrap
-import learning
+from benchmarks.learning import heldout  # beside this script: its flags, settings and held-out split
+from benchmarks.lib.results import command, write_result
+from benchmarks.lib.runs import ALL_METHODS, Run, finished, named, run_or_read
+from benchmarks.lib.stats import LEVEL, RESAMPLES, paired_bootstrap
 
 #: the seeds a setting needs before it can be chosen (fewer: it has not finished its seeds)
 MIN_SEEDS = 3
@@ -95,7 +96,7 @@ def fifths(history: list[dict], key: str = "reward") -> tuple[float | None, floa
     return fifth_means([r[key] if isinstance(r.get(key), (int, float)) else None for r in history])
 
 
-def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
+def summarise(runs: list[Run], metric: str, steps: int) -> dict:
     """One setting's row (without its name): held-out before/after with the paired interval of the
     change, the training reward's first and last fifth, per seed and as means over seeds."""
     per_seed, diffs = [], []
@@ -108,7 +109,7 @@ def summarise(runs: list[heldout.Run], metric: str, steps: int) -> dict:
         xa = (after.get("_per_example") or {}).get(metric)
         if xb is not None and xa is not None:
             diffs.append([float("nan") if b is None or a is None else a - b for a, b in zip(xa, xb)])
-    change, low, high = heldout.paired_bootstrap(diffs) if len(diffs) == len(runs) and diffs else (None,) * 3
+    change, low, high = paired_bootstrap(diffs) if len(diffs) == len(runs) and diffs else (None,) * 3
     rises = all(s["before"] is not None and s["after"] is not None and s["after"] > s["before"]
                 and s["train_first"] is not None and s["train_last"] is not None
                 and s["train_last"] > s["train_first"] for s in per_seed)
@@ -168,7 +169,7 @@ def table(summary: dict) -> None:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     heldout.add_task_flags(ap)
-    ap.add_argument("--method", default="mrtpo", help=f"one of {', '.join(learning.ALL_METHODS)}")
+    ap.add_argument("--method", default="mrtpo", help=f"one of {', '.join(ALL_METHODS)}")
     ap.add_argument("--metric", default=None,
                     help="the held-out headline metric that must rise in every seed (default: the task's official "
                          "metric); the official metric still ranks the settings where it rises")
@@ -195,8 +196,8 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
     returns. `measure` is the held-out metric handed to the spawned trainers (default: the
     official one, mrtpo.evaluation.heldout.measure)."""
     args = parser().parse_args(argv)
-    if args.method not in learning.ALL_METHODS:
-        parser().error(f"unknown method {args.method}; known: {', '.join(learning.ALL_METHODS)}")
+    if args.method not in ALL_METHODS:
+        parser().error(f"unknown method {args.method}; known: {', '.join(ALL_METHODS)}")
     try:
         lrs = [float(x) for x in args.lrs.split(",") if x.strip()]
     except ValueError:
@@ -213,7 +214,6 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
         torch.set_num_threads(args.threads)
     from mrtpo.evaluation.heldout import measure as official_measure
     from mrtpo.models.default import resolve_model
-    from mrtpo.textio import strict_json, write_atomic
 
     model_path = resolve_model(args.model)
     base = argparse.Namespace(**vars(args), lr=None, batch_prompts=None, num_generations=None,
@@ -234,12 +234,12 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
             kept = kept_root / name if kept_root else None
             if args.kept_only:  # a summary of what finished so far, training nothing
                 seeds_here = [s for s in seeds if kept is not None and
-                              learning.finished(kept / args.method / f"seed{s}", args.steps, measured=True) is not None]
+                              finished(kept / args.method / f"seed{s}", args.steps, measured=True) is not None]
                 if not seeds_here:
                     continue
             else:
                 seeds_here = seeds
-            runs = [heldout.run_or_read(out / name, kept, args.task, args.method, s, settings, args.threads,
+            runs = [run_or_read(out / name, kept, args.task, args.method, s, settings, args.threads,
                                         measure or official_measure) for s in seeds_here]
             official = official or (heldout.metrics_of(runs) or [None])[0]
             metric = args.metric or official
@@ -250,22 +250,20 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
             print(f"  {name}: {args.method} x {len(seeds_here)} seeds done ({time.perf_counter() - t0:.0f} s)", flush=True)
     shared = {k: v for k, v in common.items() if k not in ("lr", "batch_prompts", "num_generations")}
     summary = {
-        "schema": "mrtpo.sweep/1",
-        "command": shlex.join(["python", "benchmarks/learning/sweep.py", *(sys.argv[1:] if argv is None else argv)]),
-        "settings": {**shared, "model": learning._named(args.model, model_path), "model_name": args.model,
+        "command": command("benchmarks.learning.sweep", sys.argv[1:] if argv is None else argv, quoted=True),
+        "settings": {**shared, "model": named(args.model, model_path), "model_name": args.model,
                      "task": args.task, "method": args.method, "seeds": seeds, "lrs": lrs,
                      "shapes": [f"{p}x{c}" for p, c in shapes], "heldout_examples": n_held, "heldout_source": source},
         "metric": metric,
         "official_metric": official,
-        "interval": (f"{heldout.LEVEL:.0%} paired bootstrap of each held-out example's after - before over seeds "
-                     f"and examples ({heldout.RESAMPLES} resamples, percentile interval)"),
+        "interval": (f"{LEVEL:.0%} paired bootstrap of each held-out example's after - before over seeds "
+                     f"and examples ({RESAMPLES} resamples, percentile interval)"),
         "rows": rows,
         "chosen": choose(rows, official),
         "rule": RULE,
     }
     table(summary)
-    results.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(results, strict_json(summary, indent=1) + "\n")
+    summary = write_result(results, "sweep", summary, strict=True)
     print(f"results: {results}; total {time.perf_counter() - t0:.0f} s")
     return summary
 

@@ -21,13 +21,12 @@ completions are compared (compiled kernels round differently, so some may part a
 tokens). The ms per token are the medians over the runs after each setting's first. Printed as
 it goes; --json writes the figures.
 
-    python benchmarks/speed/decode_graphs.py                          # a CUDA GPU, ~2-3 minutes
-    python benchmarks/speed/decode_graphs.py --device cpu --quick     # the plumbing on CPU (no graphs there)
+    python -m benchmarks.speed.decode_graphs                          # a CUDA GPU, ~2-3 minutes
+    python -m benchmarks.speed.decode_graphs --device cpu --quick     # the plumbing on CPU (no graphs there)
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -36,9 +35,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # gpu.py and timing.py, beside this script
-from gpu import build_policy  # noqa: E402
-from timing import sync  # noqa: E402
+from benchmarks.lib.results import command, write_result
+from benchmarks.lib.setting import build_policy, loop_sampler
+from benchmarks.speed.timing import sync
 
 SMOLLM2_SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                      num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
@@ -61,7 +60,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.quick:
         args.batch_prompts, args.num_generations, args.max_new_tokens, args.repeats, args.batches = 2, 2, 8, 1, 2
-    from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
     from mrtpo.tasks import get_task
@@ -69,10 +67,10 @@ def main(argv: list[str] | None = None) -> dict:
     cuda = args.device.startswith("cuda")
     task = get_task("text2sql", demo=True)
     examples = task.load()[: args.batch_prompts * args.batches]
-    doc: dict = {"schema": "mrtpo.decode-graphs/1", "device": torch.cuda.get_device_name() if cuda else "cpu",
+    doc: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu",
                  "dtype": args.dtype, "shape": "quick" if args.quick else "SmolLM2-135M", "batch_rows":
                  args.batch_prompts * args.num_generations, "max_new_tokens": args.max_new_tokens, "runs": [],
-                 "command": "python benchmarks/speed/decode_graphs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+                 "command": command("benchmarks.speed.decode_graphs", sys.argv[1:] if argv is None else argv)}
     with tempfile.TemporaryDirectory(prefix="mrtpo-decode-") as tmp:
         build_policy(Path(tmp), QUICK_SHAPE if args.quick else SMOLLM2_SHAPE, "Llama", args.dtype)
         policy = load_policy(tmp, lora=True, device=args.device, dtype=args.dtype)
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
             t = time.perf_counter()
             r = sample(policy, task, batches[batch], args.num_generations, temperature=0.7,  # LoRA folded inside
                        max_new_tokens=args.max_new_tokens, compiled=compiled,
-                       logits_processor=[RowSeededSampling(0, 1, 0, 0.7, 1.0)])
+                       logits_processor=loop_sampler(0, 0.7))
             sync()
             seconds = time.perf_counter() - t
             tokens = max(len(x) for x in r.response_ids)
@@ -116,10 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     doc["same_first_tokens"] = sum(x[:8] == y[:8] for x, y in pairs)
     print(f"ms per new token: {doc['ms_per_token']}; compiled / eager {doc.get('ratio')}; same completions "
           f"{doc['same_completions']}/{len(pairs)} (first 8 tokens {doc['same_first_tokens']})", flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
+    return write_result(args.json, "decode-graphs", doc)
 
 
 if __name__ == "__main__":

@@ -11,61 +11,46 @@ does not change what is compared, only its masks: the rows' gradients differ by 
 whichever module draws them, so no gradient is compared here (tests/harness/fast/test_dropout.py
 tests the distribution).
 
-    python benchmarks/speed/dropout.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+    python -m benchmarks.speed.dropout [--model smollm2-135m] [--task text2sql] [-o demo=true]
         [--repeats 6] [--threads 2] [--json benchmarks/results/speed-dropout-smollm2-135m.json]
 """
 from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
 import torch
-from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings,
-                    timed, train_setup, write_result)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
+from benchmarks.lib.results import command, cpu_name, current_commit, write_result
+from benchmarks.lib.setting import (adapted_policy, parse_step_args, sample_batch, step_parser, step_settings,
+                                    train_setup)
+from benchmarks.lib.stats import t_interval
+from benchmarks.speed.timing import timed_update
 
 SETTINGS = ("off", "torch", "sparse")
 
 
 def main(argv: list[str] | None = None) -> dict:
     args, load = parse_step_args(step_parser(__doc__, repeats=6), argv)
-    from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.forward import token_logps
-    from mrtpo.harness.policy import load_policy
-    from mrtpo.harness.rollout import sample
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.default import resolve_model
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options)
     rate = cfg.lora_dropout if cfg.lora_dropout > 0 else 0.05
     policies = {}
-    for name in SETTINGS:
-        torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy three times
-        policies[name] = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r,
-                                     lora_alpha=cfg.lora_alpha, lora_dropout=0.0 if name == "off" else rate,
-                                     device="cpu", dtype="float32", sparse_dropout=name != "torch")
-        move_adapter(policies[name], args.seed)
+    for name in SETTINGS:  # the same policy three times (the same seed's adapter)
+        policies[name] = adapted_policy(args.model, cfg, args.seed, lora_dropout=0.0 if name == "off" else rate,
+                                        sparse_dropout=name != "torch")
     base = policies["off"]
     kinds = {name: sorted({type(m).__name__ for m in pol.model.modules()
                            if type(m).__name__ in ("Dropout", "SparseDropout", "Identity")})
              for name, pol in policies.items()}
     torch.manual_seed(args.seed)
-    rollout = sample(base, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
-                     max_new_tokens=cfg.max_new_tokens,
-                     logits_processor=[RowSeededSampling(args.seed, 1, 0, cfg.temperature, cfg.top_p)])
+    rollout = sample_batch(base, task, examples, cfg, args.seed)
     batch = rollout.batch(base.pad_id, base.device)
-    t = batch.response_mask.shape[1]
-    weights = torch.linspace(-1.0, 1.0, t)  # [T]
+    weights = torch.linspace(-1.0, 1.0, batch.response_mask.shape[1])  # [T]
 
     def one(policy) -> tuple[float, float]:
-        policy.model.train()
-        policy.model.zero_grad(set_to_none=True)
-        (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
-                                                   batch.position_ids, t, cfg.temperature, share_prompts=True))
-        _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
+        _, fwd, bwd = timed_update(policy, batch, cfg.temperature, weights)
         policy.model.zero_grad(set_to_none=True)
         return fwd, bwd
 
@@ -79,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in out.items()), flush=True)
     med = {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
     saved = [x["torch_total"] - x["sparse_total"] for x in rounds]  # per round, paired
-    mean, low, high = interval(saved)  # 95%
+    mean, low, high = t_interval(saved)  # 95%
     commit = current_commit()
     name = builtin_name(args.model) or args.model
     tokens = int(batch.attention_mask.sum())
@@ -91,10 +76,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{row[0]:<8} forward {row[1]:>6.2f}  backward {row[2]:>6.2f}  total {row[3]:>6.2f}  "
               f"/ torch's {row[4]:.2f}")
     print(f"paired saving of the sparse dropout: {mean:.2f} s per update, 95% interval [{low:.2f}, {high:.2f}]")
-    doc = {"schema": "mrtpo.table/1", "section": "speed", "model": name,
+    doc = {"section": "speed", "model": name,
            "title": f"the update's LoRA dropout ({rate}): torch's against the sparse draw, {args.task}, "
                     f"{cfg.batch_prompts} x {cfg.num_generations}, {torch.get_num_threads()} threads",
-           "command": "python benchmarks/speed/dropout.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "command": command("benchmarks.speed.dropout", sys.argv[1:] if argv is None else argv),
            "columns": ["dropout", "forward s", "backward s", "update s", "/ torch's"], "rows": rows,
            "notes": [f"medians of {args.repeats} rounds, the three settings alternated on the same policy and "
                      f"rollout ({tokens} prompt and completion tokens in its rows); {cpu_name()}, load average {load:.2f} before the run",
@@ -103,8 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "the masks differ (another random stream), their distribution does not: "
                      "tests/harness/fast/test_dropout.py"],
            "settings": step_settings(cfg, task_args), "modules": kinds, "rounds": rounds, "commit": commit}
-    write_result(args.json, doc)
-    return doc
+    return write_result(args.json, "table", doc)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ phases are the intervals between the first lines that mark them (`PHASES`). From
 directory it reads the held-out before/after (`heldout.json`) and the training reward's first
 and last fifth (`metrics.jsonl`, as `mrtpo train`'s summary prints them).
 
-    python benchmarks/speed/first_command.py --runs 3 --json benchmarks/results/quickstart-smollm2-135m.json
+    python -m benchmarks.speed.first_command --runs 3 --json benchmarks/results/quickstart-smollm2-135m.json
 
 Nothing is asserted: the figures are measured and written whichever way they come out. Run it
 on idle cores, alone (the issue's budget is for 2 idle cores). The results file is a
@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.lib.results import command, write_result
 
 #: (phase, the text that starts it: a line beginning with it, or with it after `mrtpo train`'s
 #: "train: " label); a phase ends where the next present one starts, the last at the command's
@@ -149,11 +151,10 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         doc = {
-            "schema": "mrtpo.table/1",
             "section": "quickstart",
             "model": "smollm2-135m (built from nothing in each run)",
             "title": "the README's first command in a fresh clone with an empty cache, 2 CPU cores",
-            "command": "python benchmarks/speed/first_command.py --runs 3",
+            "command": command("benchmarks.speed.first_command", ["--runs", "3"]),
             "columns": ["run", "load at start", "total", *(f"{name} s" for name, _ in PHASES),
                         "held-out before -> after", "training reward, first -> last fifth"],
             "rows": rows,
@@ -162,9 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"the budget is {LIMIT_S // 60} minutes on 2 idle cores; `load at start` is the 1-minute load average"],
             "commit": commit,
         }
-        from mrtpo.textio import write_atomic
-        results.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(results, json.dumps(doc, indent=1) + "\n")
+        doc = write_result(results, "table", doc)
     print(f"results: {results}")
     return doc
 

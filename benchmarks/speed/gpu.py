@@ -13,8 +13,8 @@ the seconds, completion tokens and peak GPU memory; MRTPO's overhead; the replay
 and its token-count ideal. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT
 is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
 
-    python benchmarks/speed/gpu.py                 # on a machine with a CUDA GPU (several minutes)
-    python benchmarks/speed/gpu.py --smoke         # the same code on CPU at a tiny scale (~1 minute)
+    python -m benchmarks.speed.gpu                 # on a machine with a CUDA GPU (several minutes)
+    python -m benchmarks.speed.gpu --smoke         # the same code on CPU at a tiny scale (~1 minute)
 
 With `--smollm2 FILE [FILE ...]` it also runs SmolLM2-135M-Instruct (`mrtpo model build
 smollm2-135m --from`: the package's wheel or GGUF, or the pieces of one made with `split -b
@@ -34,8 +34,8 @@ process, all at once on the one GPU (a 135M model leaves it mostly idle), stoppe
 `--learning-budget` seconds; the finished runs' paired differences go to
 `learning-heldout-text2sql-smollm2-135m-gpu.json` under the output folder, the runs beside it.
 
-    python benchmarks/speed/gpu.py --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
-    python benchmarks/speed/gpu.py --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
+    python -m benchmarks.speed.gpu --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
+    python -m benchmarks.speed.gpu --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
 
 After the 0.5B-shaped steps it runs `benchmarks/speed/decode_graphs.py` (decoding eager against
 CUDA graphs, a SmolLM2-shaped policy with random weights, over batches of other prompt lengths).
@@ -69,59 +69,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.lib.processes import module_env
+from benchmarks.lib.setting import build_policy
+
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                   num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
                   rms_norm_eps=1e-6, tie_word_embeddings=True)
 SMOKE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, rms_norm_eps=1e-6,
              tie_word_embeddings=True)
-
-
-def tokenizer():
-    """The built-in policy's tokenizer if it is cached, else one trained the same way here."""
-    from mrtpo.models.builtin import RECIPES, TINY_MODEL
-    from mrtpo.models.default import is_built, model_dir
-
-    built = model_dir(RECIPES[TINY_MODEL])
-    if is_built(built):
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(built), f"mrtpo-tiny's ({built})"
-    from mrtpo.models.tiny import train_tokenizer
-    from mrtpo.tasks import get_task
-
-    texts = []
-    for name in ("toolcall", "text2sql", "instruct"):
-        task = get_task(name)
-        for ex in task.load():
-            texts += [ex.prompt, ex.system or ""]
-            try:
-                texts.append(task.reference(ex))
-            except Exception:  # a task without references
-                pass
-    return train_tokenizer(texts, vocab_size=RECIPES[TINY_MODEL].vocab_size), "trained here (mrtpo-tiny not cached)"
-
-
-def build_policy(path: Path, shape: dict, architecture: str = "Qwen2", dtype: str = "bfloat16") -> str:
-    """A random-initialised `architecture` ("Qwen2" or "Llama") model of `shape` in `dtype`
-    with `tokenizer()`, saved to `path` -> what was built, in words."""
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM
-
-    from mrtpo.models.tiny import save_policy
-
-    tok, where = tokenizer()
-    config = getattr(transformers, f"{architecture}Config")(**shape, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                                                            pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    save_policy(model, tok, path)
-    n = sum(p.numel() for p in model.parameters())
-    return (f"{architecture} from_config, {n / 1e6:.0f}M parameters, vocabulary {shape['vocab_size']}, {dtype}; "
-            f"tokenizer {where}")
 
 
 def train_steps(model: str, mrtpo: bool, args, out_dir: Path, **settings) -> dict:
@@ -208,13 +164,14 @@ def run_script(cmd: list[str], budget: float, path: Path) -> str:
     every process it started: torch.compile's workers too; POSIX process groups, as on the
     devices this script is for); print the end of its output -> `path` when it finished, else
     what stopped it."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=module_env())
     try:
         stdout, stderr = proc.communicate(timeout=budget)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
-        print(stdout[-3000:], f"  {Path(cmd[1]).name}: stopped after {budget:.0f} s", flush=True)
+        print(stdout[-3000:], f"  {cmd[2]}: stopped after {budget:.0f} s", flush=True)
         return f"stopped after {budget:.0f} s"
     print(stdout[-3000:], stderr[-2000:] if proc.returncode else "", flush=True)
     return str(path) if proc.returncode == 0 else f"failed: {proc.returncode}"
@@ -224,7 +181,7 @@ def roofline_part(model: str, args, out_dir: Path) -> str:
     """benchmarks/speed/roofline.py on the device: the phase table of one SmolLM2 step (text2sql
     with the worked example), in bf16 on a GPU, beside the device's own peaks -> the JSON's path."""
     path = out_dir / f"roofline-smollm2-135m-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
-    cmd = [sys.executable, str(Path(__file__).parent / "roofline.py"), "--model", model, "--task", "text2sql",
+    cmd = [sys.executable, "-m", "benchmarks.speed.roofline", "--model", model, "--task", "text2sql",
            "-o", "demo=true", "--device", args.device, "--dtype", "float32" if args.device == "cpu" else "bfloat16",
            "--json", str(path)] + (["--quick", "--max-new-tokens", "8"] if args.smoke else [])
     return run_script(cmd, args.roofline_budget, path)
@@ -235,7 +192,7 @@ def decode_graphs_part(args, out_dir: Path) -> str:
     against decoding compiled into CUDA graphs, over batches of other prompt lengths (a
     SmolLM2-shaped policy with random weights: nothing to carry) -> the JSON's path."""
     path = out_dir / f"decode-graphs-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
-    cmd = [sys.executable, str(Path(__file__).parent / "decode_graphs.py"), "--device", args.device,
+    cmd = [sys.executable, "-m", "benchmarks.speed.decode_graphs", "--device", args.device,
            "--json", str(path)] + (["--quick", "--dtype", "float32"] if args.smoke else [])
     return run_script(cmd, args.decode_graphs_budget, path)
 
@@ -259,13 +216,13 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
     seeds = args.learning_seeds.split(",")
     runs = [(m, s) for m in LEARNING_METHODS for s in seeds]
     free_gpu_memory()  # the timed steps' cached blocks: 27 GB of an H200's 140 were still held by this process
-    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # nine runs share one GPU's memory
+    env = {**module_env(), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # nine runs share one GPU's memory
     procs = {}
     for m, s in runs:  # each (method, seed) its own process, all at once
         log = open(out_dir / f"learning-{m}-seed{s}.log", "w")
         # its own process group, so that stopping it stops the trainer it spawns too (an orphaned
         # trainer would go on using the GPU, then fail once this script's temporary folder is gone)
-        procs[m, s] = (subprocess.Popen([sys.executable, str(HELDOUT), *common, "--steps", str(args.learning_steps),
+        procs[m, s] = (subprocess.Popen([sys.executable, "-m", HELDOUT, *common, "--steps", str(args.learning_steps),
                                          "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env=env), log)
     t0 = time.perf_counter()
@@ -300,8 +257,7 @@ def compare_runs(common: list[str], learn: Path, seeds: list[str], result: Path)
     one of them measured (a run that failed early drops its seed, not the comparison). Each
     run's record is kept beside `result` (as heldout.py keeps a finished run), and heldout.py
     `--kept-only --steps STOP` writes `result` from them."""
-    sys.path.insert(0, str(HELDOUT.parent))
-    from heldout import keep  # benchmarks/learning/heldout.py: a run's record, each file whole
+    from benchmarks.lib.runs import keep  # a run's record, each file whole, as heldout.py keeps it
 
     dirs = {(m, s): learn / "runs" / "text2sql" / m / f"seed{s}" for m in LEARNING_METHODS for s in seeds}
     out: dict = {"learning_measured_steps": {f"{m} seed {s}": measured_steps(d) for (m, s), d in dirs.items()}}
@@ -313,9 +269,9 @@ def compare_runs(common: list[str], learn: Path, seeds: list[str], result: Path)
     for (m, s), d in dirs.items():
         if s in compared:
             keep(d, result.with_suffix("") / m / f"seed{s}")
-    proc = subprocess.run([sys.executable, str(HELDOUT), *common, "--steps", str(stop), "--kept-only",
+    proc = subprocess.run([sys.executable, "-m", HELDOUT, *common, "--steps", str(stop), "--kept-only",
                            "--methods", ",".join(LEARNING_METHODS), "--seeds", ",".join(compared)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=module_env())
     print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
     out.update(learning_stopped_at=stop, learning_compared_seeds=compared,
                learning_summary=str(result) if proc.returncode == 0 else f"failed: {proc.returncode}")
@@ -350,12 +306,13 @@ def free_gpu_memory() -> None:
 #: the learning runs' paired comparison, under the output folder (the CPU runs' is
 #: learning-heldout-text2sql-smollm2-135m.json in benchmarks/results/)
 LEARNING_RESULT = "learning-heldout-text2sql-smollm2-135m-gpu.json"
-HELDOUT = Path(__file__).resolve().parents[1] / "learning" / "heldout.py"
+HELDOUT = "benchmarks.learning.heldout"  # run as a module (benchmarks/lib/processes.py)
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
 #: the placement, not the reweighting, do the work?)
 LEARNING_METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
 #: the CPU runs' methods (docs/results.md), so that the GPU's batches can pool with theirs:
 #: toolcall's also ran the oracle (the spans of its JSON calls), which the other tasks do not define
+ONE_STEP = "benchmarks.experiments.one_step"  # run as a module
 ONE_STEP_METHODS = "gdpo,mrtpo,mrtpo-shuffled"
 ONE_STEP_TASK_METHODS = {"toolcall": "gdpo,mrtpo,mrtpo-shuffled,oracle"}
 
@@ -372,14 +329,13 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
     (other seeds draw other prompts and completions: independent batches of one paired test)
     into `one-step-TASK-smollm2-135m-gpu.json`, loading no model. Returns {task: {"exits":
     {seed: exit code}, "batches": {seed: batches written}, "summary": path or None}}."""
-    script = Path(__file__).resolve().parents[1] / "experiments" / "one_step.py"
     out.mkdir(parents=True, exist_ok=True)
     tasks = tasks or [t for t in args.one_step_tasks.split(",") if t]
     seeds = [s for s in str(args.one_step_seeds).split(",") if s]
 
-    procs = {(t, s): subprocess.Popen(one_step_command(script, model, args, out, t, s),
+    procs = {(t, s): subprocess.Popen(one_step_command(model, args, out, t, s),
                                       stdout=open(out / f"{t}-seed{s}.log", "w"), stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+                                      start_new_session=True, env=module_env())
              for t in tasks for s in seeds}
     t0 = time.perf_counter()
     for proc in procs.values():
@@ -396,8 +352,8 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
         kept = [str(f) for f, n in zip(files, written.values()) if n]
         if kept:
             summary.unlink(missing_ok=True)  # never report an earlier run's
-            proc = subprocess.run([sys.executable, str(script), "--combine", *kept, "--json", str(summary)],
-                                  capture_output=True, text=True)
+            proc = subprocess.run([sys.executable, "-m", ONE_STEP, "--combine", *kept, "--json", str(summary)],
+                                  capture_output=True, text=True, env=module_env())
             (out / f"{task}-combine.log").write_text(proc.stdout + proc.stderr)
         combined = bool(kept) and proc.returncode == 0 and summary.is_file()
         done[task] = {"exits": {s: procs[(task, s)].returncode for s in seeds}, "batches": written,
@@ -407,10 +363,10 @@ def one_step_part(model: str, args, out: Path, tasks=None) -> dict:
     return done
 
 
-def one_step_command(script: Path, model: str, args, out: Path, task: str, seed: str) -> list[str]:
+def one_step_command(model: str, args, out: Path, task: str, seed: str) -> list[str]:
     """The one_step.py command of one (task, seed) of the one-step part, with the CPU runs' settings."""
     opts = ["-o", "demo=true"] if task in ("text2sql", "toolcall") else []
-    return [sys.executable, str(script), "--model", model, "--task", task, *opts,
+    return [sys.executable, "-m", ONE_STEP, "--model", model, "--task", task, *opts,
             "--batches", str(args.one_step_batches), "--pool", "4" if args.smoke else "16",
             "--methods", ONE_STEP_TASK_METHODS.get(task, ONE_STEP_METHODS), "--device", args.device, "--seed", seed,
             "--threads", "1", "--out", str(out / f"one-step-{task}-seed{seed}.jsonl"),
@@ -511,10 +467,10 @@ def main() -> None:
             summary["smollm2"] = smollm2_part(args, Path(tmp), out_path.parent)
             save()
     if "replay-bench" not in args.skip:
-        cmd = [sys.executable, str(Path(__file__).parent / "replay.py"), "--device", args.device]
+        cmd = [sys.executable, "-m", "benchmarks.speed.replay", "--device", args.device]
         cmd += ["--quick", "--groups", "1"] if args.smoke else ["--repeats", "3", "--groups", "4",
                                                                 "--dtype", "bfloat16"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=module_env())
         print(proc.stdout[-2000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
         summary["replay_bench"] = proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 else f"failed: {proc.returncode}"
     for name in ("mrtpo", "gdpo"):

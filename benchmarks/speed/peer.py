@@ -12,13 +12,13 @@ the table gives the median over repeats of each run's seconds per 1,000 completi
 ratio is the median over repeats of that repeat's ratio (runs of one repeat are minutes
 apart, so on a shared machine they see about the same load).
 
-    python benchmarks/speed/peer.py [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
+    python -m benchmarks.speed.peer [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
         [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--temperature 1.0]
         [-o KEY=VALUE ...] [--grad-accum 1] [--threads N] [--quick]
 
 On SmolLM2-135M-Instruct (CPU-sized; its tool calls need the task's worked example):
 
-    python benchmarks/speed/peer.py --model smollm2-135m -o demo=true --batch-prompts 2 \
+    python -m benchmarks.speed.peer --model smollm2-135m -o demo=true --batch-prompts 2 \
         --num-generations 4 --max-new-tokens 64 --temperature 0.7 --lr 5e-5 --grad-accum 2 --threads 1
 
 (`--grad-accum 2`: both sides split the 8 completions into 2 micro-batches, the same gradient.
@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.lib.processes import module_env
 
 RUNS = [("harness", False), ("trl", False), ("harness", True), ("trl", True)]
 PHASES = ("generate", "verify", "replay", "update")
@@ -159,15 +161,14 @@ def task_options(args) -> dict:
 # ---------------------------------------------------------------------------------- driver
 def launch(args, side: str, mrtpo: bool, result: Path) -> tuple[list[dict], float]:
     """One fresh worker process -> (its per-step records, its peak resident memory in GB)."""
-    cmd = [sys.executable, __file__, "--worker", side, "--mrtpo" if mrtpo else "--no-mrtpo", "--result", str(result)]
+    cmd = [sys.executable, "-m", "benchmarks.speed.peer", "--worker", side, "--mrtpo" if mrtpo else "--no-mrtpo",
+           "--result", str(result)]
     for name in ("model", "task", "steps", "batch_prompts", "num_generations", "max_new_tokens", "lr", "seed",
                  "threads", "device", "temperature", "grad_accum"):
         cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     for pair in args.task_option:
         cmd += ["-o", pair]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=module_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{label(side, mrtpo)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     out = json.loads(result.read_text())

@@ -7,7 +7,7 @@ layers, 256 wide, vocabulary about 8,000) with a byte-level BPE tokenizer traine
 nothing is downloaded. Both methods replay the same `ReplayItem`s built by mrtpo.contexts;
 the full-forward one pads every row on the left and keeps the last T + 1 logits, as trainers do.
 
-    python benchmarks/speed/replay.py [--quick] [--repeats N] [--groups B] [--threads N]
+    python -m benchmarks.speed.replay [--quick] [--repeats N] [--groups B] [--threads N]
         [--device cuda] [--dtype bfloat16]
 
 Last line: `replay speedup S.SSx over one-forward-per-context (ideal I.IIx from token counts),
@@ -31,10 +31,10 @@ import time
 
 import torch
 
+from benchmarks.speed.timing import time_head_and_js
 from mrtpo.contexts import build_item
 from mrtpo.models.tiny import build_model, train_tokenizer
 from mrtpo.replay import distances, replay_tokens
-from timing import time_head_and_js
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
 
 WORDS = ("singer concert stadium album track artist genre invoice customer employee order product "

@@ -23,7 +23,7 @@ full-forward method (one forward per context). The last line is the whole change
 against none of the three. In every setting the prompt's common prefix is fed once and a
 row's last token (whose output predicts nothing) not at all.
 
-    python benchmarks/speed/replay_sharing.py [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
+    python -m benchmarks.speed.replay_sharing [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
         [--group-size 8] [--max-new-tokens 160] [--temperature 1.0] [-o KEY=VALUE ...]
         [--repeats 6] [--threads 1]
 
@@ -39,7 +39,7 @@ the step as it was before each context's probabilities were shared (one
 memory with the model and the rollout, after one shared replay of the batch (run first) and
 after the full-forward method's: what one batch's replay adds on top. On SmolLM2-135M-Instruct (its calls need the task's worked example):
 
-    python benchmarks/speed/replay_sharing.py --model smollm2-135m -o demo=true --prompts 2 \
+    python -m benchmarks.speed.replay_sharing --model smollm2-135m -o demo=true --prompts 2 \
         --group-size 4 --max-new-tokens 64 --temperature 0.7 --repeats 4
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ import resource
 import statistics
 import time
 
-from timing import replay_hidden, time_head_and_js, time_head_and_js_parts, time_prefixes
+from benchmarks.speed.timing import replay_hidden, time_head_and_js, time_head_and_js_parts, time_prefixes
 
 
 def parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ against the float32 weights' (what the update computes), the importance ratios o
 default correction (sequence_mask, C_max 3.0: the completions it drops), and how many
 completions came out the same. Written as a `mrtpo.table/1` file for the results page.
 
-    python benchmarks/speed/rollout_dtype.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+    python -m benchmarks.speed.rollout_dtype [--model smollm2-135m] [--task text2sql] [-o demo=true]
         [--repeats 3] [--threads 2] [--json benchmarks/results/speed-rollout-dtype-smollm2-135m.json]
 """
 from __future__ import annotations
@@ -22,22 +22,21 @@ import statistics
 import sys
 
 import torch
-from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+
+from benchmarks.lib.results import command, cpu_name, write_result
+from benchmarks.lib.setting import (adapted_policy, parse_step_args, sample_batch, step_parser, step_settings,
+                                    train_setup)
+from benchmarks.speed.timing import timed, timed_update
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
 
 def rollouts(policy, task, examples, cfg, seed: int, order: list[str]) -> dict:
     """{dtype name: (rollout, seconds)} sampled in `order` from the same seed."""
-    from mrtpo.harness.distributed import RowSeededSampling
-    from mrtpo.harness.rollout import sample
-
     out = {}
     for name in order:
-        proc = RowSeededSampling(seed, 1, 0, cfg.temperature, cfg.top_p, record_logps=True)
-        out[name] = timed(lambda: sample(policy, task, examples, cfg.num_generations, temperature=cfg.temperature,
-                                         top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                         logits_processor=[proc], dtype=DTYPES[name]))
+        out[name] = timed(lambda: sample_batch(policy, task, examples, cfg, seed, record_logps=True,
+                                               dtype=DTYPES[name]))
     return out
 
 
@@ -62,40 +61,26 @@ def gaps(policy, rollout, temperature: float) -> dict:
 
 
 def rest_of_step(policy, task, rollout, cfg) -> float:
-    """Seconds of scoring, the replay and the update's forward and backward on `rollout`."""
-    from mrtpo.contexts import build_item, model_positions
-    from mrtpo.harness.forward import token_logps
+    """Seconds of scoring, the replay and the update's forward and backward on `rollout`, each
+    the trainer's own piece (`Scorer`, `token_credit.replay_distances` with the LoRA folded in,
+    `forward.token_logps` with the fast paths)."""
     from mrtpo.harness.scoring import Scorer
-    from mrtpo.harness.token_credit import policy_replayer
-    from mrtpo.replay import distances
+    from mrtpo.harness.token_credit import policy_replayer, replay_distances
 
     scored, score = timed(lambda: Scorer(task, 0).score(rollout.examples, rollout.responses))
-    items = [build_item(task, policy.tokenizer, ex, ids, v, model_positions(policy.model))
-             for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if ids]
-    with policy_replayer(policy).open() as model:
-        _, replay = timed(lambda: distances(model, items, cfg.temperature))
+    _, replay = timed(lambda: replay_distances(policy_replayer(policy), task, rollout, scored, cfg.temperature))
     batch = rollout.batch(policy.pad_id, policy.device)
-    policy.model.train()
-    policy.model.zero_grad(set_to_none=True)
-    (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
-                                               batch.position_ids, batch.response_mask.shape[1],
-                                               cfg.temperature, share_prompts=True))
-    _, bwd = timed(lambda: (logp * batch.response_mask).sum().backward())
+    _, fwd, bwd = timed_update(policy, batch, cfg.temperature)
     policy.model.zero_grad(set_to_none=True)
     return score + replay + fwd + bwd
 
 
 def main(argv: list[str] | None = None) -> dict:
     args, load = parse_step_args(step_parser(__doc__, repeats=3), argv)
-    from mrtpo.harness.policy import load_policy
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.default import resolve_model
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options)
-    torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy in every run
-    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                         lora_dropout=0.0, device="cpu", dtype="float32")
-    move_adapter(policy, args.seed)
+    policy = adapted_policy(args.model, cfg, args.seed)  # the same policy in every run
     rollouts(policy, task, examples, cfg, args.seed, list(DTYPES))  # warm-up: the bf16 copy is made here
     rounds = []
     for r in range(args.repeats):
@@ -133,18 +118,17 @@ def main(argv: list[str] | None = None) -> dict:
     title = (f"one step of {args.task}, {cfg.batch_prompts} x {cfg.num_generations}, {cfg.max_new_tokens} new "
              f"tokens: sampling from the float32 weights against a bfloat16 copy (--rollout-dtype bfloat16), "
              f"{torch.get_num_threads()} thread{'' if torch.get_num_threads() == 1 else 's'}")
-    doc = {"schema": "mrtpo.table/1", "section": "speed-step", "title": title, "model": name,
+    doc = {"section": "speed-step", "title": title, "model": name,
            "columns": ["phase", "float32 s", "bfloat16 s", "bfloat16 / float32"], "rows": rows, "notes": notes,
            "settings": step_settings(cfg, task_args),
            "rounds": rounds,
-           "command": "python benchmarks/speed/rollout_dtype.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+           "command": command("benchmarks.speed.rollout_dtype", sys.argv[1:] if argv is None else argv)}
     print(title)
     for row in rows:
         print(f"{row[0]:<40} {row[1]:>8.2f} {row[2]:>8.2f} {row[3]:>6.2f}")
     for n in notes:
         print("- " + n)
-    write_result(args.json, doc)
-    return doc
+    return write_result(args.json, "table", doc)
 
 
 if __name__ == "__main__":

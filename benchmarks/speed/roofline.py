@@ -29,7 +29,7 @@ per new token; the other phases read them once per pass), the measured seconds, 
 peak allows, the bound (the larger of the two) and how far from it the phase runs; and how much
 of each phase goes to prompt tokens. Nothing is asserted: these are measured figures.
 
-    python benchmarks/speed/roofline.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+    python -m benchmarks.speed.roofline [--model smollm2-135m] [--task text2sql] [-o demo=true]
         [--threads 2] [--json benchmarks/results/roofline-smollm2-135m.json]
 """
 from __future__ import annotations
@@ -39,7 +39,10 @@ import sys
 import time
 
 import torch
-from timing import cpu_name, step_parser, step_settings, sync, timed, train_setup, write_result
+
+from benchmarks.lib.results import command, cpu_name, write_result
+from benchmarks.lib.setting import adapted_policy, sample_batch, step_parser, step_settings, train_setup
+from benchmarks.speed.timing import sync, timed
 
 
 def peak_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -109,10 +112,9 @@ def fed_tokens(model):
 def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     """The step's phases as rows (name, tokens, prompt_tokens, flops, bytes, seconds)."""
     from mrtpo.advantages import estimate, place
-    from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.forward import token_logps
     from mrtpo.harness.loss import policy_loss
-    from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt, sample
+    from mrtpo.harness.rollout import prompt_cache, prompt_token_ids, render_prompt
     from mrtpo.harness.scoring import Scorer
     from mrtpo.harness.token_credit import policy_replayer, replay_distances
     from mrtpo.replay.planning import common_prefix
@@ -125,10 +127,8 @@ def measure_step(policy, task, examples, cfg) -> tuple[list[dict], dict]:
     with torch.no_grad(), policy.merged() as model:
         _, t_prefill = timed(lambda: prompt_cache(model, ids, G, policy.pad_id, max_new_tokens=cfg.max_new_tokens))
     torch.manual_seed(0)
-    sampler = RowSeededSampling(0, 1, 0, cfg.temperature, cfg.top_p)  # the loop's: on CPU the lean decoding path
-    rollout, t_sample = timed(lambda: sample(policy, task, examples, G, temperature=cfg.temperature,
-                                             top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                             logits_processor=[sampler]))
+    # the loop's sampler: on CPU the lean decoding path
+    rollout, t_sample = timed(lambda: sample_batch(policy, task, examples, cfg, 0))
     new = sum(len(r) for r in rollout.response_ids)
     steps = rollout.max_length
     common = common_prefix([x[:-1] for x in ids])
@@ -204,9 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.harness.policy import load_policy
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.default import resolve_model
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options, args.max_new_tokens)
     if args.lora_dropout is not None:
@@ -221,8 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
                "dtype": args.dtype, "cpu": cpu_name()}
     if dev.startswith("cuda"):
         machine["gpu"] = torch.cuda.get_device_name(dev)
-    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                         lora_dropout=cfg.lora_dropout, device=dev, dtype=args.dtype)
+    policy = adapted_policy(args.model, cfg, None, lora_dropout=cfg.lora_dropout, device=dev, dtype=args.dtype)
     if not args.quick:
         measure_step(policy, task, examples, cfg)  # warm-up: allocations, first-call paths
     rows, sizes = measure_step(policy, task, examples, cfg)
@@ -253,12 +250,11 @@ def main(argv: list[str] | None = None) -> dict:
         nd = sizes["without_lora_dropout"]
         print(f"the update without LoRA dropout ({nd['lora_dropout']} in the train settings): forward "
               f"{nd['forward']:.2f} s, backward {nd['backward']:.2f} s")
-    doc = {"schema": "mrtpo.roofline/1", "model": builtin_name(args.model) or args.model, "task": args.task,
+    doc = {"model": builtin_name(args.model) or args.model, "task": args.task,
            "settings": step_settings(cfg, task_args),
            "machine": machine, "sizes": sizes, "rows": rows, "total_seconds": total,
-           "command": "python benchmarks/speed/roofline.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    write_result(args.json, doc)
-    return doc
+           "command": command("benchmarks.speed.roofline", sys.argv[1:] if argv is None else argv)}
+    return write_result(args.json, "roofline", doc)
 
 
 if __name__ == "__main__":

@@ -33,16 +33,21 @@ largest differences; `tests/harness` and `tests/replay` assert them on tiny mode
 scoring does not change with the setting; it is timed once per round and added to both totals.
 Medians over rounds; the ratio is fast over plain.
 
-    python benchmarks/speed/step.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+    python -m benchmarks.speed.step [--model smollm2-135m] [--task text2sql] [-o demo=true]
         [--repeats 3] [--threads 2] [--json benchmarks/results/speed-step-smollm2-135m.json]
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 
 import torch
-from timing import cpu_name, move_adapter, parse_step_args, step_parser, step_settings, timed, train_setup, write_result
+
+from benchmarks.lib.results import command, cpu_name, write_result
+from benchmarks.lib.setting import (adapted_policy, parse_step_args, sample_batch, step_parser, step_settings,
+                                    train_setup)
+from benchmarks.speed.timing import timed, timed_update
 
 SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False, sliced_head=False, packed=False,
                           cascade=False, trunks=False, response_tries=False, lean=False),
@@ -51,56 +56,46 @@ SETTINGS = {"plain": dict(static_cache=False, common_prefix=False, grouped=False
 
 
 def one_round(policy, task, examples, cfg, seed: int) -> dict:
-    """Each setting's rollout and update seconds, and what the replay and scoring take."""
-    from mrtpo.contexts import build_item, model_positions
-    from mrtpo.harness.distributed import RowSeededSampling
+    """Each setting's rollout, replay and update seconds, and what scoring takes: the trainer's
+    pieces (the loop's sampler, `Scorer`, `token_credit.replay_distances`, `forward.token_logps`)
+    with the setting's paths switched."""
     from mrtpo.harness.fast.attention import grouped_attention
-    from mrtpo.harness.forward import token_logps
-    from mrtpo.harness.rollout import sample
     from mrtpo.harness.scoring import Scorer
-    from mrtpo.harness.token_credit import policy_replayer
-    from mrtpo.replay import ReplayOptions, distances
+    from mrtpo.harness.token_credit import policy_replayer, replay_distances
+    from mrtpo.replay import ReplayOptions
 
     out, rollouts = {}, {}
     for name, flags in SETTINGS.items():
         torch.manual_seed(seed)
         with grouped_attention(flags["grouped"]):
-            rollouts[name], out[f"{name}_rollout"] = timed(lambda: sample(
-                policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
-                max_new_tokens=cfg.max_new_tokens, static_cache=flags["static_cache"],
+            rollouts[name], out[f"{name}_rollout"] = timed(lambda: sample_batch(
+                policy, task, examples, cfg, seed, static_cache=flags["static_cache"],
                 common_prefix=flags["common_prefix"], packed=flags["packed"], cascade=flags["cascade"],
-                lean=flags["lean"],
-                logits_processor=[RowSeededSampling(seed, 1, 0, cfg.temperature, cfg.top_p)]))  # the loop's sampler
+                lean=flags["lean"]))
     rollout = rollouts["plain"]
     out["same_completions"] = sum(a == b for a, b in zip(rollout.response_ids, rollouts["fast"].response_ids))
     out["completions"] = len(rollout)
     scored, out["score"] = timed(lambda: Scorer(task, 0).score(rollout.examples, rollout.responses))
-    items = [build_item(task, policy.tokenizer, ex, ids, v, model_positions(policy.model))
-             for ex, ids, v in zip(rollout.examples, rollout.response_ids, scored.verdicts) if ids]
-    qs = {}
-    with torch.no_grad(), policy_replayer(policy).open() as model:  # as the trainer: LoRA folded in
+    replayer, qs = policy_replayer(policy), {}
+    with torch.no_grad(), policy.merged():  # as the trainer: LoRA folded once, before the replay's timing
         for name, flags in SETTINGS.items():
             options = ReplayOptions(common=flags["common_prefix"], trunks=flags["trunks"])
+            # the same completions (the plain rollout's) with this setting's encoded beginning
+            # (plain: None, no common beginning encoded), through the trainer's replay
+            replayed = dataclasses.replace(rollout, prompt_start=rollouts[name].prompt_start)
             with grouped_attention(flags["grouped"]):
-                qs[name], out[f"{name}_replay"] = timed(lambda: distances(
-                    model, items, cfg.temperature, options=options,
-                    known=rollouts[name].prompt_start))  # plain: None (no common beginning encoded)
+                (qs[name], _), out[f"{name}_replay"] = timed(lambda: replay_distances(
+                    replayer, task, replayed, scored, cfg.temperature, options=options))  # [N, K, T]
     out["max_distance_difference"] = float((qs["fast"] - qs["plain"]).abs().max())
     batch = rollout.batch(policy.pad_id, policy.device)
-    t = batch.response_mask.shape[1]
     params = policy.trainable_parameters()
-    weights = torch.linspace(-1.0, 1.0, t)  # [T] a loss that weighs every position differently
-    policy.model.train()
+    weights = torch.linspace(-1.0, 1.0, batch.response_mask.shape[1])  # [T]: each position weighed differently
     results = {}
     for name, flags in SETTINGS.items():
-        policy.model.zero_grad(set_to_none=True)
         with grouped_attention(flags["grouped"]):
-            (logp, _), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
-                                                       batch.position_ids, t, cfg.temperature, share_prompts=True,
-                                                       common_prefix=flags["common_prefix"],
-                                                       sliced_head=flags["sliced_head"],
-                                                       response_tries=flags["response_tries"]))
-            _, bwd = timed(lambda: (logp * batch.response_mask * weights).sum().backward())
+            (logp, _), fwd, bwd = timed_update(policy, batch, cfg.temperature, weights,
+                                               common_prefix=flags["common_prefix"], sliced_head=flags["sliced_head"],
+                                               response_tries=flags["response_tries"])
         out[f"{name}_forward"], out[f"{name}_backward"] = fwd, bwd
         results[name] = (logp.detach(), torch.cat([p.grad.flatten() for p in params]))
     policy.model.zero_grad(set_to_none=True)
@@ -118,15 +113,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap = step_parser(__doc__, repeats=3)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's train setting")
     args, load = parse_step_args(ap, argv)
-    from mrtpo.harness.policy import load_policy
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.default import resolve_model
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options, args.max_new_tokens)
-    torch.manual_seed(args.seed)  # the adapter's A matrices: the same policy in every run
-    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                         lora_dropout=0.0, device="cpu", dtype="float32")
-    move_adapter(policy, args.seed)  # its gradients all non-trivial
+    policy = adapted_policy(args.model, cfg, args.seed)  # the same policy in every run, its gradients all non-trivial
     rounds = [one_round(policy, task, examples, cfg, args.seed + r) for r in range(args.repeats)]
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     phases = ("rollout", "replay", "forward", "backward", "total")
@@ -146,16 +136,15 @@ def main(argv: list[str] | None = None) -> dict:
     worst_q = max(r["max_distance_difference"] for r in rounds)
     print(f"same completions {same}/{total}; largest |distance difference| {worst_q:.1e}; largest "
           f"|log-prob difference| {worst_logp:.1e}; largest relative gradient difference {worst_grad:.1e}")
-    doc = {"schema": "mrtpo.speed-step/1", "model": name, "task": args.task,
+    doc = {"model": name, "task": args.task,
            "settings": step_settings(cfg, task_args),
            "threads": torch.get_num_threads(), "load_average": load, "cpu": cpu_name(), "repeats": args.repeats,
            "rows": rows,
            "score_seconds": med["score"], "same_completions": same, "completions": total,
            "max_distance_difference": worst_q, "max_logp_difference": worst_logp,
            "gradient_relative_difference": worst_grad, "rounds": rounds,
-           "command": "python benchmarks/speed/step.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    write_result(args.json, doc)
-    return doc
+           "command": command("benchmarks.speed.step", sys.argv[1:] if argv is None else argv)}
+    return write_result(args.json, "speed-step", doc)
 
 
 if __name__ == "__main__":

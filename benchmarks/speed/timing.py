@@ -1,4 +1,9 @@
-"""Timing helpers the speed benchmarks share (scripts in this folder import it by name)."""
+"""Timing helpers the speed benchmarks share: a phase's seconds with the accelerator's queued
+work included (`timed`, `sync`), the update's forward and backward (`timed_update`), and the
+replay's parts outside the model body (`time_head_and_js`, its parts, the prefixes).
+
+The setting they time in (config, task, policy with adapter, the loop's sampler) is
+benchmarks.lib.setting's; results are written by benchmarks.lib.results."""
 from __future__ import annotations
 
 import time
@@ -118,105 +123,6 @@ def time_prefixes(model, items) -> tuple[float, int]:
     return seconds, tokens
 
 
-def train_setup(model: str, task_name: str, options: list[str] | None, max_new_tokens: int | None = None):
-    """(TrainConfig, task, task_args, the first batch's examples): `mrtpo train`'s settings for
-    `model` (a built-in brings the settings of the recorded experiments, its task options only
-    for its own task) on `task_name` with `-o` options."""
-    from mrtpo.harness.config import TrainConfig
-    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, with_train_defaults
-    from mrtpo.tasks import get_task
-    from mrtpo.tasks.options import read_options
-
-    values = with_train_defaults({"model": model, "task": task_name}, EXPERIMENT_DEFAULTS)
-    task_args = {**values.get("task_args", {}), **read_options(options or [])}
-    cfg = TrainConfig(**{**values, "task": task_name, "task_args": task_args,
-                         **({"max_new_tokens": max_new_tokens} if max_new_tokens else {})})
-    task = get_task(task_name, **task_args)
-    return cfg, task, task_args, task.load()[: cfg.batch_prompts]
-
-
-def step_parser(doc: str, repeats: int | None = None):
-    """The arguments every one-step speed script takes (--model, --task, -o, --threads, --json),
-    with `repeats`: also --repeats (that default) and --seed (0), for scripts that alternate
-    settings over rounds; the script adds its own."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--task", default="text2sql")
-    ap.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json", default=None)
-    if repeats is not None:
-        ap.add_argument("--repeats", type=int, default=repeats)
-        ap.add_argument("--seed", type=int, default=0)
-    return ap
-
-
-def parse_step_args(ap, argv: list[str] | None):
-    """(`ap`'s arguments, the 1-minute load average before the run), with --threads applied:
-    another job on the cores slows every setting alike, but says how to read the times."""
-    import os
-
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return args, os.getloadavg()[0]
-
-
-def move_adapter(policy, seed: int) -> None:
-    """Set every LoRA B matrix of `policy` to seeded noise (0.01 x normal): an adapter away from
-    its zero start, as after some training, so that its gradients are all non-trivial and
-    folding it changes the weights. The same seed gives the same adapter."""
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(seed)
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
-
-
-def current_commit() -> str | None:
-    """The short hash of the checkout's HEAD (the code a result was measured on), None outside git."""
-    import subprocess
-    from pathlib import Path
-
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).parent).stdout.strip() or None
-
-
-def step_settings(cfg, task_args: dict) -> dict:
-    """The train settings a speed result was measured with, as its JSON records them."""
-    return {k: getattr(cfg, k) for k in ("batch_prompts", "num_generations", "max_new_tokens",
-                                         "temperature")} | {"task_args": task_args}
-
-
-def write_result(path: str | None, doc: dict) -> None:
-    """Write a result's JSON to `path` (its folder made, written whole or not at all); None: nothing."""
-    if not path:
-        return
-    import json
-    from pathlib import Path
-
-    from mrtpo.textio import write_atomic
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(Path(path), json.dumps(doc, indent=1) + "\n")
-
-
-def cpu_name() -> str:
-    """The processor's model name (/proc/cpuinfo), for speed results: machines lent to this
-    project differ by 4x in float32 rate, so every table names the CPU it was measured on."""
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown"
-
-
 def timed(fn):
     """(fn(), seconds it took), the accelerator's queued work included."""
     sync()
@@ -224,3 +130,23 @@ def timed(fn):
     out = fn()
     sync()
     return out, time.perf_counter() - t
+
+
+def timed_update(policy, batch, temperature: float, weights=None, **paths):
+    """((log-probs [N, T], entropy), forward seconds, backward seconds) of one update's forward
+    and backward on `batch` as the trainer runs them (`harness.forward.token_logps`, each
+    prompt encoded once for its group; `paths`: its fast-path switches), in train mode from
+    zeroed gradients, with the loss sum(logp x response mask x `weights` [T]) (None: 1 at every
+    position): a loss that weighs positions differently when `weights` do. The gradients are
+    left on the adapter."""
+    from mrtpo.harness.forward import token_logps
+
+    t = batch.response_mask.shape[1]
+    policy.model.train()
+    policy.model.zero_grad(set_to_none=True)
+    (logp, entropy), fwd = timed(lambda: token_logps(policy.model, batch.input_ids, batch.attention_mask,
+                                                     batch.position_ids, t, temperature, share_prompts=True,
+                                                     **paths))
+    _, bwd = timed(lambda: (logp * batch.response_mask if weights is None
+                            else logp * batch.response_mask * weights).sum().backward())
+    return (logp, entropy), fwd, bwd

@@ -11,44 +11,35 @@ and a loss that weighs every position differently) both ways, alternated for `--
 rounds (the order reversed every other round). It prints medians, the paired saving with its
 95% interval, and the largest differences of the log-probs and of the states' gradients.
 
-    python benchmarks/speed/update_head.py [--model smollm2-135m] [--task text2sql] [-o demo=true]
+    python -m benchmarks.speed.update_head [--model smollm2-135m] [--task text2sql] [-o demo=true]
         [--repeats 12] [--threads 2] [--json benchmarks/results/speed-update-head-smollm2-135m.json]
 """
 from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
 import torch
-from timing import (cpu_name, current_commit, move_adapter, parse_step_args, step_parser, step_settings,
-                    timed, train_setup, write_result)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from one_step import interval  # noqa: E402  (the paired comparisons' Student-t interval)
+from benchmarks.lib.results import command, cpu_name, current_commit, write_result
+from benchmarks.lib.setting import (adapted_policy, parse_step_args, sample_batch, step_parser, step_settings,
+                                    train_setup)
+from benchmarks.lib.stats import t_interval
+from benchmarks.speed.timing import timed
 
 SETTINGS = ("positions", "states")
 
 
 def main(argv: list[str] | None = None) -> dict:
     args, load = parse_step_args(step_parser(__doc__, repeats=12), argv)
-    from mrtpo.harness.distributed import RowSeededSampling
     from mrtpo.harness.fast.head_logps import chosen_logps
     from mrtpo.harness.forward import shared_prompt_hidden
-    from mrtpo.harness.policy import load_policy
-    from mrtpo.harness.rollout import sample
     from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.default import resolve_model
     from mrtpo.replay.plumbing import plain_linear_head
 
     cfg, task, task_args, examples = train_setup(args.model, args.task, args.options)
-    torch.manual_seed(args.seed)  # the adapter's A matrices
-    policy = load_policy(resolve_model(args.model), lora=True, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                         lora_dropout=0.0, device="cpu", dtype="float32")
-    move_adapter(policy, args.seed)
-    rollout = sample(policy, task, examples, cfg.num_generations, temperature=cfg.temperature, top_p=cfg.top_p,
-                     max_new_tokens=cfg.max_new_tokens,
-                     logits_processor=[RowSeededSampling(args.seed, 1, 0, cfg.temperature, cfg.top_p)])
+    policy = adapted_policy(args.model, cfg, args.seed)
+    rollout = sample_batch(policy, task, examples, cfg, args.seed)
     batch = rollout.batch(policy.pad_id, policy.device)
     t = batch.response_mask.shape[1]
     with torch.no_grad():
@@ -87,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
     logp_diff = float((results["states"][0] - results["positions"][0])[mask].abs().max())
     grad_diff = float((results["states"][1] - results["positions"][1]).abs().max())
     med = {k: statistics.median(x[k] for x in rounds) for k in SETTINGS}
-    mean, low, high = interval([x["positions"] - x["states"] for x in rounds])  # 95%
+    mean, low, high = t_interval([x["positions"] - x["states"] for x in rounds])  # 95%
     commit = current_commit()
     name = builtin_name(args.model) or args.model
     counts = {"positions": targets.numel(), "states": shared.states.shape[0]}
@@ -99,10 +90,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{row[0]:<10} rows {row[1]:>5}  forward and backward {row[2]:>6.3f} s  / positions' {row[3]:.2f}")
     print(f"paired saving: {mean:.3f} s, 95% interval [{low:.3f}, {high:.3f}]; largest |log-prob difference| "
           f"{logp_diff:.1e}, largest |state gradient difference| {grad_diff:.1e}")
-    doc = {"schema": "mrtpo.table/1", "section": "speed", "model": name,
+    doc = {"section": "speed", "model": name,
            "title": f"the update's vocabulary head once per position against once per distinct state, {args.task}, "
                     f"{cfg.batch_prompts} x {cfg.num_generations}, {torch.get_num_threads()} threads",
-           "command": "python benchmarks/speed/update_head.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "command": command("benchmarks.speed.update_head", sys.argv[1:] if argv is None else argv),
            "columns": ["head rows", "rows", "forward and backward s", "/ positions'"], "rows": rows,
            "notes": [f"medians of {args.repeats} rounds, the two alternated on the same states; "
                      f"{int(batch.response_mask.sum())} of the positions are response tokens; {cpu_name()}, "
@@ -113,8 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
                      f"difference| of the states {grad_diff:.1e}"],
            "settings": step_settings(cfg, task_args), "logp_difference": logp_diff, "gradient_difference": grad_diff,
            "rounds": rounds, "commit": commit}
-    write_result(args.json, doc)
-    return doc
+    return write_result(args.json, "table", doc)
 
 
 if __name__ == "__main__":

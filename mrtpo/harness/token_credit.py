@@ -138,15 +138,19 @@ def blocks_for(task, rollout, scored) -> list[list[str]]:
 
 @torch.no_grad()
 def replay_distances(replayer: Replayer, task, rollout, scored, temperature: float, length: int | None = None,
-                     credit: Credit | None = None, single: bool = False) -> tuple[torch.Tensor, list[list[str]]]:
+                     credit: Credit | None = None, single: bool = False,
+                     options=None) -> tuple[torch.Tensor, list[list[str]]]:
     """(q [N, K, T] on the batch's reward columns, blocks per completion; T = `length` or the
     longest completion). `credit` (advantages.Credit on the same rows and columns): skip the
     pairs whose credit is 0. An empty completion is not replayed (q 0). The prompts' common
     beginning the rollout encoded (`Rollout.prompt_start`) is reused while the weights stand.
     `single`: one context per completion, P_none (every block left out), whose distance is
-    every one of its rewards' q (a completion all of whose credit is 0 is skipped)."""
-    from mrtpo.replay import replay_onto_columns
+    every one of its rewards' q (a completion all of whose credit is 0 is skipped). `options`
+    (replay.ReplayOptions, default: the trainer's): which sharing the replay uses; the speed
+    benchmarks switch it off to time the plain paths."""
+    from mrtpo.replay import ReplayOptions, replay_onto_columns
 
+    options = options or ReplayOptions()
     shape = (len(rollout.response_ids), len(scored.names), max(1, length or rollout.max_length))
     rows = [i for i, ids in enumerate(rollout.response_ids) if len(ids)]
     items = [build_item(task, replayer.tokenizer, rollout.examples[i], rollout.response_ids[i],
@@ -166,14 +170,15 @@ def replay_distances(replayer: Replayer, task, rollout, scored, temperature: flo
     if single:  # one distance per completion, laid on each of its reward columns
         with replayer.open() as model:
             q1 = replay_onto_columns(model, items, [[0]] * len(rows), (shape[0], 1, shape[2]),
-                                     temperature=temperature, rows=rows, known=rollout.prompt_start)  # [N, 1, T]
+                                     temperature=temperature, rows=rows, known=rollout.prompt_start,
+                                     options=options)  # [N, 1, T]
         q = torch.zeros(shape)  # [N, K, T]
         for i, cols in zip(rows, columns):
             q[i, cols] = q1[i, 0]
         return q, blocks
     with replayer.open() as model:
         q = replay_onto_columns(model, items, columns, shape, temperature=temperature, rows=rows,
-                                known=rollout.prompt_start)  # [N, K, T]
+                                known=rollout.prompt_start, options=options)  # [N, K, T]
     return q, blocks
 
 

@@ -158,7 +158,7 @@ def distances(model, items: Sequence[ReplayItem], temperature: float = 1.0, k_ma
 def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]], shape: tuple[int, int, int],
                         temperature: float = 1.0, rows: Sequence[int] | None = None, chunk: int | None = None,
                         on_progress: Callable[[int, int], None] | None = None,
-                        known: EncodedStart | None = None) -> torch.Tensor:
+                        known: EncodedStart | None = None, options: ReplayOptions = ReplayOptions()) -> torch.Tensor:
     """q [N, K, T] = `shape` (float32, on the CPU) of a batch's reward columns: the step the
     trainer (mrtpo.harness.token_credit), the TRL integration and `mrtpo credit` share.
 
@@ -169,7 +169,8 @@ def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]]
     `columns[j]`: the column of each of item j's rewards, in its reward order; `rows[j]`: its
     row (default: j). T = `shape[2]` must cover the longest response. `chunk` replays that
     many items at a time and calls `on_progress(done, total)` after each (a progress display;
-    q is the same). `known`: the rollout's encoded prompt start (`distances`).
+    q is the same). `known`: the rollout's encoded prompt start; `options`: which sharing the
+    replay uses (both as in `distances`).
     """
     q = torch.zeros(shape)  # [N, K, T]
     rows = range(len(items)) if rows is None else rows
@@ -177,7 +178,7 @@ def replay_onto_columns(model, items: Sequence, columns: Sequence[Sequence[int]]
     for start in range(0, len(items), step):
         part = items[start:start + step]
         q_part = distances(model, part, temperature=temperature, length=shape[2],
-                           known=known).float().cpu()  # [c, K_part, T]
+                           known=known, options=options).float().cpu()  # [c, K_part, T]
         for j, q_item in enumerate(q_part, start=start):
             for k, col in enumerate(columns[j]):
                 q[rows[j], col] = q_item[k]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-import benchmark_module
+from benchmarks.experiments import block_reading as block_reading_module
 
 
 @pytest.fixture(scope="module")
 def block_reading():
-    return benchmark_module.load("block_reading")
+    return block_reading_module
 
 
 @pytest.mark.parametrize("task", ["toolcall", "text2sql"])

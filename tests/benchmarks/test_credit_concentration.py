@@ -3,13 +3,12 @@ random-init control, per reward and pooled, as `mrtpo credit` computes it (the f
 measured, not asserted; this checks what the table holds)."""
 from __future__ import annotations
 
-import benchmark_module
+from benchmarks.experiments import credit_concentration as bench
 
 from mrtpo.statistics import ALL
 
 
 def test_rows_hold_the_policy_and_its_control_for_every_reward(tiny_qwen2_dir):
-    bench = benchmark_module.load("credit_concentration")
     from mrtpo.credit.probe import random_control
     from mrtpo.harness.run.trained import load_frozen_policy
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import benchmark_module
+from benchmarks.speed import decode_graphs as script
 
 
 def test_both_settings_run_and_the_figures_are_written(tmp_path):
-    script = benchmark_module.load("decode_graphs")
     doc = script.main(["--device", "cpu", "--dtype", "float32", "--quick", "--json", str(tmp_path / "d.json")])
     assert [(r["setting"], r["batch"]) for r in doc["runs"]] == [("eager", 0), ("eager", 0), ("eager", 1),
                                                                ("compiled", 0), ("compiled", 0), ("compiled", 1)]

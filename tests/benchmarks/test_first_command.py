@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import benchmark_module
+from benchmarks.speed import first_command as fc
 
-fc = benchmark_module.load("first_command")
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-import benchmark_module
+from benchmarks.speed import gpu
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def test_the_one_step_part_runs_each_seed_and_summarises_them_together(tiny_qwen2_dir, tmp_path):
-    gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=1, one_step_budget=300.0,
                            one_step_tasks="instruct", one_step_seeds="1,2")
     done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path)
@@ -29,18 +30,16 @@ def test_the_one_step_part_runs_each_seed_and_summarises_them_together(tiny_qwen
 def test_each_task_runs_its_cpu_runs_methods_so_their_batches_pool(tmp_path):
     """The GPU's batches carry the methods of the task's CPU run (toolcall's also ran the
     oracle), or `--combine` refuses to pool them."""
-    gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=False, device="cuda", one_step_batches=5)
-    results = benchmark_module.BENCHMARKS / "results"
+    results = BENCHMARKS / "results"
     for task in ("text2sql", "instruct", "toolcall"):
-        command = gpu.one_step_command(Path("one_step.py"), "smollm2-135m", args, tmp_path, task, "7")
+        command = gpu.one_step_command("smollm2-135m", args, tmp_path, task, "7")
         cpu = json.loads((results / f"one-step-{task}-smollm2-135m.batches.jsonl").read_text().splitlines()[0])
         assert command[command.index("--methods") + 1].split(",") == cpu["settings"]["methods"], task
         assert command[command.index("--pool") + 1] == str(cpu["settings"]["pool"]), task
 
 
 def test_stopped_processes_keep_their_batches(tiny_qwen2_dir, tmp_path):
-    gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", one_step_batches=100_000, one_step_budget=15.0,
                            one_step_tasks="instruct", one_step_seeds="1")
     done = gpu.one_step_part(str(tiny_qwen2_dir), args, tmp_path)
@@ -58,7 +57,6 @@ def test_stopped_processes_keep_their_batches(tiny_qwen2_dir, tmp_path):
 
 
 def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):
-    gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", roofline_budget=600.0)
     path = gpu.roofline_part(str(tiny_qwen2_dir), args, tmp_path)
     doc = json.loads((tmp_path / "roofline-smollm2-135m-cpu.json").read_text())
@@ -70,7 +68,6 @@ def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path
     """gpu.py's learning part: heldout.py per (method, seed) in parallel, then one summary over
     the runs with its paired rows (text2sql's single-table questions); then the same runs as a
     budget would have left them, one stopped after step 1: compared after step 1."""
-    gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", learning_steps=2, learning_seeds="0", learning_budget=600.0,
                            batch_prompts=2, num_generations=2, max_new_tokens=8)
     out = gpu.learning_part(str(tiny_qwen2_dir), args, tmp_path, tmp_path / "train")
@@ -108,7 +105,6 @@ def _heldout_at(run_dir, steps):
 
 def test_runs_stopped_at_other_steps_are_compared_at_the_last_step_all_measured(tmp_path):
     """A budget that stops paired runs mid-way: they are compared where every one was measured."""
-    gpu = benchmark_module.load("gpu")
     a = _heldout_at(tmp_path / "a", [0, 25, 50, 75])
     b = _heldout_at(tmp_path / "b", [0, 25, 50])
     assert gpu.last_common_step([a, b]) == 50
@@ -117,7 +113,6 @@ def test_runs_stopped_at_other_steps_are_compared_at_the_last_step_all_measured(
 
 
 def test_the_decode_graphs_part_writes_its_figures(tmp_path):
-    gpu = benchmark_module.load("gpu")
     args = SimpleNamespace(smoke=True, device="cpu", decode_graphs_budget=600.0)
     path = gpu.decode_graphs_part(args, tmp_path)
     doc = json.loads((tmp_path / "decode-graphs-cpu.json").read_text())
@@ -125,7 +120,6 @@ def test_the_decode_graphs_part_writes_its_figures(tmp_path):
 
 
 def test_skip_refuses_a_part_that_is_none():
-    gpu = benchmark_module.load("gpu")
     assert gpu.parser().parse_args(["--skip", "learning,roofline"]).skip == {"learning", "roofline"}
     with pytest.raises(SystemExit):
         gpu.parser().parse_args(["--skip", "learnign"])

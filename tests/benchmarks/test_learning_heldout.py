@@ -1,5 +1,5 @@
-"""benchmarks/learning/heldout.py: paired held-out learning curves. The bootstrap interval is a
-pure function (checked on data whose true difference is known); the runner trains each
+"""benchmarks/learning/heldout.py: paired held-out learning curves (the bootstrap interval's own
+tests: test_stats.py). The runner trains each
 (method, seed) in a fresh process through the real entry point, measures the held-out
 examples along the way, writes the results file (settings, curves, paired rows) and keeps each
 finished run beside it, from where a later session reads it back instead of training again."""
@@ -7,47 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 
-import benchmark_module
-
-heldout = benchmark_module.load("heldout")
-
-
-def test_the_interval_contains_the_true_difference_and_is_pure():
-    rng = random.Random(7)
-    # 3 seeds x 300 examples: a solves each example with probability 0.6, b with 0.4 (true difference 0.2)
-    diffs = [[float(rng.random() < 0.6) - float(rng.random() < 0.4) for _ in range(300)] for _ in range(3)]
-    mean, low, high = heldout.paired_bootstrap(diffs)
-    assert mean == pytest.approx(sum(map(sum, diffs)) / 900)
-    assert low < 0.2 < high and low < mean < high and high - low < 0.2
-    assert heldout.paired_bootstrap(diffs) == (mean, low, high)  # the same draws every time
-    assert heldout.paired_bootstrap(diffs, seed=1) != (mean, low, high)
-
-
-def test_seeds_that_disagree_widen_the_interval():
-    """The seeds are resampled too: the same examples' differences, shifted per seed, give a
-    wider interval than identical seeds do."""
-    rng = random.Random(3)
-    base = [rng.choice([-1.0, 0.0, 0.0, 1.0]) for _ in range(200)]
-    same = [base, base, base]
-    spread = [[x + shift for x in base] for shift in (-0.3, 0.0, 0.3)]
-    _, lo_same, hi_same = heldout.paired_bootstrap(same)
-    mean, lo_spread, hi_spread = heldout.paired_bootstrap(spread)
-    assert mean == pytest.approx(sum(base) / 200)
-    assert hi_spread - lo_spread > hi_same - lo_same + 0.1
-
-
-def test_degenerate_and_missing_differences():
-    assert heldout.paired_bootstrap([[0.1] * 5, [0.1] * 5]) == (pytest.approx(0.1), 0.1, 0.1)  # zero width
-    assert heldout.paired_bootstrap([[0.0, 0.0], [0.0, 0.0]]) == (0.0, 0.0, 0.0)
-    mean, low, high = heldout.paired_bootstrap([[1.0, math.nan], [1.0, math.nan]])  # NaN left out
-    assert (mean, low, high) == (1.0, 1.0, 1.0)
-    assert all(math.isnan(x) for x in heldout.paired_bootstrap([[math.nan]]))
-    with pytest.raises(ValueError, match="seeds x examples"):
-        heldout.paired_bootstrap([])
+from benchmarks.learning import heldout
 
 
 def test_better_counts_are_the_discordant_examples_per_seed():
@@ -77,7 +40,8 @@ def test_the_runner_writes_paired_held_out_results_and_keeps_each_run(tmp_path, 
     assert (s["task"], s["seeds"], s["steps"], s["heldout"], s["heldout_every"]) == ("toolcall", [0, 1], 2, 4, 1)
     assert s["model"] == str(tiny_qwen2_dir) and s["methods"] == ["gdpo", "mrtpo"] and s["heldout_examples"] == 4
     assert doc["metric"] == "ast_accuracy"
-    assert doc["command"].startswith("python benchmarks/learning/heldout.py --model")
+    assert doc["command"].startswith("python -m benchmarks.learning.heldout --model")
+    assert doc["schema"] == "mrtpo.learning-heldout/1"  # its kind, declared for the results page
     # the held-out curve: steps 0, 1, 2, per seed and the mean over seeds
     curve = doc["curves"]["mrtpo"]["ast_accuracy"]
     assert curve["steps"] == [0, 1, 2] and len(curve["per_seed"]) == 2

@@ -10,9 +10,8 @@ import shutil
 
 import pytest
 
-import benchmark_module
+from benchmarks.learning import sweep
 
-sweep = benchmark_module.load("sweep")
 
 
 def test_fifths_are_the_means_of_the_first_and_last_fifth_of_the_steps():

@@ -1,33 +1,23 @@
 """benchmarks/experiments/one_step.py: the paired one-step test's plumbing on a tiny model.
 
 Every method steps from the same weights on the same batch (the weights are put back after
-each), the effects are read off a shared pool, a rerun goes on from the batches already
-written, and the statistics are the textbook ones."""
+each), the effects are read off a shared pool, and a rerun goes on from the batches already
+written (its Student-t interval: test_stats.py)."""
 from __future__ import annotations
 
 import json
-import math
 
-import benchmark_module
 import harness_task
 import pytest
 import torch
 
+from benchmarks.experiments import one_step as one_step_module
 from mrtpo.tasks.base import Example, Reward, Task, Verdict
 
 
 @pytest.fixture(scope="module")
 def one_step():
-    return benchmark_module.load("one_step")
-
-
-def test_t_quantiles_and_intervals(one_step):
-    for df, want in ((5, 2.5706), (9, 2.2622), (29, 2.0452), (100, 1.9840)):  # tables' 97.5% points
-        assert one_step.t_quantile(0.975, df) == pytest.approx(want, abs=3e-4)
-    mean, low, high = one_step.interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
-    half = 2.5706 * math.sqrt(3.5) / math.sqrt(6)
-    assert mean == 3.5 and low == pytest.approx(3.5 - half, abs=1e-3) and high == pytest.approx(3.5 + half, abs=1e-3)
-    assert math.isnan(one_step.interval([1.0])[1])
+    return one_step_module
 
 
 def test_effects_are_importance_weighted_changes(one_step):

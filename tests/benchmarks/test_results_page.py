@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
-import benchmark_module
+from benchmarks import results_page as results_page_module
 
-PAGE_PATH = benchmark_module.BENCHMARKS.parent / "docs" / "results.md"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+PAGE_PATH = BENCHMARKS.parent / "docs" / "results.md"
 
 
 @pytest.fixture(scope="module")
 def page():
-    return benchmark_module.load("results_page")
+    return results_page_module
 
 
 def _tables(text: str) -> list[tuple[int, list[str]]]:
@@ -50,7 +52,7 @@ def test_every_table_names_its_command_and_its_file(page):
         assert "not recorded" not in commands[0], f"line {index + 1}: {commands[0]}"
         assert any("benchmarks/results/" in b and ".json" in b for b in before), f"line {index + 1} names no file"
     # every results file appears in the page
-    for path in (benchmark_module.BENCHMARKS / "results").glob("*.json"):
+    for path in (BENCHMARKS / "results").glob("*.json"):
         assert f"benchmarks/results/{path.name}" in text, path.name
 
 
@@ -58,15 +60,16 @@ def test_a_second_models_results_get_their_own_tables(page, tmp_path):
     """Files for another policy with the schema of the existing ones (as `mrtpo probe --json` and
     benchmarks/learning/learning.py write them) sit beside the mrtpo-tiny tables, named by their model."""
     results = tmp_path / "results"
-    shutil.copytree(benchmark_module.BENCHMARKS / "results", results)
+    shutil.copytree(BENCHMARKS / "results", results)
     model = "smollm2-135m (/root/.cache/mrtpo/models/smollm2-135m-0123456789ab)"
     probe = json.loads((results / "probe-toolcall.json").read_text())
     probe["model"] = model
     probe["kinds"][0]["specificity"] = 3.21
     (results / "probe-toolcall-smollm2-135m.json").write_text(json.dumps(probe))
     learning = json.loads((results / "learning-toolcall.json").read_text())
-    learning = {"settings": dict(learning["settings"], model="/root/.cache/mrtpo/models/smollm2-135m-0123456789ab"),
-                "rows": learning["rows"]}  # the script's own output: no command, seeds or notes
+    learning = {"schema": "mrtpo.learning/1",
+                "settings": dict(learning["settings"], model="/root/.cache/mrtpo/models/smollm2-135m-0123456789ab"),
+                "rows": learning["rows"]}  # no command, seeds or notes: the page makes the command up
     (results / "learning-toolcall-smollm2-135m.json").write_text(json.dumps(learning))
 
     text = page.render(results)
@@ -74,7 +77,7 @@ def test_a_second_models_results_get_their_own_tables(page, tmp_path):
     assert "command: `mrtpo probe toolcall --model smollm2-135m`" in text
     assert "| argument value (`correct`) | 34 | 3.30 | 3.09 (schema) | **3.21** |" in text
     assert "**toolcall, mrtpo-tiny-f28af8686579, 35 examples**" in text  # the default policy's stays
-    assert "command: `python benchmarks/learning/learning.py --tasks toolcall --model smollm2-135m`" in text
+    assert "command: `python -m benchmarks.learning.learning --tasks toolcall --model smollm2-135m`" in text
     # the default policy's tables come first, the other model's after them, in the same section
     probe_section = text[text.index("## Where credit lands"):text.index("## Warm-start variants")]
     assert probe_section.index("mrtpo-tiny-f28af8686579, 35") < probe_section.index("smollm2-135m-0123456789ab")
@@ -87,7 +90,7 @@ def test_a_second_models_results_get_their_own_tables(page, tmp_path):
 
 def test_check_fails_on_a_changed_figure_and_the_script_rewrites_the_page(page, tmp_path):
     results = tmp_path / "results"
-    shutil.copytree(benchmark_module.BENCHMARKS / "results", results)
+    shutil.copytree(BENCHMARKS / "results", results)
     out = tmp_path / "results.md"
     assert page.main(["--results", str(results), "--out", str(out)]) == 0
     assert page.main(["--check", "--results", str(results), "--out", str(out)]) == 0
@@ -116,7 +119,8 @@ def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
     paired differences with "no difference" where the interval holds 0."""
     results = tmp_path / "results"
     results.mkdir()
-    doc = {"settings": {"model": "smollm2-135m", "task": "text2sql", "batches": 30, "batch_prompts": 2,
+    doc = {"schema": "mrtpo.one-step/1",
+           "settings": {"model": "smollm2-135m", "task": "text2sql", "batches": 30, "batch_prompts": 2,
                         "num_generations": 4, "pool": 16, "lr": 5e-5},
            "command": "python benchmarks/experiments/one_step.py --task text2sql",
            "rows": [{"method": m, "reward": "total", "mean": v, "low": v - 0.01, "high": v + 0.01}
@@ -191,3 +195,42 @@ def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_
     text = page.render(results)
     assert "| execution_accuracy | mrtpo (seeds 0) | 0.040 | 0.140 |" in text
     assert "| execution_accuracy | gdpo | 0.040 | 0.100 |" in text
+
+
+def test_a_file_is_rendered_by_the_kind_it_declares_not_by_its_name(page, tmp_path):
+    """The page reads a file's `schema` (`mrtpo.KIND/VERSION`), never its name: a learning file
+    under another name is a learning table, one named like a learning file but declaring no kind
+    is listed under "Other result files", and so is a kind the page does not know."""
+    results = tmp_path / "results"
+    results.mkdir()
+    learning = json.loads((BENCHMARKS / "results" / "learning-toolcall.json").read_text())
+    assert learning["schema"] == "mrtpo.learning/1"
+    (results / "curves-of-my-own.json").write_text(json.dumps(learning))
+    (results / "learning-undeclared.json").write_text(json.dumps({k: v for k, v in learning.items() if k != "schema"}))
+    (results / "probe-new-kind.json").write_text(json.dumps({"schema": "mrtpo.not-a-kind/1", "kinds": []}))
+    text = page.render(results)
+    mine = text.index("(`benchmarks/results/curves-of-my-own.json`)")
+    assert text.index("## Learning") < mine < text.index("## Speed")
+    other = text[text.index("## Other result files"):]
+    assert "`benchmarks/results/learning-undeclared.json`" in other
+    assert "`benchmarks/results/probe-new-kind.json`" in other
+    assert page.kind_of(learning) == "learning"
+    assert page.kind_of({"schema": "mrtpo.table/1", "section": "speed"}) == "speed"
+
+
+def test_a_held_out_file_from_before_kinds_were_declared_still_renders(page, tmp_path):
+    """benchmarks/learning/heldout.py wrote its files without `schema` before it declared its
+    kind; such a file (its fields say what it is) renders as the kind heldout.py writes now."""
+    from benchmarks.learning import heldout
+
+    doc = json.loads((BENCHMARKS / "results" / "learning-heldout-text2sql-smollm2-135m.json").read_text())
+    old = {k: v for k, v in doc.items() if k != "schema"}
+    new = {"schema": f"mrtpo.{heldout.KIND}/1", **old}
+    assert page.kind_of(old) == page.kind_of(new) == heldout.KIND == "learning-heldout"
+    rendered = []
+    for d in (old, new):
+        results = tmp_path / str(len(rendered))
+        results.mkdir()
+        (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(d))
+        rendered.append(page.render(results))
+    assert rendered[0] == rendered[1] and "**text2sql: paired differences after step" in rendered[0]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import benchmark_module
+from benchmarks.speed import roofline
 
 
 def test_every_phase_gets_its_counts_and_bound(tiny_qwen2_dir, tmp_path):
-    roofline = benchmark_module.load("roofline")
     doc = roofline.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--max-new-tokens", "8", "--quick",
                          "--lora-dropout", "0.05", "--json", str(tmp_path / "r.json")])
     assert [r["phase"] for r in doc["rows"]] == ["prefill", "decode", "score", "replay", "forward",
@@ -31,7 +30,6 @@ def test_fed_tokens_counts_what_goes_through_the_first_layer(tiny_qwen2_dir):
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    roofline = benchmark_module.load("roofline")
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir)
     ids = torch.arange(1, 13).view(2, 6)  # [2, 6]
     with torch.no_grad(), roofline.fed_tokens(model) as fed:

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-import benchmark_module
+from benchmarks.experiments import span_placement as span_placement_module
 
 
 @pytest.fixture(scope="module")
 def spans_mod():
-    return benchmark_module.load("span_placement")
+    return span_placement_module
 
 
 def test_paired_changes_subtract_the_baseline_seed_by_seed(spans_mod):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import benchmark_module
+from benchmarks.speed import dropout as bench
 
 
 def test_dropout_settings_are_timed_side_by_side(tiny_qwen2_dir, tmp_path):
-    bench = benchmark_module.load("dropout")
     doc = bench.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--repeats", "2",
                       "--json", str(tmp_path / "d.json")])
     assert [r[0] for r in doc["rows"]] == ["off", "torch", "sparse"]

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import benchmark_module
+from benchmarks.speed import rollout_dtype as bench
 
 
 def test_float32_and_bf16_rollouts_are_timed_side_by_side(tiny_qwen2_dir, tmp_path):
-    bench = benchmark_module.load("rollout_dtype")
     doc = bench.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--repeats", "2",
                       "--json", str(tmp_path / "r.json")])
     assert [r[0] for r in doc["rows"]] == ["rollout", "rest of the step (float32 either way)", "step"]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import benchmark_module
+from benchmarks.speed import step
 
 
 def test_fast_and_plain_steps_are_timed_side_by_side_and_agree(tiny_qwen2_dir, tmp_path):
-    step = benchmark_module.load("step")
     doc = step.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--max-new-tokens", "8",
                      "--repeats", "2", "--json", str(tmp_path / "s.json")])
     assert [r["phase"] for r in doc["rows"]] == ["rollout", "replay", "forward", "backward", "total"]

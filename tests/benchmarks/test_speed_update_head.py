@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import benchmark_module
+from benchmarks.speed import update_head as bench
 
 
 def test_head_rows_are_timed_side_by_side(tiny_qwen2_dir, tmp_path):
-    bench = benchmark_module.load("update_head")
     doc = bench.main(["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--repeats", "2",
                       "--json", str(tmp_path / "h.json")])
     assert [r[0] for r in doc["rows"]] == ["positions", "states"]

@@ -9,10 +9,9 @@ import json
 
 import pytest
 
-import benchmark_module
+from benchmarks.experiments import where_credit_lands as wcl
 from mrtpo.credit.records import CreditRecord
 
-wcl = benchmark_module.load("where_credit_lands")
 
 
 def _spans(text: str, kinds: list[str]) -> list[tuple[str, str]]:

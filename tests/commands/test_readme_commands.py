@@ -1,8 +1,8 @@
 """Every command the README and docs/reference.md (its fine print) show parses against the real argument parsers.
 
 Commands come from the README's ```bash blocks (continuation lines joined, comments dropped,
-`&&` chains and pipes split, redirections dropped) and from its inline code spans that start with `mrtpo ` or
-`python benchmarks/` (synopses too:
+`&&` chains and pipes split, redirections dropped) and from its inline code spans that start with `mrtpo `,
+`python benchmarks/` or `python -m benchmarks.` (synopses too:
 `[optional]` parts kept, the first of `(A | B)`, placeholders such as TASK or FILE filled in).
 Each is parsed, not run, by the parser that would read it:
 - `mrtpo ...` / `python -m mrtpo ...`: the typer app's click commands (types, choices, ranges);
@@ -11,7 +11,9 @@ Each is parsed, not run, by the parser that would read it:
 - `python -m mrtpo.integrations.trl` / `-m mrtpo.integrations.trl` under a launcher: TRL's
   `TrlParser` over the launcher's dataclasses (argparse level: flags, values and types; the
   dataclasses' GPU checks, e.g. bf16 on a CPU-only machine, are the machine's, not the command's);
-- `python benchmarks/learning/learning.py ...`: the benchmark's argparse parser; `tensorboard ...`: its own.
+- `python -m benchmarks.learning.learning ...` (a benchmark script, run as a module of the
+  `benchmarks` package) and `python benchmarks/results_page.py ...` (the one run by its path):
+  the script's argparse parser, its `parser()`; `tensorboard ...`: its own.
 Setup commands (pip, venv, pytest, `.`) are recognised and skipped; any other command fails
 the test, so a new kind of command in the README gets a parser here.
 """
@@ -58,7 +60,8 @@ def _bash_commands(text: str) -> list[str]:
 
 def _inline_commands(text: str) -> list[str]:
     out = []
-    for span in re.findall(r"`(mrtpo [^`]+|python benchmarks/[^\s`]+(?: [^`]+)?)`", text):
+    for span in re.findall(r"`(mrtpo [^`]+|python benchmarks/[^\s`]+(?: [^`]+)?|python -m benchmarks\.[^\s`]+(?: [^`]+)?)`",
+                           text):
         span = span.replace("\\|", "|")
         span = re.sub(r"\(([^()|]+)\|[^()]*\)", r"\1", span)  # (A | B) -> A
         span = span.replace("[", " ").replace("]", " ")
@@ -130,6 +133,13 @@ def parse(command: str) -> str:
     if words[0] == "mrtpo":
         _parse_mrtpo(words[1:])
         return "mrtpo"
+    if len(words) >= 3 and words[:2] == ["python", "-m"] and re.fullmatch(r"benchmarks(\.\w+)+", words[2]):
+        import importlib
+
+        module = importlib.import_module(words[2])
+        assert hasattr(module, "parser"), f"{words[2]} has no parser() for this test to check the README's command with"
+        module.parser().parse_args(words[3:])
+        return "benchmark"
     if words[:3] in (["python", "-m", "mrtpo"], ["python3", "-m", "mrtpo"]):
         _parse_mrtpo(words[3:])
         return "mrtpo"

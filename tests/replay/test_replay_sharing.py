@@ -2,13 +2,12 @@
 and the replay's distances stay the same (the times it prints are measured, not asserted)."""
 from __future__ import annotations
 
-import benchmark_module
+from benchmarks.speed import replay_sharing as bench
 from mrtpo.replay import distances, replay_tokens
 from replay_models import begin_alike_items, load_model
 
 
 def test_each_setting_feeds_what_it_says_and_gives_the_same_distances(tiny_qwen2_dir, tiny_tokenizer):
-    bench = benchmark_module.load("replay_sharing")
     model = load_model(tiny_qwen2_dir)
     items = begin_alike_items(tiny_tokenizer)
     full = distances(model, items, shared_prefix=False)
@@ -29,8 +28,7 @@ def test_each_setting_feeds_what_it_says_and_gives_the_same_distances(tiny_qwen2
 def test_the_parts_timers_cover_the_replays_parts(tiny_qwen2_dir, tiny_tokenizer):
     """`timing.time_prefixes` encodes each group's prefix once; `time_head_and_js_parts` times
     the head, the log-softmax and both JS steps (the figures are measured, not asserted)."""
-    benchmark_module.load("replay_sharing")  # puts benchmarks/speed on sys.path, as running it does
-    import timing
+    from benchmarks.speed import timing
     from mrtpo.replay import replay_groups
 
     model = load_model(tiny_qwen2_dir)
@@ -44,8 +42,7 @@ def test_the_parts_timers_cover_the_replays_parts(tiny_qwen2_dir, tiny_tokenizer
 def test_replay_hidden_gives_the_replays_own_distances(tiny_qwen2_dir, tiny_tokenizer):
     """The hidden states `timing.replay_hidden` takes, through the head and the JS step, give
     the replay's q: they are the states at each context's response positions."""
-    benchmark_module.load("replay_sharing")
-    import timing
+    from benchmarks.speed import timing
     import torch
     from mrtpo.replay import head_and_js, head_of
 

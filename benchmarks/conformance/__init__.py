@@ -1,0 +1,1 @@
+"""Conformance checks (benchmarks/README.md lists them)."""

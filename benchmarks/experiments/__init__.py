@@ -1,0 +1,1 @@
+"""One-off research experiments (benchmarks/README.md lists them)."""

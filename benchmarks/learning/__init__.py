@@ -1,0 +1,1 @@
+"""Learning benchmarks (benchmarks/README.md lists them)."""

@@ -1,0 +1,72 @@
+"""Writing a results file, and where a result was measured.
+
+Every results file declares its kind in its `schema` field, `mrtpo.KIND/VERSION` (e.g.
+`mrtpo.speed-step/1`); benchmarks/results_page.py renders a file by that kind alone, never by
+its name. `write_result` stamps it, so a rerun of the script that made a file writes a file
+of the same kind. The kinds and what each holds: benchmarks/results_page.py's docstring.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+
+def declared(kind: str, doc: dict, version: int = 1) -> dict:
+    """`doc` with its kind declared first: {"schema": "mrtpo.KIND/VERSION", **doc}."""
+    return {"schema": f"mrtpo.{kind}/{version}", **{k: v for k, v in doc.items() if k != "schema"}}
+
+
+def write_result(path: str | Path | None, kind: str, doc: dict, *, strict: bool = False) -> dict:
+    """Write `doc` as a results file of `kind` to `path` (its folder made, written whole or not
+    at all; `strict`: NaN and infinities refused, mrtpo.textio.strict_json); None: nothing
+    written. Returns the document as written."""
+    out = declared(kind, doc)
+    if path:
+        from mrtpo.textio import strict_json, write_atomic
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(path), (strict_json(out, indent=1) if strict else json.dumps(out, indent=1)) + "\n")
+    return out
+
+
+def command(module: str, argv: list[str], quoted: bool = False) -> str:
+    """The command line that ran a script, as a results file records it:
+    `python -m benchmarks.PURPOSE.NAME ARGS` (`quoted`: each argument shell-quoted)."""
+    words = ["python", "-m", module, *argv]
+    return shlex.join(words) if quoted else " ".join(words)
+
+
+def current_commit() -> str | None:
+    """The short hash of the checkout's HEAD (the code a result was measured on), None outside git."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip() or None
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's `model name`, `cpu family` and `model` from /proc/cpuinfo ({} without it)."""
+    info: dict[str, str] = {}
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "cpu family", "model") and key.strip() not in info:
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return info
+
+
+def cpu_name(family: bool = False) -> str:
+    """The processor's model name, for speed results: machines lent to this project differ by
+    4x in float32 rate, so every table names the CPU it was measured on. `family`: with its
+    family and model numbers (float rounding, hence greedy near-ties, follow them)."""
+    info = _cpuinfo()
+    if "model name" not in info:
+        import platform
+
+        return platform.processor() or ("unknown CPU" if family else "unknown")
+    name = info["model name"]
+    if family and "cpu family" in info:
+        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
+    return name

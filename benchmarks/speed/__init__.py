@@ -1,0 +1,1 @@
+"""Speed benchmarks (benchmarks/README.md lists them)."""
