@@ -250,9 +250,9 @@ def test_each_built_in_policy_is_one_entry():
 
 def test_the_trainer_builds_no_built_in_policy():
     """The training loop loads the model path it is given: importing it (and everything it
-    imports) brings in the built-in policies' table, never their factory (mrtpo.models.default)."""
+    imports) brings in the built-in policies' table, never their factory (mrtpo.models.builds)."""
     code = ("import sys, mrtpo.harness.loop; "
-            "print('mrtpo.models.builtin' in sys.modules, 'mrtpo.models.default' in sys.modules)")
+            "print('mrtpo.models.builtin' in sys.modules, 'mrtpo.models.builds' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT.parent)}).stdout
     assert out.split() == ["True", "False"]

@@ -38,7 +38,7 @@ def measure(model_name: str, task_name: str, seed: int = 0) -> dict:
     from mrtpo.contexts import block_texts, context_messages, render_ids
     from mrtpo.credit.records import response_ids
     from mrtpo.harness.policy import load_policy
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
     from mrtpo.models.injected import argument_values, candidate_errors
     from mrtpo.tasks import get_task
 

@@ -40,7 +40,7 @@ def measure(model_name: str) -> dict:
     from mrtpo.spans import span_token_mask
     from mrtpo.credit.records import response_ids
     from mrtpo.harness.policy import load_policy
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
     from mrtpo.replay import distances
     from mrtpo.tasks import get_task
 

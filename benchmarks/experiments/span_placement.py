@@ -86,7 +86,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from mrtpo.models.builtin import builtin_name
     from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, TINY_MODEL
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     model = args.model or TINY_MODEL  # the model its recorded results ran on
     settings = dict(EXPERIMENT_DEFAULTS.get(builtin_name(model) or TINY_MODEL, {}))

@@ -93,7 +93,7 @@ def main() -> None:
 
     from mrtpo.credit.probe import edit_results, random_control, replay_edits, summarize
     from mrtpo.harness.policy import load_policy
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
     from mrtpo.tasks import get_task
 
     torch.set_num_threads(args.threads)

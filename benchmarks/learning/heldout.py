@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrtpo.evaluation.heldout import measure as official
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     settings = run_settings(args, resolve_model(args.model))
     n_held, source = heldout_split(args.task, settings)

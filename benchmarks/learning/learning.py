@@ -183,7 +183,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     settings = model_settings(args.model, args)
     methods = args.methods.split(",")

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrtpo.evaluation.heldout import measure as official_measure
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     model_path = resolve_model(args.model)
     base = argparse.Namespace(**vars(args), lr=None, batch_prompts=None, num_generations=None,

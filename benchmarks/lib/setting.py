@@ -89,7 +89,7 @@ def adapted_policy(model: str, cfg, seed: int | None, *, lora_dropout: float = 0
     and the B matrices at their zero start, as `mrtpo train` begins. Float32 on the CPU unless
     `load` says otherwise (further `harness.policy.load_policy` arguments)."""
     from mrtpo.harness.policy import load_policy
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     if seed is not None:
         torch.manual_seed(seed)
@@ -126,7 +126,7 @@ def tokenizer():
     """(tokenizer, where it came from): the built-in mrtpo-tiny's if it is cached, else one
     trained the same way here on the bundled tasks' text (a few seconds)."""
     from mrtpo.models.builtin import RECIPES, TINY_MODEL
-    from mrtpo.models.default import is_built, model_dir
+    from mrtpo.models.builds import is_built, model_dir
 
     built = model_dir(RECIPES[TINY_MODEL])
     if is_built(built):

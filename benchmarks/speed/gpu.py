@@ -124,7 +124,7 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
     pieces joined in order; the build checks the pinned size and SHA-256)."""
     if len(files) == 1 and Path(files[0]).is_dir():
         return files[0]
-    from mrtpo.models.default import build
+    from mrtpo.models.builds import build
     from mrtpo.models.packaged import SMOLLM2
 
     source = Path(files[0])

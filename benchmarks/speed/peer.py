@@ -138,7 +138,7 @@ def run_worker(args) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     args.model = resolve_model(args.model, progress=False)  # the driver built it already
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
@@ -226,7 +226,7 @@ def main() -> None:
             import trl  # noqa: F401
         except ImportError:
             sys.exit('TRL is not installed: pip install -e ".[trl]" (or pass --only harness)')
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     args.model = resolve_model(args.model)  # build the built-in policy once, before any timing
     runs = [r for r in RUNS if r[0] in sides]

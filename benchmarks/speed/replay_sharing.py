@@ -89,7 +89,7 @@ def main() -> None:
     from mrtpo.contexts import build_item
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
     from mrtpo.tasks import get_task
     from mrtpo.tasks.options import OptionSyntaxError, read_options
 

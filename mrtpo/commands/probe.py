@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         from mrtpo.credit import probe
         from mrtpo.harness.policy import PolicyLoadError, load_policy
         from mrtpo.models import builtin
-        from mrtpo.models.default import resolve_model
+        from mrtpo.models.builds import resolve_model
 
         model = model or builtin.DEFAULT_MODEL
         from mrtpo.tasks import get_task

@@ -11,7 +11,7 @@ export.py, which read a run back as a loadable model).
 
 `train` and `RunResult` are imported on first use, so reading the config (the CLI does it
 to build its flags) does not import torch. `train(cfg)` here is the public entry: the loop
-given `mrtpo.models.default.resolve_model` as the one way to turn `cfg.model` into a path
+given `mrtpo.models.builds.resolve_model` as the one way to turn `cfg.model` into a path
 (a built-in policy's name is built on first use); the loop itself is handed that function
 and builds nothing.
 """
@@ -26,7 +26,7 @@ def train(cfg: TrainConfig, on_step=None, on_start=None, measure=None, on_phase=
     any other `--model` is loaded as it is. `measure` is the held-out before/after's metric
     (--heldout): `mrtpo.evaluation.heldout.measure` gives `mrtpo eval`'s numbers, as `mrtpo train` does."""
     from mrtpo.harness.loop import train as train_loop
-    from mrtpo.models.default import build_needed, resolve_model
+    from mrtpo.models.builds import build_needed, resolve_model
 
     def model_path(name: str) -> str:
         where = build_needed(name)

@@ -80,7 +80,7 @@ def train(cfg: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None = N
     `model_path(cfg.model)` is asked once, on the main process, for what `from_pretrained`
     loads: the trainer knows built-in policies only by name (mrtpo.models.builtin) and never
     builds one. `mrtpo.harness.train` and `mrtpo train` pass the one that does
-    (`mrtpo.models.default.resolve_model`). The run directory is locked for the whole run
+    (`mrtpo.models.builds.resolve_model`). The run directory is locked for the whole run
     (mrtpo.harness.run.lock): a second run started in it is refused, naming this one."""
     cfg.check()  # a field changed since construction (cfg.lr = ...) is checked before anything loads
     check_model_arg(cfg.model)

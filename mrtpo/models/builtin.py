@@ -1,13 +1,13 @@
 """The built-in policies, each in one place: what `--model NAME` builds and what it trains with.
 
-`POLICIES` is the table: per policy, its recipe (a `Recipe` that `mrtpo.models.default` builds
+`POLICIES` is the table: per policy, its recipe (a `Recipe` that `mrtpo.models.builds` builds
 from scratch, or a `PackagedRecipe` that `mrtpo.models.packaged` converts from the checkpoint a
 registry package ships) and the `mrtpo train` settings it brings (`train_defaults`). Adding a
 policy is one entry here. `RECIPES` and `TRAIN_DEFAULTS` are views of the table by name. The
 rest answers questions about names: is a `--model` value (a name, or a build's directory,
 recognised by its manifest) a built-in policy, which settings it brings, and which name an
 adapter trained on it records. Pure data and lookups: the trainer reads them; building is
-`mrtpo.models.default`'s (`resolve_model`, which the trainer is handed).
+`mrtpo.models.builds`'s (`resolve_model`, which the trainer is handed).
 """
 from __future__ import annotations
 

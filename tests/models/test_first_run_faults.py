@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from mrtpo.cli import app
 from mrtpo.models import builtin
-from mrtpo.models import default as dm
+from mrtpo.models import builds as dm
+from mrtpo.models import tiny_build
 from mrtpo.models import packaged
 from mrtpo.models.packaged import PackagedRecipe
 from tiny_recipe import tiny_recipe
@@ -84,7 +85,7 @@ def test_two_first_runs_at_once_build_once(tmp_path, monkeypatch):
     recipe = tiny_recipe(name="test-tiny-twice")
     calls = []
 
-    def slow_build(recipe, out, progress=True):
+    def slow_build(recipe, out, progress=True, fingerprint=""):
         calls.append(threading.get_ident())
         time.sleep(0.5)
         out = Path(out)
@@ -93,7 +94,7 @@ def test_two_first_runs_at_once_build_once(tmp_path, monkeypatch):
         (out / builtin.MANIFEST).write_text(json.dumps({"name": recipe.name, "build_seconds": 0.5}))
         return {}
 
-    monkeypatch.setattr(dm, "build_into", slow_build)
+    monkeypatch.setattr(tiny_build, "build_into", slow_build)
     paths, errors = [], []
 
     def first_run():

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from limits import time_limit
 from mrtpo.cli import app
-from mrtpo.models import default as dm
+from mrtpo.models import builds as dm
 from tiny_gguf import packaged_recipe, wheel_with
 from tiny_gguf import write_tiny_gguf
 
@@ -148,7 +148,7 @@ SLOW_BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     sys.path[:0] = [{helpers!r}]
-    from mrtpo.models import default as dm, packaged
+    from mrtpo.models import builds as dm, packaged
     from tiny_gguf import packaged_recipe
 
     recipe = packaged_recipe(Path({gguf!r}))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mrtpo.models import builtin
-from mrtpo.models import default as dm
+from mrtpo.models import builds as dm
 from mrtpo.models import packaged
 from mrtpo.models.packaged import PackagedModelError, PackagedRecipe
 from tiny_gguf import packaged_recipe, wheel_with, write_tiny_gguf

@@ -93,7 +93,7 @@ def locate(name_or_path: str | Path, step: int | None = None, build: bool = True
         return _checkpoint(path, build, run_config=run if run.is_file() else None)
     if (path / ADAPTER_CONFIG).is_file():
         return _adapter(path, build)
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     problem = model_arg_problem(str(name_or_path), trained=True)
     if problem:
@@ -159,7 +159,7 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
 
 def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified: bool = False) -> Located:
     from mrtpo.models.builtin import RECIPES
-    from mrtpo.models.default import resolve_model
+    from mrtpo.models.builds import resolve_model
 
     if not verified and path.name == "adapter" and is_checkpoint(path.parent):  # given alone
         _verified_step(path.parent)

@@ -1,22 +1,19 @@
-"""`mrtpo-tiny`, the built-in policy made here, on first use, from a seeded recipe; and the
-cache that every built-in policy is built into.
+"""The build cache: every built-in policy is built, on first use, into one cache directory.
 
-No model can be downloaded on a laptop without network, so the project builds its own: a
-byte-level BPE tokenizer trained on the bundled tasks' text with a ChatML template, a small
-Qwen2 (about 2.4M parameters), and a short supervised warm start on the bundled samples of the
-three tasks (`mrtpo.models.sft`: some targets carry injected errors so every reward has room
-to rise; some prompts are the replay's own contexts, P_all teaching the reference and each
-P_without_k an error in reward k's aspect, so that removing block k moves the distribution
-where reward k is decided).
+The cache is `$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`, else `~/.cache/mrtpo`; a build
+lives under `models/<name>-<fingerprint>`, where the fingerprint covers what the build depends
+on (a packaged policy: its pinned file and the conversion's version; the `mrtpo-tiny` recipe:
+its fields, version, the package version and the bundled data), so a changed recipe builds a
+new directory and never reuses a stale one. A build is written into a temporary directory next
+to its final place and renamed when complete, with a manifest written last and its files'
+digests checked on every use (`intact`), so an interrupted or damaged build is rebuilt, not
+loaded; one process builds at a time per directory (an OS lock).
 
-The build goes into a cache directory (`$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`, else
-`~/.cache/mrtpo`) under `models/<name>-<fingerprint>`, where the fingerprint covers the
-recipe, the package version and the bundled data: a changed recipe builds a new directory
-and never reuses a stale one. It is written into a temporary directory next to its final
-place and renamed when complete, so an interrupted build leaves nothing that looks finished.
-`resolve_model` turns a `--model` value into a path, building the default when asked for it;
-it is the function `mrtpo.harness.train` and `mrtpo train` give the trainer, which asks it once
-for the path to load and imports nothing of this module.
+What a build runs is its recipe's: `mrtpo.models.packaged` converts SmolLM2's packaged GGUF
+(the default policy), `mrtpo.models.tiny_build` trains the `mrtpo-tiny` toy from scratch.
+`resolve_model` turns a `--model` value into a path, building a built-in policy when asked for
+it; it is the function `mrtpo.harness.train` and `mrtpo train` give the trainer, which asks it
+once for the path to load and imports nothing of this module.
 """
 from __future__ import annotations
 
@@ -25,16 +22,14 @@ import json
 import os
 import random
 import shutil
-import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from mrtpo.cache import cache_dir, ensure_dir
 from mrtpo.models.builtin import MANIFEST, RECIPES, TINY_MODEL, Recipe
 from mrtpo.models.packaged import PackagedRecipe
 
-RECIPE_VERSION = 3  # bump when the recipe's code changes what it builds
+
 
 
 def default_cache_dir() -> Path:
@@ -43,27 +38,17 @@ def default_cache_dir() -> Path:
     return cache_dir()
 
 
-def _data_digest() -> str:
-    """A digest of the bundled data files (a changed sample means a different policy)."""
-    root = Path(__file__).resolve().parent.parent / "data"
-    h = hashlib.sha256()
-    if root.is_dir():
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
-
-
 def fingerprint(recipe: Recipe | PackagedRecipe) -> str:
     """12 hex digits naming one build: recipe fields, recipe version, package version, data
     (a packaged policy: its pinned file and the conversion's version, nothing of this package)."""
     from mrtpo import __version__
+    from mrtpo.models import tiny_build
 
     if isinstance(recipe, PackagedRecipe):
         payload = json.dumps({"packaged": asdict(recipe)}, sort_keys=True)
     else:
-        payload = json.dumps({"recipe": asdict(recipe), "recipe_version": RECIPE_VERSION,
-                              "mrtpo": __version__, "data": _data_digest()}, sort_keys=True)
+        payload = json.dumps({"recipe": asdict(recipe), "recipe_version": tiny_build.RECIPE_VERSION,
+                              "mrtpo": __version__, "data": tiny_build.data_digest()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -143,7 +128,9 @@ def _build_at(recipe, dest: Path, tmp: Path, progress: bool, source) -> None:
         else:
             if source is not None:
                 raise ValueError(f"{recipe.name} is built from a recipe; it takes no source file")
-            build_into(recipe, tmp, progress=progress)
+            from mrtpo.models import tiny_build
+
+            tiny_build.build_into(recipe, tmp, progress=progress, fingerprint=fingerprint(recipe))
         _seal(tmp)
         if dest.exists():  # a forced rebuild, a damaged build, or an incomplete leftover: aside first
             old = dest.parent / f".{dest.name}.old-{os.getpid()}-{random.randrange(1 << 30):08x}"
@@ -308,138 +295,5 @@ def build_packaged_into(recipe: PackagedRecipe, out: str | Path, progress: bool 
     return manifest
 
 
-def build_into(recipe: Recipe, out: str | Path, progress: bool = True) -> dict:
-    """Run the recipe and save tokenizer, model and manifest into `out`; returns the manifest."""
-    import torch
-    import transformers
-
-    from mrtpo import __version__
-    from mrtpo.models import sft
-    from mrtpo.models.tiny import build_model, save_policy, train_tokenizer
-    from mrtpo.tasks import get_task
-
-    t0 = time.perf_counter()
-    out = Path(out)
-    rng = random.Random(recipe.seed)
-    with _Progress(progress, recipe.name) as bar:
-        data: list[sft.ExampleData] = []
-        counts = {}
-        for name in recipe.tasks:
-            task = get_task(name)
-            examples = task.load()
-            if recipe.examples_per_task is not None:
-                examples = examples[: recipe.examples_per_task]
-            bar.phase(f"injecting errors ({name})", len(examples))
-            prepared = sft.prepare_examples(task, examples, recipe.sft, rng, on_example=bar.advance)
-            counts[name] = {"examples": len(prepared),
-                            "errors_per_reward": _errors_per_reward(prepared)}
-            data += prepared
-        bar.phase("training the tokenizer", 1)
-        tokenizer = train_tokenizer(sft.texts_for_tokenizer(data), vocab_size=recipe.vocab_size)
-        sft.tokenize(data, tokenizer)
-        bar.advance()
-        model = build_model(tokenizer, arch=recipe.arch, hidden_size=recipe.hidden_size,
-                            num_layers=recipe.num_layers, num_heads=recipe.num_heads,
-                            num_kv_heads=recipe.num_kv_heads, intermediate_size=recipe.intermediate_size,
-                            max_positions=recipe.max_positions, seed=recipe.seed)
-        copy_losses = []
-        if recipe.sft.copy_steps:
-            bar.phase("span copying", recipe.sft.copy_steps)
-            copy_losses = sft.train_copy(model, data, recipe.sft,
-                                         on_step=lambda step, loss: bar.advance(f"loss {loss:.3f}"))
-        bar.phase("supervised warm start", recipe.sft.steps)
-        losses = sft.train(model, tokenizer, data, recipe.sft,
-                           on_step=lambda step, loss: bar.advance(f"loss {loss:.3f}"))
-        out.mkdir(parents=True, exist_ok=True)
-        save_policy(model, tokenizer, out)
-    tenth = max(1, len(losses) // 10)
-    manifest = {
-        "name": recipe.name,
-        "fingerprint": fingerprint(recipe),
-        "recipe": asdict(recipe),
-        "recipe_version": RECIPE_VERSION,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tokenizer),
-        "data": counts,
-        "copy_loss_last": copy_losses[-1] if copy_losses else None,
-        "sft_loss_first_tenth": sum(losses[:tenth]) / tenth,
-        "sft_loss_last_tenth": sum(losses[-tenth:]) / tenth,
-        "build_seconds": round(time.perf_counter() - t0, 1),
-        "torch_threads": torch.get_num_threads(),
-        "versions": {"mrtpo": __version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__},
-    }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
-
-
 def read_manifest(path: str | Path) -> dict:
     return json.loads((Path(path) / MANIFEST).read_text())
-
-
-def _errors_per_reward(data: Sequence) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for d in data:
-        for name, idx in d.errors_by_reward().items():
-            counts[name] = counts.get(name, 0) + len(idx)
-    return dict(sorted(counts.items()))
-
-
-class _Progress:
-    """A rich progress bar on stderr, one row per phase; plain lines when stderr is not a
-    terminal (mrtpo.progress); silent when `enabled` is False."""
-
-    def __init__(self, enabled: bool, name: str):
-        self.enabled, self.name = enabled, name
-        self._progress = None
-        self._task = None
-        self._lines = None  # (PlainProgress, count) of the phase, in a log
-
-    def __enter__(self):
-        from mrtpo.progress import lines_wanted
-
-        if self.enabled and lines_wanted():
-            self._lines = ()
-        elif self.enabled:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
-
-            self._progress = Progress(
-                TextColumn(f"[bold]building {self.name}[/bold] {{task.description}}"), BarColumn(),
-                MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                TextColumn("{task.fields[note]}"), console=Console(stderr=True), transient=False)
-            self._progress.__enter__()
-        return self
-
-    def phase(self, description: str, total: int) -> None:
-        if self._lines is not None:
-            from mrtpo.progress import PlainProgress
-
-            lines = PlainProgress(f"building {self.name}: {description}", total, unit="it")
-            lines.update(0)
-            self._lines = (lines, 0)
-        if self._progress is not None:
-            if self._task is not None:
-                self._progress.update(self._task, completed=self._progress.tasks[self._task].total)
-            self._task = self._progress.add_task(description, total=total, note="")
-
-    def advance(self, note: str | None = None) -> None:
-        if self._lines:
-            lines, done = self._lines
-            self._lines = (lines, done + 1)
-            lines.update(done + 1, note or "")
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, advance=1, **({"note": note} if note else {}))
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-        return False
-
-
-def with_overrides(recipe: Recipe, sft_overrides: dict | None = None, **overrides) -> Recipe:
-    """A copy of `recipe` with some fields changed (tests and benchmarks use small ones)."""
-    if sft_overrides:
-        overrides["sft"] = replace(recipe.sft, **sft_overrides)
-    return replace(recipe, **overrides)
