@@ -125,7 +125,7 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
     if len(files) == 1 and Path(files[0]).is_dir():
         return files[0]
     from mrtpo.models.builds import build
-    from mrtpo.models.packaged import SMOLLM2
+    from mrtpo.models.builtin import SMOLLM2
 
     source = Path(files[0])
     if len(files) > 1:  # the build tells a GGUF from a wheel by its first bytes, not its name
@@ -140,7 +140,7 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
 def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
     """SmolLM2: timed MRTPO and GDPO steps, then the learning runs (see the module docstring)."""
     from mrtpo.models.builtin import EXPERIMENT_DEFAULTS
-    from mrtpo.models.packaged import SMOLLM2
+    from mrtpo.models.builtin import SMOLLM2
 
     model = smollm2_dir(args.smollm2, tmp)
     defaults = EXPERIMENT_DEFAULTS[SMOLLM2.name]

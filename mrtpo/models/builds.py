@@ -26,8 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mrtpo.cache import cache_dir, ensure_dir
-from mrtpo.models.builtin import MANIFEST, RECIPES, TINY_MODEL, Recipe
-from mrtpo.models.packaged import PackagedRecipe
+from mrtpo.models.builtin import MANIFEST, RECIPES, TINY_MODEL, PackagedRecipe, Recipe
 
 
 

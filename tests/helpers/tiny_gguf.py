@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 from mrtpo.models import packaged
-from mrtpo.models.packaged import PackagedRecipe
+from mrtpo.models.builtin import PackagedRecipe
 
 # Hugging Face Llama parameter names -> GGUF tensor names (as llama.cpp's converter writes them)
 _TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}

@@ -17,7 +17,7 @@ from mrtpo.models import builtin
 from mrtpo.models import builds as dm
 from mrtpo.models import tiny_build
 from mrtpo.models import packaged
-from mrtpo.models.packaged import PackagedRecipe
+from mrtpo.models.builtin import PackagedRecipe
 from tiny_recipe import tiny_recipe
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MRTPO_PROGRESS_SECONDS": "0"}

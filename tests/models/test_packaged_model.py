@@ -14,7 +14,8 @@ import pytest
 from mrtpo.models import builtin
 from mrtpo.models import builds as dm
 from mrtpo.models import packaged
-from mrtpo.models.packaged import PackagedModelError, PackagedRecipe
+from mrtpo.models.builtin import PackagedRecipe
+from mrtpo.models.packaged import PackagedModelError
 from tiny_gguf import packaged_recipe, wheel_with, write_tiny_gguf
 
 pytest.importorskip("gguf")
