@@ -16,6 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 HELPERS = ROOT / "tests" / "helpers"
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before exec: Ctrl-C at its default disposition, as a shell starts a command.
+    An ignored SIGINT is inherited across exec and Python then installs no KeyboardInterrupt
+    handler; something earlier in a full pytest run leaves the pytest process with SIGINT
+    ignored, and the run then trained on through the signal (reproduced with SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_run_says_how_to_resume(tiny_qwen2_dir, tmp_path, signum):
     run = tmp_path / "run"
@@ -24,7 +32,8 @@ def test_a_stopped_run_says_how_to_resume(tiny_qwen2_dir, tmp_path, signum):
     proc = subprocess.Popen([sys.executable, "-c", code, "train", "--task", "harness-words", "--model",
                              str(tiny_qwen2_dir), "--output-dir", str(run), "--steps", "500", "--save-every", "1",
                              "--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "4",
-                             "--heldout", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             "--heldout", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_as_from_a_terminal)
     try:
         deadline = time.monotonic() + 360  # imports and one step; minutes on a loaded 2-core machine
         while not (run / "checkpoints" / "step-000001" / "state.json").is_file():
