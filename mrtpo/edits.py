@@ -2,8 +2,8 @@
 
 Three users break a reference on purpose, each for its own reason, and compose these:
 `mrtpo.blocks.samples` (a corrupted copy for the preview and the lint: deterministic, the first
-name), `mrtpo.models.injected` (the warm start's injected errors: random, many kinds) and
-`mrtpo.tasks.probe_edits` (one targeted edit per reward for the credit probe). Pure functions
+name), `mrtpo.tasks.probe_edits` (one targeted edit per reward for the credit probe) and the
+benchmarks' wrong answers (`benchmarks/lib/wrong_answers.py`: random, many kinds). Pure functions
 of their input (and of a `random.Random` where they choose).
 
 - words: `swap_letters`, `drop_last_letter`, `change_last_letter`, `misspell_first_word`,

@@ -71,6 +71,14 @@ def tiny_llama_dir(tmp_path_factory, tiny_tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gguf_file(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A tiny Llama GGUF (tests/helpers/tiny_gguf.py): what a packaged built-in policy converts."""
+    from tiny_gguf import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "Tiny-Test.F32.gguf", tiny_tokenizer)
+
+
+@pytest.fixture(scope="session")
 def small_run(tiny_qwen2_dir, tmp_path_factory) -> Path:
     """One step of a small run (the harness-words task) with a checkpoint, completions logged."""
     import harness_task

@@ -2,7 +2,7 @@
 
 For each bundled example of a task with a reference block (a block whose text is the reference
 answer itself: toolcall's `correct`, text2sql's `result`), one wrong answer is drawn from the
-warm start's own error makers (`mrtpo.models.injected.candidate_errors`): one in the strict
+benchmarks' error makers (`benchmarks/lib/wrong_answers.py`'s `candidate_errors`): one in the strict
 format that gets that reward wrong (another argument value, a changed literal, ...). At the
 first token where it differs from the reference, with the common prefix fed, the script reads
 the policy's probability of the wrong answer's token and of the reference's token under
@@ -17,7 +17,7 @@ from P0 gives the three contexts about the same figures. The last line is the "c
 p(wrong token | counterfactual) - p(wrong token | P_all), 0 for a model that ignores the block,
 near 1 for one that copies it. Nothing is asserted; `--json PATH` writes the figures.
 
-    python -m benchmarks.experiments.block_reading [--tasks toolcall,text2sql] [--model mrtpo-tiny]
+    python -m benchmarks.experiments.block_reading [--tasks toolcall,text2sql] [--model smollm2-135m]
         [--json PATH] [--threads N] [--seed 0]
 """
 from __future__ import annotations
@@ -39,8 +39,9 @@ def measure(model_name: str, task_name: str, seed: int = 0) -> dict:
     from mrtpo.credit.records import response_ids
     from mrtpo.harness.policy import load_policy
     from mrtpo.models.builds import resolve_model
-    from mrtpo.models.injected import argument_values, candidate_errors
     from mrtpo.tasks import get_task
+
+    from benchmarks.lib.wrong_answers import argument_values, candidate_errors
 
     task = get_task(task_name)
     path = resolve_model(model_name)
@@ -97,7 +98,7 @@ def measure(model_name: str, task_name: str, seed: int = 0) -> dict:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="toolcall,text2sql", help="comma-separated tasks")
-    ap.add_argument("--model", default="mrtpo-tiny", help="policy (default: the built-in one)")
+    ap.add_argument("--model", default="smollm2-135m", help="policy (default: the default built-in one)")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0, help="which wrong answers are drawn")

@@ -17,7 +17,7 @@ For a policy that reads the blocks for their content, the first two would move t
 little, the paraphrase hardly at all and the reference's removal most. Nothing is asserted;
 it prints the mean and median distances and writes them as JSON with `--json PATH`.
 
-    python -m benchmarks.experiments.context_sensitivity [--model mrtpo-tiny] [--json PATH] [--threads 2]
+    python -m benchmarks.experiments.context_sensitivity [--model smollm2-135m] [--json PATH] [--threads 2]
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def measure(model_name: str) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="mrtpo-tiny", help="policy (default: the built-in one)")
+    ap.add_argument("--model", default="smollm2-135m", help="policy (default: the default built-in one)")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     return ap

@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--lambdas", default="1", help="MRTPO's lambda for the span runs, comma-separated")
     ap.add_argument("--compare", default="gdpo,mrtpo",
                     help="methods of learning.py shown beside; the first is the baseline of the paired differences")
-    ap.add_argument("--model", default=None, help="policy (default: the built-in mrtpo-tiny); a built-in brings its train settings")
+    ap.add_argument("--model", default=None, help="policy (default: the default built-in policy); a built-in brings its train settings")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--log-completions-every", type=int, default=0,
@@ -84,12 +84,11 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mrtpo.models.builtin import builtin_name
-    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, TINY_MODEL
+    from mrtpo.models.builtin import DEFAULT_MODEL, EXPERIMENT_DEFAULTS, builtin_name
     from mrtpo.models.builds import resolve_model
 
-    model = args.model or TINY_MODEL  # the model its recorded results ran on
-    settings = dict(EXPERIMENT_DEFAULTS.get(builtin_name(model) or TINY_MODEL, {}))
+    model = args.model or DEFAULT_MODEL  # its recorded results ran on mrtpo-tiny, since retired
+    settings = dict(EXPERIMENT_DEFAULTS.get(builtin_name(model) or DEFAULT_MODEL, {}))
     settings.pop("task", None)
     if args.steps:
         settings["steps"] = args.steps

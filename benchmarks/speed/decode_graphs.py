@@ -9,8 +9,8 @@ launches, not the GPU. This measures what graphs take off that, and what the com
 
 The policy is random-initialised with SmolLM2-135M-Instruct's shape (a Llama: 30 layers, 576
 wide, 9 heads / 3 key-value heads, MLP 1,536, vocabulary 49,152, tied embeddings), built with
-`from_config`, so nothing has to travel to the device; its tokenizer is gpu.py's (the cached
-`mrtpo-tiny` one, else one trained here in seconds). A random policy rarely stops, so every
+`from_config`, so nothing has to travel to the device; its tokenizer is gpu.py's (trained
+here in seconds). A random policy rarely stops, so every
 row decodes about --max-new-tokens tokens; seconds per token are the rollout's over the
 longest completion. Both settings sample the same --batches batches of prompts (text2sql with
 the worked example; their lengths differ, as a run's batches do) with the same seeds: first

@@ -2,9 +2,9 @@
 
 The policy is a random-initialised Qwen2 with Qwen2.5-0.5B's shape (24 layers, 896 wide,
 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936, tied embeddings), built with
-`from_config` so nothing is downloaded, in bf16, with the built-in policy's tokenizer (its
-ids are a subset of the 151,936; the cached `mrtpo-tiny` one when present, else the same
-kind of byte-level BPE trained here on the bundled tasks' text in a few seconds). It trains
+`from_config` so nothing is downloaded, in bf16, with a byte-level BPE tokenizer trained here
+on the bundled tasks' text in a few seconds (`lib/setting.tokenizer`; its ids are a subset
+of the 151,936). It trains
 three steps of MRTPO (on GDPO) with `mrtpo train`'s loop on the bundled toolcall sample with
 B = 8 prompts x G = 8 completions and up to 256 new tokens (a random policy rarely stops, so
 most completions run to 256), LoRA r 16, then three GDPO steps (`--no-mrtpo`) for MRTPO's

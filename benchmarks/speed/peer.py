@@ -12,7 +12,7 @@ the table gives the median over repeats of each run's seconds per 1,000 completi
 ratio is the median over repeats of that repeat's ratio (runs of one repeat are minutes
 apart, so on a shared machine they see about the same load).
 
-    python -m benchmarks.speed.peer [--model mrtpo-tiny] [--task toolcall] [--steps 6] [--repeats 2]
+    python -m benchmarks.speed.peer [--model smollm2-135m] [--task toolcall] [--steps 6] [--repeats 2]
         [--batch-prompts 4] [--num-generations 8] [--max-new-tokens 160] [--temperature 1.0]
         [-o KEY=VALUE ...] [--grad-accum 1] [--threads N] [--quick]
 
@@ -186,7 +186,7 @@ def load() -> str:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="mrtpo-tiny", help="policy for both sides (default: the built-in one)")
+    ap.add_argument("--model", default="smollm2-135m", help="policy for both sides (default: the default built-in one)")
     ap.add_argument("--task", default="toolcall")
     ap.add_argument("--steps", type=int, default=6, help="steps per run, --warmup of them not counted")
     ap.add_argument("--warmup", type=int, default=1)

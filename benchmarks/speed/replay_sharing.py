@@ -23,7 +23,7 @@ full-forward method (one forward per context). The last line is the whole change
 against none of the three. In every setting the prompt's common prefix is fed once and a
 row's last token (whose output predicts nothing) not at all.
 
-    python -m benchmarks.speed.replay_sharing [--task toolcall] [--model mrtpo-tiny] [--prompts 4]
+    python -m benchmarks.speed.replay_sharing [--task toolcall] [--model smollm2-135m] [--prompts 4]
         [--group-size 8] [--max-new-tokens 160] [--temperature 1.0] [-o KEY=VALUE ...]
         [--repeats 6] [--threads 1]
 
@@ -55,7 +55,7 @@ from benchmarks.speed.timing import replay_hidden, time_head_and_js, time_head_a
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="toolcall")
-    ap.add_argument("--model", default="mrtpo-tiny", help="policy (default: the built-in one)")
+    ap.add_argument("--model", default="smollm2-135m", help="policy (default: the default built-in one)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=160)

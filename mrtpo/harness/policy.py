@@ -19,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-from mrtpo.models.builtin import RECIPES
+from mrtpo.models.builtin import RECIPES, retired
 
 
 class PolicyLoadError(RuntimeError):
@@ -218,6 +218,8 @@ def model_arg_problem(model: str, *, trained: bool) -> str | None:
                   if trained else "")
                + "or a hub id (org/name)")
     if not path.exists():
+        if retired(model):
+            return retired(model)
         if model in RECIPES or not _looks_local(model):
             return None
         return f"--model {model!r}: no such local directory. {accepts}."
@@ -357,8 +359,8 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
 
     `weights_from` (full-weight resume) loads the model weights from a checkpoint directory
     while the frozen reference, if any, still comes from `model`. `base_name`: the base as
-    saved adapters name it (`base_model_name_or_path`), e.g. `mrtpo-tiny` or a hub id.
-    A LoRA policy on CPU draws its adapter's dropout masks with `harness.dropout.SparseDropout`
+    saved adapters name it (`base_model_name_or_path`), e.g. `smollm2-135m` or a hub id.
+    A LoRA policy on CPU draws its adapter's dropout masks with `harness.fast.dropout.SparseDropout`
     (torch's distribution, only the dropped positions drawn; the saved adapter is peft's)
     unless `sparse_dropout` is False (peft's `nn.Dropout`: benchmarks time one against the other).
     """

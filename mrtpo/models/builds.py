@@ -2,15 +2,14 @@
 
 The cache is `$MRTPO_CACHE_DIR`, else `$XDG_CACHE_HOME/mrtpo`, else `~/.cache/mrtpo`; a build
 lives under `models/<name>-<fingerprint>`, where the fingerprint covers what the build depends
-on (a packaged policy: its pinned file and the conversion's version; the `mrtpo-tiny` recipe:
-its fields, version, the package version and the bundled data), so a changed recipe builds a
-new directory and never reuses a stale one. A build is written into a temporary directory next
+on (a packaged policy's pinned file and the conversion's version), so a changed recipe builds
+a new directory and never reuses a stale one. A build is written into a temporary directory next
 to its final place and renamed when complete, with a manifest written last and its files'
 digests checked on every use (`intact`), so an interrupted or damaged build is rebuilt, not
 loaded; one process builds at a time per directory (an OS lock).
 
-What a build runs is its recipe's: `mrtpo.models.packaged` converts SmolLM2's packaged GGUF
-(the default policy), `mrtpo.models.tiny_build` trains the `mrtpo-tiny` toy from scratch.
+What a build runs is `mrtpo.models.packaged`: it converts the GGUF a registry package ships
+(SmolLM2's, the default policy) to a dense checkpoint.
 `resolve_model` turns a `--model` value into a path, building a built-in policy when asked for
 it; it is the function `mrtpo.harness.train` and `mrtpo train` give the trainer, which asks it
 once for the path to load and imports nothing of this module.
@@ -26,9 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mrtpo.cache import cache_dir, ensure_dir
-from mrtpo.models.builtin import MANIFEST, RECIPES, TINY_MODEL, PackagedRecipe, Recipe
-
-
+from mrtpo.models.builtin import DEFAULT_MODEL, MANIFEST, RECIPES, RETIRED, PackagedRecipe
 
 
 def default_cache_dir() -> Path:
@@ -37,21 +34,14 @@ def default_cache_dir() -> Path:
     return cache_dir()
 
 
-def fingerprint(recipe: Recipe | PackagedRecipe) -> str:
-    """12 hex digits naming one build: recipe fields, recipe version, package version, data
-    (a packaged policy: its pinned file and the conversion's version, nothing of this package)."""
-    from mrtpo import __version__
-    from mrtpo.models import tiny_build
-
-    if isinstance(recipe, PackagedRecipe):
-        payload = json.dumps({"packaged": asdict(recipe)}, sort_keys=True)
-    else:
-        payload = json.dumps({"recipe": asdict(recipe), "recipe_version": tiny_build.RECIPE_VERSION,
-                              "mrtpo": __version__, "data": tiny_build.data_digest()}, sort_keys=True)
+def fingerprint(recipe: PackagedRecipe) -> str:
+    """12 hex digits naming one build: the recipe's fields (its pinned file and the conversion's
+    version; nothing of this package, so an upgrade of mrtpo keeps the build)."""
+    payload = json.dumps({"packaged": asdict(recipe)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def model_dir(recipe: Recipe | PackagedRecipe, cache_dir: str | Path | None = None) -> Path:
+def model_dir(recipe: PackagedRecipe, cache_dir: str | Path | None = None) -> Path:
     """Where `recipe`'s build lives (whether built or not)."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return root / "models" / f"{recipe.name}-{fingerprint(recipe)}"
@@ -61,7 +51,9 @@ def is_built(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def get_recipe(name: str) -> Recipe | PackagedRecipe:
+def get_recipe(name: str) -> PackagedRecipe:
+    if name in RETIRED:
+        raise KeyError(RETIRED[name])
     if name not in RECIPES:
         raise KeyError(f"no built-in policy named {name!r}; built-in policies: {', '.join(RECIPES)}")
     return RECIPES[name]
@@ -85,10 +77,10 @@ def build_needed(name_or_path: str, cache_dir: str | Path | None = None) -> Path
     return None
 
 
-def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path | None = None,
+def build(recipe: PackagedRecipe | None = None, cache_dir: str | Path | None = None,
           force: bool = False, progress: bool = True, dest: str | Path | None = None,
           source: str | Path | None = None) -> Path:
-    """Build `recipe` (default: the built-in policy) unless an intact build is already cached,
+    """Build `recipe` (default: the default policy) unless an intact build is already cached,
     and return its directory. `force` rebuilds; `dest` overrides the cache location; `source` is
     a packaged policy's wheel or GGUF file (else the installed package or the registry).
 
@@ -96,7 +88,7 @@ def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path |
     when the process ends however it ends): a second first run waits for the first one's build
     and uses it. A cached build whose files no longer match its manifest (a file deleted,
     truncated or changed) is rebuilt, not loaded."""
-    recipe = recipe or RECIPES[TINY_MODEL]
+    recipe = recipe or RECIPES[DEFAULT_MODEL]
     dest = Path(dest) if dest else model_dir(recipe, cache_dir)
     if not force and intact(dest) is None:
         return dest
@@ -112,7 +104,7 @@ def build(recipe: Recipe | PackagedRecipe | None = None, cache_dir: str | Path |
     return dest
 
 
-def _build_locked(recipe: Recipe | PackagedRecipe, dest: Path, progress: bool, source) -> None:
+def _build_locked(recipe: PackagedRecipe, dest: Path, progress: bool, source) -> None:
     tmp = dest.parent / f".{dest.name}.building-{os.getpid()}-{random.randrange(1 << 30):08x}"
     with _terminate_as_exit():
         _build_at(recipe, dest, tmp, progress, source)
@@ -122,14 +114,7 @@ def _build_at(recipe, dest: Path, tmp: Path, progress: bool, source) -> None:
     """Build into `tmp` (and `tmp`.fetch for a packaged policy), then rename it to `dest`;
     nothing of `tmp` is left whatever happens."""
     try:
-        if isinstance(recipe, PackagedRecipe):
-            build_packaged_into(recipe, tmp, progress=progress, source=source)
-        else:
-            if source is not None:
-                raise ValueError(f"{recipe.name} is built from a recipe; it takes no source file")
-            from mrtpo.models import tiny_build
-
-            tiny_build.build_into(recipe, tmp, progress=progress, fingerprint=fingerprint(recipe))
+        build_packaged_into(recipe, tmp, progress=progress, source=source)
         _seal(tmp)
         if dest.exists():  # a forced rebuild, a damaged build, or an incomplete leftover: aside first
             old = dest.parent / f".{dest.name}.old-{os.getpid()}-{random.randrange(1 << 30):08x}"

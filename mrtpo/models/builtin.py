@@ -1,21 +1,21 @@
 """The built-in policies, each in one place: what `--model NAME` builds and what it trains with.
 
-`POLICIES` is the table: per policy, its recipe (a `Recipe` that `mrtpo.models.builds` builds
-from scratch, or a `PackagedRecipe` that `mrtpo.models.packaged` converts from the checkpoint a
-registry package ships) and the `mrtpo train` settings it brings (`train_defaults`). Adding a
+`POLICIES` is the table: per policy, its recipe (a `PackagedRecipe`: `mrtpo.models.packaged`
+converts the checkpoint a registry package ships) and the `mrtpo train` settings it brings
+(`train_defaults`). Adding a
 policy is one entry here. `RECIPES` and `TRAIN_DEFAULTS` are views of the table by name. The
 rest answers questions about names: is a `--model` value (a name, or a build's directory,
 recognised by its manifest) a built-in policy, which settings it brings, and which name an
-adapter trained on it records. Pure data and lookups, importing nothing of mrtpo (so a policy's load pulls in no build code):
-the trainer reads them; building is
-`mrtpo.models.builds`'s (`resolve_model`, which the trainer is handed).
+adapter trained on it records. Pure data and lookups, importing nothing of mrtpo (so a policy's
+load pulls in no build code): the trainer reads them; building is `mrtpo.models.builds`'s
+(`resolve_model`, which the trainer is handed). `RETIRED` names the policies that were built-in
+once, so that asking for one says what became of it.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -47,64 +47,9 @@ SMOLLM2 = PackagedRecipe(
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", parameters="134.5M", license="Apache-2.0")
 
-@dataclass(frozen=True)
-class SFTConfig:
-    """The tiny recipe's supervised pass (run by `mrtpo.models.sft`); every field is part of the
-    built policy's fingerprint. Plain data here, so that loading a policy imports no training code."""
-
-    steps: int = 400  # optimizer steps; with the defaults about 0.85 s of one core each
-    batch_prompts: int = 4  # prompts per step
-    targets_per_prompt: int = 6  # targets drawn per P0 prompt, all sharing its encoding
-    lr: float = 3e-3  # peak learning rate (a from-scratch model of a few million parameters)
-    warmup_steps: int = 20  # linear warm-up before the cosine decay
-    min_lr_ratio: float = 0.05  # the cosine decays to lr * this
-    weight_decay: float = 0.01  # AdamW's decoupled weight decay
-    grad_clip: float = 1.0  # max global gradient norm
-    error_share: float = 0.45  # share of P0 targets that carry one injected error
-    # share of prompts that are one of the replay's contexts (P_all or a P_without_k, see
-    # `prepare_examples`), each with `context_targets` targets drawn from what it teaches
-    context_share: float = 0.4
-    context_targets: int = 3
-    prompt_loss_weight: float = 0.1  # loss weight of prompt tokens relative to target tokens
-    max_length: int = 1536  # longer sequences lose prompt tokens from the left
-    errors_per_example: int = 12  # content-error candidates tried per reference
-    contexts_per_example: int = 3  # responses (reference + wrong ones) whose contexts are used
-    # how often each task's examples are drawn (tasks not named: weight 1); the default
-    # policy trains on tool calling first, so that task gets the largest share
-    task_weights: tuple[tuple[str, float], ...] = (("toolcall", 0.85), ("text2sql", 0.1), ("instruct", 0.05))
-    copy_steps: int = 300  # steps of span copying before the supervised pass (see `copy_batch`)
-    copy_batch: int = 32  # sequences per copy step: a span of prompt text, then the span again
-    copy_span: int = 48  # longest copied span, in tokens
-    seed: int = 0
-
-
-#: the policy built here from a seeded recipe, for plumbing checks on small machines
-TINY_MODEL = "mrtpo-tiny"
 #: what `mrtpo train --lora`, `eval`, `credit TASK`, `probe` and `model build` use with no model
 DEFAULT_MODEL = "smollm2-135m"
 MANIFEST = "mrtpo_build.json"  # written last inside a build: its presence marks it complete
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How the built-in policy is made. Every field enters the fingerprint."""
-
-    name: str = TINY_MODEL  # what `--model` accepts
-    tasks: tuple[str, ...] = ("toolcall", "text2sql", "instruct")  # bundled samples it learns from
-    examples_per_task: int | None = None  # None: every example of each bundled sample
-    vocab_size: int = 4096  # byte-level BPE merges learnt on the tasks' text
-    arch: Literal["qwen2", "llama"] = "qwen2"
-    # about 2.4M parameters: for ~5 minutes of 2 CPU cores a smaller model that takes more
-    # steps learns more than a larger one (a 5.5M, 6-layer, 256-wide model given the same
-    # CPU time could not yet tell one prompt's tool call from another's)
-    hidden_size: int = 192
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 576
-    max_positions: int = 2048  # longest prompt + response the policy can attend over
-    seed: int = 0  # model initialisation, error injection and data order
-    sft: SFTConfig = field(default_factory=SFTConfig)
 
 
 @dataclass(frozen=True)
@@ -112,7 +57,7 @@ class BuiltinPolicy:
     """One built-in policy: how it is made, and the `mrtpo train` settings used with it for every
     setting the user does not give."""
 
-    recipe: Recipe | PackagedRecipe
+    recipe: PackagedRecipe
     train_defaults: dict = field(default_factory=dict)
 
     @property
@@ -120,15 +65,9 @@ class BuiltinPolicy:
         return self.recipe.name
 
 
-#: every built-in policy. `mrtpo-tiny` is built here from a seeded recipe; `smollm2-135m` is a
-#: pretrained model converted from the GGUF a registry package ships (`mrtpo.models.packaged`).
+#: every built-in policy: pretrained models converted from the GGUF a registry package ships
+#: (`mrtpo.models.packaged`)
 POLICIES: tuple[BuiltinPolicy, ...] = (
-    # a LoRA on a few-million-parameter model wants a far larger learning rate than the
-    # trainer's default, which suits pretrained models; with the previous recipe 40 steps took
-    # 6.3 minutes on 2 cores and raised the total reward in each of 12 benchmark runs; see the
-    # learning tables in docs/results.md for the current figures
-    BuiltinPolicy(Recipe(name=TINY_MODEL), {"task": "toolcall", "steps": 40, "batch_prompts": 4,
-                                             "num_generations": 8, "max_new_tokens": 160, "lr": 2e-3}),
     # SmolLM2-135M-Instruct, the default: text2sql with the worked example (`demo`: without it
     # it writes CREATE and INSERT statements) on the bundled single-table questions, where it
     # can get `result`; completions of at most 64 tokens; the learning rate, the group shape
@@ -139,8 +78,15 @@ POLICIES: tuple[BuiltinPolicy, ...] = (
                             "steps": 10, "batch_prompts": 4, "num_generations": 4, "max_new_tokens": 64,
                             "temperature": 0.7, "lr": 5e-4, "heldout": 32}),
 )
+#: names that were built-in policies once -> what a user who asks for one is told
+RETIRED: dict[str, str] = {
+    "mrtpo-tiny": ("mrtpo-tiny, a 2.4M-parameter toy built from a seeded recipe, is no longer a built-in "
+                   "policy: it read its blocks no better than a random initialisation, so nothing learnt on "
+                   "it said anything about the method. Use --model smollm2-135m (the default), a model "
+                   "directory or a hub id; an adapter trained on mrtpo-tiny cannot be loaded any more."),
+}
 #: the table by name: each policy's recipe (a test may add one) and its train defaults
-RECIPES: dict[str, Recipe | PackagedRecipe] = {p.name: p.recipe for p in POLICIES}
+RECIPES: dict[str, PackagedRecipe] = {p.name: p.recipe for p in POLICIES}
 TRAIN_DEFAULTS: dict[str, dict] = {p.name: p.train_defaults for p in POLICIES}
 #: the settings the experiments on docs/results.md ran with (benchmarks/: the one-step test, the
 #: learning, held-out and speed runs): the policies' train defaults, but for SmolLM2 those it
@@ -173,6 +119,13 @@ def builtin_name(model: str | Path | None) -> str | None:
             return None
         return name if name in RECIPES else None
     return None
+
+
+def retired(model: str | Path | None) -> str | None:
+    """What became of `model` when it names a retired built-in policy (and no local path), else None."""
+    if model is None or str(model) not in RETIRED or Path(str(model)).expanduser().exists():
+        return None
+    return RETIRED[str(model)]
 
 
 def with_train_defaults(values: dict, table: dict[str, dict] | None = None) -> dict:

@@ -3,8 +3,9 @@
 `train_tokenizer` trains a byte-level BPE on given texts and wraps it as a transformers
 fast tokenizer with a ChatML chat template (Qwen style), so prompts go through a real chat
 template exactly as with a hub model. `build_model` creates a random-initialised Qwen2 or
-Llama model of a chosen size for that tokenizer. Tests use tiny sizes; the built-in default
-policy (mrtpo.models.builds) uses the same functions at a few million parameters.
+Llama model of a chosen size for that tokenizer, and `save_policy` saves both as a user's
+model directory. The tests' tiny models and the speed benchmarks' random policies are made
+with them.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""transformers plumbing the replay (and `mrtpo.models.sft`, `mrtpo.harness`) relies on.
+"""transformers plumbing the replay (and `mrtpo.harness`) relies on.
 
 The decoder body and the vocabulary head of a causal LM, the name of the KV-cache argument
 and where a forward returns its cache (they changed in transformers 5), copies of a cache

@@ -58,7 +58,7 @@ def test_every_table_names_its_command_and_its_file(page):
 
 def test_a_second_models_results_get_their_own_tables(page, tmp_path):
     """Files for another policy with the schema of the existing ones (as `mrtpo probe --json` and
-    benchmarks/learning/learning.py write them) sit beside the mrtpo-tiny tables, named by their model."""
+    benchmarks/learning/learning.py write them) sit beside the retired mrtpo-tiny's tables, named by their model."""
     results = tmp_path / "results"
     shutil.copytree(BENCHMARKS / "results", results)
     model = "smollm2-135m (/root/.cache/mrtpo/models/smollm2-135m-0123456789ab)"
@@ -74,13 +74,14 @@ def test_a_second_models_results_get_their_own_tables(page, tmp_path):
 
     text = page.render(results)
     assert "**toolcall, smollm2-135m-0123456789ab, 35 examples** (`benchmarks/results/probe-toolcall-smollm2-135m.json`)" in text
-    assert "command: `mrtpo probe toolcall --model smollm2-135m`" in text
+    assert "command: `mrtpo probe toolcall`" in text  # the default policy's command names no model
     assert "| argument value (`correct`) | 34 | 3.30 | 3.09 (schema) | **3.21** |" in text
-    assert "**toolcall, mrtpo-tiny-f28af8686579, 35 examples**" in text  # the default policy's stays
-    assert "command: `python -m benchmarks.learning.learning --tasks toolcall --model smollm2-135m`" in text
+    assert "**toolcall, mrtpo-tiny-f28af8686579, 35 examples**" in text  # the retired toy's stays
+    assert "command: `mrtpo probe toolcall --model mrtpo-tiny`" in text  # as it ran
+    assert "command: `python -m benchmarks.learning.learning --tasks toolcall`" in text
     # the default policy's tables come first, the other model's after them, in the same section
     probe_section = text[text.index("## Where credit lands"):text.index("## Warm-start variants")]
-    assert probe_section.index("mrtpo-tiny-f28af8686579, 35") < probe_section.index("smollm2-135m-0123456789ab")
+    assert probe_section.index("smollm2-135m-0123456789ab") < probe_section.index("mrtpo-tiny-f28af8686579, 35")
     for index, before in _tables(text):
         assert any(b.startswith("command: `") for b in before), index
 

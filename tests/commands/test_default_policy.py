@@ -1,6 +1,6 @@
 """One default policy for every command that takes a model: `mrtpo train`, `eval`, `credit
 TASK`, `probe` and `model build` with no model use `mrtpo.models.builtin.DEFAULT_MODEL`, built
-on first use (here a recipe small enough to build in seconds stands in for it)."""
+on first use (here a tiny packaged policy, built in a second, stands in for it)."""
 from __future__ import annotations
 
 import pytest
@@ -9,19 +9,18 @@ from typer.testing import CliRunner
 from mrtpo.cli import app
 from mrtpo.models import builtin
 from mrtpo.models import builds as dm
-from tiny_recipe import tiny_recipe
+from tiny_gguf import packaged_default
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MRTPO_PROGRESS_SECONDS": "0"}
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def default_policy(tmp_path_factory):
-    """A tiny recipe as the default policy, built once into its own cache."""
-    recipe = tiny_recipe(name="test-tiny-default", tasks=("toolcall",))
+def default_policy(tmp_path_factory, tiny_gguf_file):
+    """A tiny packaged policy as the default policy, built once into its own cache."""
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(builtin.RECIPES, recipe.name, recipe)
+        recipe = packaged_default(tiny_gguf_file, tmp_path_factory.mktemp("site"), "test-default", mp)
         mp.setattr(builtin, "DEFAULT_MODEL", recipe.name)
         mp.setenv("MRTPO_CACHE_DIR", str(cache))
         r = CliRunner().invoke(app, ["model", "build"], env=ENV)

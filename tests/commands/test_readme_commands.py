@@ -27,7 +27,7 @@ import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SKIP = ("pip ", "python3 -m venv", ". ", "python -m pytest", "cd ")
-PLACEHOLDERS = {"TASK": "toolcall", "PATH": "mrtpo-tiny", "RUN_DIR": "runs/demo", "N": "2", "FILE": "out.jsonl",
+PLACEHOLDERS = {"TASK": "toolcall", "PATH": "smollm2-135m", "RUN_DIR": "runs/demo", "N": "2", "FILE": "out.jsonl",
                 "KEY=VALUE": "think=true", "NAME": "toolcall", "OUT": "exported/demo", "NAME=W": "format=1",
                 "FILE.yaml": "train.yaml", "DIR": "runs/demo", "LIST": "tensorboard"}
 

@@ -89,7 +89,7 @@ def test_text2sql_db_root_hint_works_from_the_command_line(tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["eval", "instruct", "--responses", "r.jsonl"],
-    ["credit", "instruct", "--model", "mrtpo-tiny"],
+    ["credit", "instruct", "--model", "smollm2-135m"],
     ["train", "--model", "m", "--task", "instruct"],
     ["blocks", "lint", "instruct"],
     ["blocks", "preview", "instruct"],

@@ -1,12 +1,12 @@
 """mrtpo/edits.py: the per-format edit primitives that the blocks' corrupted copy,
-the warm start's injected errors and the credit probe's edits select from, each user's SQL
+the benchmarks' wrong answers and the credit probe's edits select from, each user's SQL
 misspelling pinned to what it wrote before the three were folded into one module."""
 from __future__ import annotations
 
 import random
 
 import mrtpo.blocks.samples as blocks_samples
-import mrtpo.models.injected as injected
+import benchmarks.lib.wrong_answers as wrong_answers
 import mrtpo.tasks.probe_edits as probe_edits
 from mrtpo.edits import (SQL_KEYWORDS, SQL_WORDS, call_arguments, change_last_letter, drop_last_letter,
                          first_sql_name, misspell_first_word, other_string, respell, sentences, sql_literals,
@@ -42,13 +42,13 @@ def test_word_text_and_tool_primitives():
 
 def test_each_user_misspells_sql_as_it_did():
     """One module, three selections: the blocks swap two letters of the first name SQLite reads,
-    the warm start drops the last letter of a random name, the probe changes the last letter
+    the benchmarks' wrong answers drop the last letter of a random name, the probe changes the last letter
     of a random name SQLite resolves (not a qualified one, not inside quotes)."""
     assert blocks_samples._misspell_sql(Q) == Q.replace("t.name", "t.nmae")
-    assert injected._misspell_column(Q, random.Random(0)) == Q.replace("singer", "singe")
+    assert wrong_answers._misspell_column(Q, random.Random(0)) == Q.replace("singer", "singe")
     assert probe_edits._misspell_column(Q, random.Random(0)) == Q.replace("city", "citx")
     assert blocks_samples._misspell_sql("1 + 1") == "1 + 1 ?"  # no name: the first word rule, then " ?"
-    assert injected._misspell_column("SELECT 1", random.Random(0)) is None
+    assert wrong_answers._misspell_column("SELECT 1", random.Random(0)) is None
     assert probe_edits._misspell_column("SELECT 'name'", random.Random(0)) is None
-    for module in (blocks_samples, injected, probe_edits):  # no SQL word list or misspeller of their own
+    for module in (blocks_samples, wrong_answers, probe_edits):  # no SQL word list or misspeller of their own
         assert not any(hasattr(module, name) for name in ("_SQL_KEYWORDS", "_SQL_WORDS", "_swap", "_misspell_first"))

@@ -56,20 +56,16 @@ def test_credit_prints_replay_lines_in_a_log(tiny_qwen2_dir):
     assert lines[-1].startswith("credit: response 4/4 | ")  # reference + corrupted copy, 2 examples
 
 
-def test_model_build_prints_phase_lines_in_a_log(tmp_path, monkeypatch):
-    from mrtpo.models import builtin
-    from tiny_recipe import tiny_recipe
+def test_model_build_prints_phase_lines_in_a_log(tiny_gguf_file, tmp_path, monkeypatch):
+    from tiny_gguf import packaged_default
 
-    recipe = tiny_recipe(name="test-tiny-lines")
-    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
+    recipe = packaged_default(tiny_gguf_file, tmp_path / "site", "test-lines", monkeypatch)
     r = CliRunner().invoke(app, ["model", "build", recipe.name, "--cache-dir", str(tmp_path)], env=ENV)
     assert r.exit_code == 0, r.output
     lines = [line for line in r.stderr.splitlines() if line.startswith("building ")]
-    warm = [line for line in lines if "supervised warm start" in line]
-    assert warm[0] == f"building {recipe.name}: supervised warm start: it 0/4"
-    assert re.fullmatch(rf"building {recipe.name}: supervised warm start: it 4/4 \| [\d.]+ s/it \| ETA 0s \| loss [\d.]+",
-                        warm[-1])
-    assert any("training the tokenizer" in line for line in lines)
+    assert lines == [f"building {recipe.name}: locating the GGUF (an installed package, --from, or the registry)",
+                     f"building {recipe.name}: converting {recipe.gguf} from installed package "
+                     f"{recipe.package} to a dense checkpoint"]
 
 
 def test_chunked_replay_gives_the_same_records(tiny_qwen2_dir):

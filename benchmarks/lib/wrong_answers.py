@@ -1,11 +1,12 @@
-"""Injected errors: plausible wrong responses made from a correct one, for the warm start.
+"""Wrong answers made from a correct one: plausible mistakes of many kinds, for the experiments.
 
-The built-in policy is warm-started on references, but a share of its supervised targets
-carry one error (a wrong argument, a missing fence, a broken constraint), so the policy it
-produces is imperfect: each reward starts well above 0 and well below 1 and RL has something
-to fix. The edits here are format-aware guesses; `mrtpo.models.sft` keeps only those that the
-task's own verifiers score lower than the reference, and files each under the rewards it
-breaks. Every function is pure given its `random.Random`.
+`candidate_errors` turns a reference (a correct response in a task's format) into corrupted
+variants: format errors (a missing fence or tag, text around the answer), then content errors
+(a wrong argument, another real value, a changed SQL literal or comparison, a broken
+instruction constraint). `experiments/block_reading.py` draws its counterfactual references
+from them and keeps those the task's own verifiers score lower. They were `mrtpo-tiny`'s warm
+start's injected errors (`mrtpo.models.injected`) until that toy policy was retired; the
+primitives they compose are `mrtpo.edits`'s. Every function is pure given its `random.Random`.
 """
 from __future__ import annotations
 
