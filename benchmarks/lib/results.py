@@ -20,8 +20,8 @@ def declared(kind: str, doc: dict, version: int = 1) -> dict:
 
 def write_result(path: str | Path | None, kind: str, doc: dict, *, strict: bool = False) -> dict:
     """Write `doc` as a results file of `kind` to `path` (its folder made, written whole or not
-    at all; `strict`: NaN and infinities refused, mrtpo.textio.strict_json); None: nothing
-    written. Returns the document as written."""
+    at all; `strict`: strict JSON, NaN and infinities written as null, mrtpo.textio.strict_json);
+    None: nothing written. Returns the document (NaN kept: what was written is the file's)."""
     out = declared(kind, doc)
     if path:
         from mrtpo.textio import strict_json, write_atomic
