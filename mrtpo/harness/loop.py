@@ -34,7 +34,8 @@ from mrtpo.harness.data import load_splits, prompts_for_step
 from mrtpo.harness.distributed import Distributed, is_main_process, local_credit
 from mrtpo.harness.metrics import (PhaseTimer, completion_metrics, mrtpo_metrics, reward_metrics,
                                    timeout_metrics, timeout_warnings, tokens_seen)
-from mrtpo.harness.policy import check_model_arg, load_policy, resolve_device, resolve_dtype, resolve_rollout_dtype
+from mrtpo.harness.policy import (check_model_arg, load_policy, low_precision_fold, resolve_device, resolve_dtype,
+                                  resolve_rollout_dtype)
 from mrtpo.harness.rollout import compiled_decoding, sample
 from mrtpo.harness.run.completions import records as completion_records
 from mrtpo.harness.run.files import JsonlLog, check_run_dir, clean
@@ -117,9 +118,13 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules,
         device=dist.policy_device(cfg.device), dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         keep_reference=cfg.beta > 0, base_name=portable_name(cfg.model, model_path),
-        weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None)
+        weights_from=resume_from / "model" if resume_from is not None and not cfg.lora else None,
+        fold_copy=low_precision_fold(cfg.low_precision_fold, device))
     replayer = policy_replayer(policy)
     compiled = compiled_decoding(cfg.compiled_decoding, policy.device)  # CUDA graphs for decoding
+    # the rollout samples from other weights than the update's (a bf16 copy, a folded copy):
+    # it records each drawn token's log-prob, and the update corrects for the gap
+    sampled_apart = rollout_dtype is not None or policy.folds_a_copy
     compiled_shapes: set[tuple[int, int]] = set()  # the shapes compiled so far (each compiles once)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = checkpoints.load(resume_from, policy, optimizer) if resume_from is not None else 0
@@ -168,7 +173,7 @@ def _train(cfg: TrainConfig, on_step, on_start, path_of: Callable[[str], str], m
                     rollout = sample(policy, task, examples, G, temperature=cfg.temperature,
                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                                      logits_processor=dist.sampler(cfg.seed, step, rows.start, cfg.temperature,
-                                                                   cfg.top_p, record_logps=rollout_dtype is not None),
+                                                                   cfg.top_p, record_logps=sampled_apart),
                                      dtype=rollout_dtype, compiled=compiled)
                 if rollout.compiled_shape is not None and rollout.compiled_shape not in compiled_shapes:
                     compiled_shapes.add(rollout.compiled_shape)  # a new shape compiled: that is its time

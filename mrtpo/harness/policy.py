@@ -34,8 +34,10 @@ class Policy:
     dtype: torch.dtype
     lora: bool
     frozen_reference: torch.nn.Module | None = None  # only for --no-lora with beta > 0
-    _copies: dict = field(default_factory=dict, repr=False)  # dtype -> the model's copy in it (`sampler`)
-    _folded: bool = field(default=False, repr=False)  # inside `merged()`: the adapter is in the weights
+    # LoRA on bfloat16/float16 weights: `merged()` folds the adapter into a copy (`folds_a_copy`)
+    fold_copy: bool = False
+    _copies: dict = field(default_factory=dict, repr=False)  # dtype (or "folded") -> a copy of the model
+    _folded: torch.nn.Module | None = field(default=None, repr=False)  # inside `merged()`: what it yields
 
     @property
     def stop_ids(self) -> list[int]:
@@ -52,39 +54,89 @@ class Policy:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    @property
+    def folds_a_copy(self) -> bool:
+        """Whether `merged()` yields a folded copy (LoRA on bfloat16/float16 weights with
+        `fold_copy`): its outputs differ from the weights' own by the fold's rounding, so the
+        trainer records what the sampler drew under it and corrects for the gap."""
+        return self.fold_copy and self.lora and self.dtype != torch.float32
+
     @contextlib.contextmanager
     def merged(self) -> Iterator[torch.nn.Module]:
         """The model with its LoRA adapter folded into the base weights, for no-grad passes
-        (sampling, the replay): one matrix product per projection instead of three. Only for
-        float32 weights, where folding changes the outputs by float rounding (tested); in
-        bf16/fp16, W + BA would round away much of a small adapter's update, so those models
-        (and full-weight training) get the model unchanged. The base weights are copied back
-        exactly afterwards, and the layers marked unmerged (peft's unmerge would subtract BA
-        again, one more product per projection, and leave rounding residue).
+        (sampling, the replay): one matrix product per projection instead of three.
+
+        - float32 weights are folded in place, which changes the outputs by float rounding
+          (tested). The base weights are copied back exactly afterwards, and the layers marked
+          unmerged (peft's unmerge would subtract BA again, one more product per projection,
+          and leave rounding residue).
+        - bfloat16/float16 weights: W + BA in them would round much of a small adapter's update
+          away for good, so the weights are never folded in place. With `fold_copy` (the
+          trainer's --low-precision-fold, on for CUDA) the fold goes into a copy of the model,
+          made once and refreshed here: each adapted weight of the copy is W + BA computed in
+          float32 and rounded once to the weights' dtype (`refresh_folded_copy`). The adapter
+          itself stays in float32 and trains as before; what the copy samples differs from the
+          weights' own distribution by that rounding, which the update's importance-sampling
+          correction covers, as it does for vLLM in TRL. Without it (and in full-weight
+          training) the model is yielded unchanged.
 
         Nested calls fold once: the trainer holds one `merged()` from sampling to the replay,
         and the ones inside (`sample`, the replay's) get the folded model as it is. A nested
         call with gradients on is refused: the folded model would give the adapter none."""
-        if self._folded and torch.is_grad_enabled():
+        if self._folded is not None and torch.is_grad_enabled():
             raise RuntimeError("Policy.merged() with gradients on inside a fold: the adapter is folded into the "
                                "weights there and would get no gradient; run this pass after the fold's block")
-        if self._folded or not self.lora or self.dtype != torch.float32 or torch.is_grad_enabled():
+        if self._folded is not None:
+            yield self._folded
+            return
+        if not self.lora or torch.is_grad_enabled() or (self.dtype != torch.float32 and not self.folds_a_copy):
             yield self.model
+            return
+        if self.folds_a_copy:
+            try:
+                self._folded = self.refresh_folded_copy()
+                yield self._folded
+            finally:
+                self._folded = None
             return
         from peft.tuners.lora import LoraLayer
 
         layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
         saved = [(m.get_base_layer().weight, m.get_base_layer().weight.detach().clone()) for m in layers]
         try:  # the weights come back however far the fold got
-            self._folded = True
+            self._folded = self.model
             self.model.merge_adapter()
             yield self.model
         finally:
-            self._folded = False
+            self._folded = None
             for weight, exact in saved:
                 weight.data.copy_(exact)
             for m in layers:
                 m.merged_adapters.clear()  # what peft's unmerge leaves: no adapter in the weights
+
+    @torch.no_grad()
+    def refresh_folded_copy(self) -> torch.nn.Module:
+        """The folded copy of a LoRA model (`merged()`), made on first use as a plain model
+        without adapter layers and brought up to date with the adapter: each adapted weight
+        set to round(W + BA) from float32, in place (a compiled decoder keeps its buffers)."""
+        from peft.tuners.lora import LoraLayer
+
+        entry = self._copies.get("folded")
+        if entry is None:
+            pairs = [(name, m) for name, m in self.model.named_modules() if isinstance(m, LoraLayer)]
+            plain = copy.deepcopy(self.model).merge_and_unload()  # peft's fold, replaced just below
+            plain.requires_grad_(False).eval()
+            prefix = "base_model.model."
+            targets = [(m, plain.get_submodule(name.removeprefix(prefix))) for name, m in pairs]
+            entry = self._copies["folded"] = (plain, targets)
+        plain, targets = entry
+        for layer, target in targets:
+            delta = sum(layer.get_delta_weight(a).float() for a in layer.active_adapters
+                        if a in layer.lora_A or a in getattr(layer, "lora_embedding_A", {}))
+            base = layer.get_base_layer().weight
+            target.weight.copy_((base.float() + delta).to(target.weight.dtype))
+        plain.eval()
+        return plain
 
     @contextlib.contextmanager
     def sampler(self, dtype: torch.dtype | None = None) -> Iterator[torch.nn.Module]:
@@ -170,6 +222,15 @@ def resolve_rollout_dtype(name: str, device: torch.device, weights: torch.dtype)
         raise PolicyLoadError(f"--rollout-dtype {name}: {device} cannot compute in it ({problem}); "
                               "use --rollout-dtype same")
     return dtype
+
+
+def low_precision_fold(setting: str, device) -> bool:
+    """`--low-precision-fold`: "on", "off", or "auto" = on for a CUDA policy (where bf16 weights
+    are the default and each projection's three products cost launches), off elsewhere.
+    It acts only on LoRA policies whose weights are bfloat16 or float16 (`Policy.merged`)."""
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"the low-precision fold must be 'auto', 'on' or 'off', got {setting!r}")
+    return setting == "on" or (setting == "auto" and torch.device(device).type == "cuda")
 
 
 def _cannot_compute(dtype: torch.dtype, device: torch.device) -> str | None:
@@ -354,7 +415,7 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
                 lora_dropout: float = 0.0, lora_target_modules=("all-linear",), device: str = "auto",
                 dtype: str = "auto", gradient_checkpointing: bool = False, keep_reference: bool = False,
                 weights_from: str | Path | None = None, base_name: str | None = None,
-                sparse_dropout: bool = True) -> Policy:
+                sparse_dropout: bool = True, fold_copy: bool = False) -> Policy:
     """Load tokenizer and model, move them to the device, wrap with LoRA when asked.
 
     `weights_from` (full-weight resume) loads the model weights from a checkpoint directory
@@ -363,6 +424,8 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
     A LoRA policy on CPU draws its adapter's dropout masks with `harness.fast.dropout.SparseDropout`
     (torch's distribution, only the dropped positions drawn; the saved adapter is peft's)
     unless `sparse_dropout` is False (peft's `nn.Dropout`: benchmarks time one against the other).
+    `fold_copy`: a LoRA policy on bfloat16/float16 weights folds its adapter into a copy for
+    no-grad passes (`Policy.merged`; the trainer's --low-precision-fold).
     """
     from mrtpo.harness.fast.attention import prefer_grouped_attention
     from mrtpo.loading import Refused, auto_model
@@ -421,4 +484,4 @@ def load_policy(model: str | None, *, lora: bool = True, lora_r: int = 16, lora_
             use_sparse_dropout(net)  # on CPU: the dropped positions drawn, not a number per element
         if base_name:  # what saved adapters name as their base (peft would write the local path)
             net.peft_config["default"].base_model_name_or_path = base_name
-    return Policy(net, tok, dev, dt, lora, reference)
+    return Policy(net, tok, dev, dt, lora, reference, fold_copy=fold_copy)

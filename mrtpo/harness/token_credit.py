@@ -55,8 +55,9 @@ class Replayer:
 
 
 def policy_replayer(policy) -> Replayer:
-    """The loop's policy (harness.policy.Policy): in eval mode, its LoRA folded into fp32
-    weights (one product per projection), its training flag restored after."""
+    """The loop's policy (harness.policy.Policy): in eval mode, its LoRA folded (`Policy.merged`:
+    into float32 weights in place, or into the folded copy of bfloat16 weights; one product per
+    projection), its training flag restored after."""
 
     @contextlib.contextmanager
     def open_model():
