@@ -61,7 +61,7 @@ def misspell_first_word(text: str) -> str:
 
 # --- SQL --------------------------------------------------------------------------------------
 
-#: SQL words the warm start's errors never misspell
+#: SQL words the corruptors never misspell
 SQL_KEYWORDS = frozenset({
     "select", "from", "where", "and", "or", "not", "order", "by", "group", "having", "limit",
     "join", "on", "as", "in", "asc", "desc", "count", "avg", "sum", "max", "min", "distinct",
@@ -76,8 +76,8 @@ _NAME_UNQUALIFIED = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]{3,})(?![\w(])"
 
 def sql_names(sql: str, keywords=SQL_KEYWORDS, unqualified: bool = False) -> list[Span]:
     """Spans of the names (four or more characters, not a keyword, not a function call) a query
-    uses, in order. Default: letters and underscores, not touching a quote (the warm start's
-    column errors). `unqualified`: digits allowed, not after a dot, nor inside a quoted string
+    uses, in order. Default: letters and underscores, not touching a quote (the benchmarks'
+    wrong answers' column errors). `unqualified`: digits allowed, not after a dot, nor inside a quoted string
     (the probe's column edit, which must change a name SQLite resolves)."""
     if not unqualified:
         return [m.span(1) for m in _NAME_NEAR_QUOTES.finditer(sql) if m.group(1).lower() not in keywords]

@@ -17,10 +17,12 @@ folded, `Policy.merged`; in bf16 the folded copy of `--low-precision-fold`). Per
 
 Float32 should draw the same tokens. In bf16, compiled kernels may round differently, so some
 rows may part after a few tokens: how many, and how far the log-probs moved, is what this
-measures. On CPU transformers compiles nothing: "compiled" there only lengthens the static
-cache to its bucket (rollout.CACHE_BUCKET), which on SmolLM2 moved float32 log-probs by up to
-4e-5 with every row alike, and tipped the draws of 3 of 8 rows in bf16 (2 x 2 rows, 8 tokens,
-2 batches, on a 2-core AMD EPYC): the bucketing alone is not bit-exact.
+measures. Both settings decode through transformers' `generate` (not mrtpo's own CPU
+decoder, which eager sampling takes on CPU in the trainer), so they differ by the compile and
+the bucketed static cache alone. On CPU transformers compiles nothing: "compiled" there only
+lengthens the static cache to its bucket (rollout.CACHE_BUCKET); on SmolLM2 (2 x 2 rows, 8
+tokens, 2 batches, a 2-core AMD EPYC) every row drew alike in float32 and bf16, with float32
+log-probs within 4.6e-6 (bf16: identical).
 
     python -m benchmarks.speed.decode_equality --model DIR                  # a CUDA GPU, SmolLM2 built in DIR
     python -m benchmarks.speed.decode_equality --device cpu --quick --model DIR
@@ -81,8 +83,10 @@ def one_dtype(args, dtype: str) -> dict:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.no_grad(), policy.merged():
+                # both through transformers' generate (lean=False: not mrtpo's own CPU decoder), so
+                # the two settings differ by the compile and the bucketed cache alone
                 got[setting] = sample_batch(policy, task, batch, cfg, args.seed + b, record_logps=True,
-                                            compiled=setting == "compiled")
+                                            compiled=setting == "compiled", lean=False)
             if args.device != "cpu":
                 torch.cuda.synchronize()
             seconds[setting].append(round(time.perf_counter() - t0, 3))
@@ -114,14 +118,27 @@ def main(argv: list[str] | None = None) -> dict:
     if args.device != "cpu" and not torch.cuda.is_available():
         sys.exit("no CUDA device here; pass --device cpu (transformers compiles nothing there)")
     device = torch.cuda.get_device_name() if args.device != "cpu" else f"CPU ({cpu_name()})"
-    results = {dtype: one_dtype(args, dtype) for dtype in args.dtypes.split(",")}
+    results: dict = {}
+    for dtype in args.dtypes.split(","):  # the file is written after each, so a stopped run keeps the first
+        results[dtype] = one_dtype(args, dtype)
+        doc = write_result(args.json, "table", document(args, results, device, argv), strict=True)
+    rows = doc["rows"]
+    print(doc["title"])
+    for row in rows:
+        print("  " + ", ".join(f"{c}: {v}" for c, v in zip(doc["columns"], row)))
+    return doc
+
+
+def document(args, results: dict, device: str, argv) -> dict:
+    """The results file's document for the dtypes measured so far (a `table`; the largest
+    difference written in scientific notation, the page's numbers having two decimals)."""
     rows = []
     for dtype, r in results.items():
         later = r["seconds"]["compiled"][1:]
         rows.append([dtype, r["rows"], r["same_rows"] / max(1, r["rows"]),
-                     r["tokens_before_a_difference"] / max(1, r["tokens"]), r["max_logp_difference"],
-                     r["seconds"]["compiled"][0], sum(later) / len(later) if later else None,
-                     sum(r["seconds"]["eager"]) / len(r["seconds"]["eager"])])
+                     r["tokens_before_a_difference"] / max(1, r["tokens"]), f"{r['max_logp_difference']:.1e}",
+                     r["seconds"]["compiled"][0], round(sum(later) / len(later), 3) if later else None,
+                     round(sum(r["seconds"]["eager"]) / len(r["seconds"]["eager"]), 3)])
     title = (f"compiled decoding against eager on the trainer's sampler, {args.task}, {args.batch_prompts} x "
              f"{args.num_generations}, {args.max_new_tokens} new tokens, {args.batches} batches, {device}")
     doc = {"section": "decode-graphs", "title": title, "model": args.model,
@@ -133,11 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "a LoRA adapter moved off its zero start and folded as the trainer samples (bf16 on CUDA: "
                      "the folded copy, --low-precision-fold)"],
            "command": command("benchmarks.speed.decode_equality", sys.argv[1:] if argv is None else argv)}
-    print(title)
-    for row in rows:
-        print("  " + ", ".join(f"{c}: {v:.3g}" if isinstance(v, float) else f"{c}: {v}"
-                               for c, v in zip(doc["columns"], row)))
-    return write_result(args.json, "table", doc, strict=True)
+    return doc
 
 
 if __name__ == "__main__":

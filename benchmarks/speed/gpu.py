@@ -421,6 +421,15 @@ def parts(value: str) -> set[str]:
     return names
 
 
+def learning_tasks(value: str) -> str:
+    """--learning-tasks, refusing a task it has no settings for (a typo would fail mid-launch)."""
+    unknown = sorted({t for t in value.split(",") if t} - set(LEARNING_TASKS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown learning task(s) {', '.join(unknown)}; "
+                                         f"the tasks: {', '.join(LEARNING_TASKS)}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape, B=2 G=2, 16 new tokens, on CPU")
@@ -449,7 +458,7 @@ def parser() -> argparse.ArgumentParser:
                     help="seconds the one-step tests may take, all processes at once")
     ap.add_argument("--decode-equality-budget", type=float, default=240.0,
                     help="seconds benchmarks/speed/decode_equality.py may take (its compiles included)")
-    ap.add_argument("--learning-tasks", default="toolcall,instruct",
+    ap.add_argument("--learning-tasks", default="toolcall,instruct", type=learning_tasks,
                     help=f"the paired learning runs' tasks, of: {', '.join(LEARNING_TASKS)}")
     ap.add_argument("--learning-steps", type=int, default=100, help="steps of each SmolLM2 learning run")
     ap.add_argument("--learning-seeds", default="0,1,2")

@@ -33,7 +33,8 @@ IS_MODES = ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate"
 def sampling_correction(old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor,
                         mode: str = "sequence_mask", clip_max: float = 3.0) -> torch.Tensor:
     """Importance weights for tokens sampled from another model than the trained one
-    (--rollout-dtype bfloat16), as TRL's vllm_importance_sampling_correction -> [n, T].
+    (--rollout-dtype bfloat16, --low-precision-fold), as TRL's vllm_importance_sampling_correction
+    -> [n, T].
 
     The ratio is exp(old - sampling) per token (`token_*`) or exp of its sum over the
     completion (`sequence_*`, the same weight on each of its tokens); `*_truncate` caps it at

@@ -117,17 +117,21 @@ class Policy:
     @torch.no_grad()
     def refresh_folded_copy(self) -> torch.nn.Module:
         """The folded copy of a LoRA model (`merged()`), made on first use as a plain model
-        without adapter layers and brought up to date with the adapter: each adapted weight
-        set to round(W + BA) from float32, in place (a compiled decoder keeps its buffers)."""
+        without adapter layers (a second set of the base weights, held for the run) and brought
+        up to date with the adapter: each adapted weight set to round(W + BA) from float32, in
+        place (a compiled decoder keeps its buffers)."""
         from peft.tuners.lora import LoraLayer
 
         entry = self._copies.get("folded")
         if entry is None:
             pairs = [(name, m) for name, m in self.model.named_modules() if isinstance(m, LoraLayer)]
-            plain = copy.deepcopy(self.model).merge_and_unload()  # peft's fold, replaced just below
+            plain = copy.deepcopy(self.model).unload()  # the adapter layers removed, nothing folded
             plain.requires_grad_(False).eval()
             prefix = "base_model.model."
             targets = [(m, plain.get_submodule(name.removeprefix(prefix))) for name, m in pairs]
+            for _, target in targets:  # its own tensor: an adapted weight tied to another (an adapted
+                # embedding tied to the head) must not carry its update into the other one
+                target.weight = torch.nn.Parameter(target.weight.detach().clone(), requires_grad=False)
             entry = self._copies["folded"] = (plain, targets)
         plain, targets = entry
         for layer, target in targets:

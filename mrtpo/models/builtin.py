@@ -83,7 +83,8 @@ RETIRED: dict[str, str] = {
     "mrtpo-tiny": ("mrtpo-tiny, a 2.4M-parameter toy built from a seeded recipe, is no longer a built-in "
                    "policy: it read its blocks no better than a random initialisation, so nothing learnt on "
                    "it said anything about the method. Use --model smollm2-135m (the default), a model "
-                   "directory or a hub id; an adapter trained on mrtpo-tiny cannot be loaded any more."),
+                   "directory or a hub id. An adapter trained on mrtpo-tiny loads only on a build of it kept "
+                   "from before: set base_model_name_or_path in its adapter_config.json to that directory."),
 }
 #: the table by name: each policy's recipe (a test may add one) and its train defaults
 RECIPES: dict[str, PackagedRecipe] = {p.name: p.recipe for p in POLICIES}

@@ -1,6 +1,6 @@
 """benchmarks/speed/decode_equality.py: compiled decoding against eager on the trainer's sampler,
-compared row by row (the comparison itself, and the script end to end on CPU, where "compiled"
-only buckets the static cache)."""
+compared row by row (the comparison itself, and the script end to end on CPU, where both
+settings go through transformers' generate and "compiled" only buckets the static cache)."""
 from __future__ import annotations
 
 import json

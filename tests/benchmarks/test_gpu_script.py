@@ -153,3 +153,6 @@ def test_skip_refuses_a_part_that_is_none():
     assert gpu.parser().parse_args(["--skip", "learning,roofline"]).skip == {"learning", "roofline"}
     with pytest.raises(SystemExit):
         gpu.parser().parse_args(["--skip", "learnign"])
+    assert gpu.parser().parse_args(["--learning-tasks", "instruct"]).learning_tasks == "instruct"
+    with pytest.raises(SystemExit):
+        gpu.parser().parse_args(["--learning-tasks", "toolcal,instruct"])

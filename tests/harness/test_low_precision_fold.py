@@ -87,6 +87,9 @@ def test_a_fold_with_gradients_on_inside_it_is_refused_and_the_copy_is_let_go(ti
                 pass
     with pytest.raises(KeyError), torch.no_grad(), policy.merged():
         raise KeyError("inside")
+    assert policy._folded is None  # let go: a pass with gradients on gets the model itself
+    with policy.merged() as model:
+        assert model is policy.model
     with torch.no_grad(), policy.merged() as model:  # a fold after an error is a fold again
         assert model is not policy.model
 
@@ -134,4 +137,31 @@ def test_mrtpo_train_samples_from_the_folded_copy_and_corrects_for_it(tiny_llama
     for r in runs["on"]:
         assert 0 <= r["sampling/sampling_logp_difference/mean"] <= r["sampling/sampling_logp_difference/max"] < 1.0
         assert 0 < r["sampling/importance_sampling_ratio/min"] <= r["sampling/importance_sampling_ratio/max"] <= 3.0
+    # step 1's adapter is peft's zero start (the copy is the weights then); after one update the
+    # copy's rounding shows: the sampler really was the copy
+    assert runs["on"][-1]["sampling/sampling_logp_difference/max"] > 0
     assert not any(k.startswith("sampling/") for r in runs["off"] for k in r)
+
+
+def test_an_adapted_embedding_tied_to_the_head_leaves_the_head_alone(tiny_llama_dir):
+    """An adapter on the embedding of a model whose head is tied to it: the copy's embedding
+    holds W + BA and its head W, as the weights' own path computes them."""
+    from mrtpo.harness.policy import load_policy
+
+    policy = load_policy(str(tiny_llama_dir), lora=True, lora_r=4, lora_dropout=0.0, device="cpu", dtype="bfloat16",
+                         fold_copy=True, lora_target_modules=["q_proj", "embed_tokens"])
+    base = policy.model.get_base_model()
+    assert base.lm_head.weight is base.model.embed_tokens.get_base_layer().weight  # tied
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name or "lora_embedding" in name:  # peft starts an embedding's A at 0
+                p.normal_(0, 0.3)
+        head = base.lm_head.weight.clone()
+        with policy.merged() as folded:
+            embedding = [m for n, m in _lora_layers(policy) if n.endswith("embed_tokens")][0]
+            assert torch.equal(folded.model.embed_tokens.weight, _expected(embedding))
+            assert not torch.equal(folded.model.embed_tokens.weight, head)
+            assert torch.equal(folded.lm_head.weight, head)
+            own = policy.model(input_ids=IDS).logits.float()
+            got = folded(input_ids=IDS).logits.float()
+    assert (got - own).abs().max() < 0.05 * own.abs().max()

@@ -159,9 +159,11 @@ def takes(measure: Measure, name: str) -> bool:
 def run(measure: Measure, policy, task: Task, examples: Sequence[Example], max_new_tokens: int,
         description: str) -> Measurement:
     """The metrics (and, where `measure` gives them, each example's values and the responses)
-    of the policy as it is now, greedy, in eval mode (no dropout), with the LoRA folded in where
-    that is exact enough (Policy.merged), leaving the random state as it was (so a run measured
-    during training trains as one that was not)."""
+    of the policy as it is now, greedy, in eval mode (no dropout), with the LoRA folded in
+    (Policy.merged: in place for float32 weights, to float rounding; for bfloat16 weights with
+    --low-precision-fold, the rounded copy the run samples from, so its figures can differ from
+    `mrtpo eval` of the saved adapter by that rounding), leaving the random state as it was (so
+    a run measured during training trains as one that was not)."""
     t0 = time.perf_counter()
     was_training = policy.model.training
     policy.model.eval()
