@@ -38,6 +38,7 @@ import torch
 
 from benchmarks.lib.results import command, cpu_name, write_result
 from benchmarks.lib.setting import adapted_policy, sample_batch, train_setup
+from benchmarks.speed.timing import sync
 
 
 def compare(eager: list[list[int]], compiled: list[list[int]], eager_logps: list[list[float]],
@@ -79,16 +80,14 @@ def one_dtype(args, dtype: str) -> dict:
         batch = [examples[i] for i in prompts_for_step(len(examples), b, args.batch_prompts, args.seed)]
         got = {}
         for setting in ("eager", "compiled"):
-            if args.device != "cpu":
-                torch.cuda.synchronize()
+            sync(policy.device)
             t0 = time.perf_counter()
             with torch.no_grad(), policy.merged():
                 # both through transformers' generate (lean=False: not mrtpo's own CPU decoder), so
                 # the two settings differ by the compile and the bucketed cache alone
                 got[setting] = sample_batch(policy, task, batch, cfg, args.seed + b, record_logps=True,
                                             compiled=setting == "compiled", lean=False)
-            if args.device != "cpu":
-                torch.cuda.synchronize()
+            sync(policy.device)
             seconds[setting].append(round(time.perf_counter() - t0, 3))
         e, c = got["eager"], got["compiled"]
         parts.append(compare(e.response_ids, c.response_ids, e.sampling_logps, c.sampling_logps))

@@ -230,6 +230,7 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
     tasks = [t for t in args.learning_tasks.split(",") if t]
     seeds = args.learning_seeds.split(",")
     runs = [(t, m, s) for t in tasks for m in LEARNING_METHODS for s in seeds]
+    flags = {t: heldout_flags(model, t, args, learn, out_dir / learning_result(t)) for t in tasks}
     free_gpu_memory()  # the timed steps' cached blocks: 27 GB of an H200's 140 were still held by this process
     env = {**module_env(), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # the runs share one GPU's memory
     procs = {}
@@ -237,8 +238,7 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
         log = open(out_dir / f"learning-{t}-{m}-seed{s}.log", "w")
         # its own process group, so that stopping it stops the trainer it spawns too (an orphaned
         # trainer would go on using the GPU, then fail once this script's temporary folder is gone)
-        common = heldout_flags(model, t, args, learn, out_dir / learning_result(t))
-        procs[t, m, s] = (subprocess.Popen([sys.executable, "-m", HELDOUT, *common, "--steps", str(args.learning_steps),
+        procs[t, m, s] = (subprocess.Popen([sys.executable, "-m", HELDOUT, *flags[t], "--steps", str(args.learning_steps),
                                             "--methods", m, "--seeds", s], stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True, env=env), log)
     t0 = time.perf_counter()
@@ -253,8 +253,7 @@ def learning_part(model: str, args, out_dir: Path, tmp: Path) -> dict:
     out = {"learning_wall_seconds": round(time.perf_counter() - t0, 1), "learning_steps": args.learning_steps,
            "learning_exits": {f"{t} {m} seed {s}": procs[t, m, s][0].returncode for t, m, s in runs}, "learning": {}}
     for t in tasks:
-        result = out_dir / learning_result(t)
-        out["learning"][t] = compare_runs(heldout_flags(model, t, args, learn, result), learn, t, seeds, result)
+        out["learning"][t] = compare_runs(flags[t], learn, t, seeds, out_dir / learning_result(t))
     return out
 
 

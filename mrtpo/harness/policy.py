@@ -139,7 +139,6 @@ class Policy:
                         if a in layer.lora_A or a in getattr(layer, "lora_embedding_A", {}))
             base = layer.get_base_layer().weight
             target.weight.copy_((base.float() + delta).to(target.weight.dtype))
-        plain.eval()
         return plain
 
     @contextlib.contextmanager
@@ -228,13 +227,19 @@ def resolve_rollout_dtype(name: str, device: torch.device, weights: torch.dtype)
     return dtype
 
 
+def on_for_cuda(setting: str, device, what: str) -> bool:
+    """An "auto|on|off" setting of a GPU path (`what`, for its error): "auto" = on for a CUDA
+    policy, off elsewhere."""
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"{what} must be 'auto', 'on' or 'off', got {setting!r}")
+    return setting == "on" or (setting == "auto" and torch.device(device).type == "cuda")
+
+
 def low_precision_fold(setting: str, device) -> bool:
     """`--low-precision-fold`: "on", "off", or "auto" = on for a CUDA policy (where bf16 weights
     are the default and each projection's three products cost launches), off elsewhere.
     It acts only on LoRA policies whose weights are bfloat16 or float16 (`Policy.merged`)."""
-    if setting not in ("auto", "on", "off"):
-        raise ValueError(f"the low-precision fold must be 'auto', 'on' or 'off', got {setting!r}")
-    return setting == "on" or (setting == "auto" and torch.device(device).type == "cuda")
+    return on_for_cuda(setting, device, "the low-precision fold")
 
 
 def _cannot_compute(dtype: torch.dtype, device: torch.device) -> str | None:
@@ -283,8 +288,8 @@ def model_arg_problem(model: str, *, trained: bool) -> str | None:
                   if trained else "")
                + "or a hub id (org/name)")
     if not path.exists():
-        if retired(model):
-            return retired(model)
+        if gone := retired(model):
+            return gone
         if model in RECIPES or not _looks_local(model):
             return None
         return f"--model {model!r}: no such local directory. {accepts}."

@@ -106,9 +106,9 @@ def compiled_decoding(setting: str, device) -> bool:
     """`--compiled-decoding`: "on", "off", or "auto" = on for a CUDA policy (CUDA graphs take
     decoding from launch-bound to its arithmetic; `benchmarks/speed/decode_graphs.py`), off
     elsewhere (transformers compiles nothing on CPU)."""
-    if setting not in ("auto", "on", "off"):
-        raise ValueError(f"compiled decoding must be 'auto', 'on' or 'off', got {setting!r}")
-    return setting == "on" or (setting == "auto" and torch.device(device).type == "cuda")
+    from mrtpo.harness.policy import on_for_cuda
+
+    return on_for_cuda(setting, device, "compiled decoding")
 
 
 def cache_room(width: int, max_new_tokens: int, bucket: int | None = None) -> int:

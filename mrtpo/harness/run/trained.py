@@ -176,8 +176,8 @@ def _adapter(path: Path, build: bool, fallback_base: str | None = None, verified
     if Path(name).is_absolute() and not Path(name).exists() and name not in RECIPES:
         raise TrainedModelError(f"{path}: its base model {name} does not exist on this machine; edit "
                                 f"base_model_name_or_path in {path / ADAPTER_CONFIG} to the base's directory or hub id")
-    if retired(name):
-        raise TrainedModelError(f"{path / ADAPTER_CONFIG}: its base model: {retired(name)}")
+    if gone := retired(name):
+        raise TrainedModelError(f"{path / ADAPTER_CONFIG}: its base model: {gone}")
     base = resolve_model(name) if build else name
     tokenizer = str(path) if has_tokenizer(path) else base
     return Located(base, path, tokenizer, name, what=f"LoRA adapter on {name}")
