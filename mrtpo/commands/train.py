@@ -168,6 +168,9 @@ def run(**kwargs) -> None:
     except (NonFiniteError, SaveError) as exc:
         _say(err, "error", exc)
         raise typer.Exit(1)
+    from mrtpo.harness.distributed import leave_process_group
+
+    leave_process_group()  # a launched run ended well: its processes leave the group before exit
     if is_main_process():  # under `accelerate launch`, one summary, not one per process
         _summary(result, Console())
 

@@ -261,6 +261,18 @@ class Distributed:
         return [RowSeededSampling(seed, step, first_row, temperature, top_p, record_logps)]
 
 
+def leave_process_group() -> None:
+    """Destroy the process group that `accelerate launch` / `torchrun` set up, if any: what
+    torch and accelerate (`Accelerator.end_training`) ask a launched script to do once it needs
+    no more communication. Without it gloo's threads can still be running while the
+    interpreter shuts down, and a process that trained and saved aborts at exit ("terminate
+    called without an active exception", pytorch/pytorch#190489). Called after a run that
+    ended well only: a process that failed leaves the group as it is, since destroying it
+    while another process waits in a collective can hang (torchtitan #1342)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def is_main_process() -> bool:
     """True unless this is a non-zero rank of a launched run (RANK is set by the launcher)."""
     return int(os.environ.get("RANK", "0")) == 0

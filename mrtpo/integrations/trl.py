@@ -502,7 +502,8 @@ def model_config_class():
 
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> MRTPOGRPOTrainer:
-    """Train as the flags say, save the model to --output_dir; returns the trainer.
+    """Train as the flags say, save the model to --output_dir and leave the process group of a
+    launched run (`accelerate launch`); returns the trainer.
 
     `callbacks`: extra transformers `TrainerCallback`s (benchmarks/speed/peer.py times steps with one).
 
@@ -511,6 +512,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
             --multi_objective_aggregation normalize_then_sum --use_peft --lora_target_modules all-linear
     """
     from trl import TrlParser, get_peft_config
+
+    from mrtpo.harness.distributed import leave_process_group
 
     parser = TrlParser((MRTPOScriptArguments, GRPOConfig, model_config_class()))
     script, args, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
@@ -542,6 +545,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
     trainer.accelerator.print(f"model saved to {args.output_dir}")
+    leave_process_group()  # a launched run ended well: leave the group before the script exits
     return trainer
 
 

@@ -24,7 +24,8 @@ import torch
 import harness_task
 from mrtpo.advantages import estimate
 from mrtpo.harness import TrainConfig, train
-from mrtpo.harness.distributed import Distributed, DistributedError, RowSeededSampling, row_seed
+from mrtpo.harness.distributed import (Distributed, DistributedError, RowSeededSampling, leave_process_group,
+                                      row_seed)
 
 harness_task.register()
 
@@ -132,6 +133,33 @@ def test_two_processes_equal_one_process(tiny_qwen2_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------- sampling
+LEAVER = """
+import os, sys, torch
+from mrtpo.harness.distributed import leave_process_group
+torch.distributed.init_process_group("gloo")
+t = torch.ones(1)
+torch.distributed.all_reduce(t)
+leave_process_group()
+with open(os.path.join(sys.argv[1], "rank" + os.environ["RANK"]), "w") as f:
+    f.write(f"{t.item()} {torch.distributed.is_initialized()}")
+"""
+
+
+@pytest.mark.slow
+def test_a_launched_process_leaves_its_group(tmp_path):
+    """Two launched gloo processes that leave the group exit cleanly; one that ended without it
+    could abort at interpreter exit (SIGABRT, "terminate called without an active exception"),
+    as `mrtpo train` and the TRL launcher once did after training. Outside a launch it is a no-op."""
+    leave_process_group()  # nothing to leave in this process
+    (tmp_path / "leaver.py").write_text(LEAVER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), str(tmp_path / "leaver.py"), str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert [(tmp_path / f"rank{i}").read_text() for i in range(2)] == ["2.0 False"] * 2
+
+
 def test_a_rows_completion_does_not_depend_on_its_batch(tiny_qwen2_dir):
     from mrtpo.harness.policy import load_policy
     from mrtpo.harness.rollout import sample

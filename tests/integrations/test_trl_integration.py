@@ -250,7 +250,7 @@ out = dict(rank=rank, processes=trainer.accelerator.num_processes, n=batch.score
            rows=[batch.rows.start, batch.rows.stop], shape=list(batch.advantages.shape),
            token_means=((batch.advantages * batch.mask).sum(-1) / n_tok).tolist(),
            trl=batch.trl_advantages.tolist(), credit=batch.credit.total[batch.rows].tolist(),
-           lora_b=lora_b.tolist())
+           lora_b=lora_b.tolist(), group_left=not torch.distributed.is_initialized())
 with open(os.path.join(os.environ["WORKER_OUT"], f"rank{rank}.json"), "w") as f:
     json.dump(out, f)
 '''
@@ -290,6 +290,7 @@ def test_two_processes_with_accelerate(tiny_qwen2_dir, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2))
     assert r0["processes"] == r1["processes"] == 2
+    assert r0["group_left"] and r1["group_left"]  # main() left the process group: no abort at exit
     assert r0["n"] == r1["n"] == 16 and r0["rows"] == [0, 8] and r1["rows"] == [8, 16]
     for r in (r0, r1):
         assert r["shape"][0] == 8
