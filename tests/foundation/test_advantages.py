@@ -142,6 +142,22 @@ def test_group_trading_rewards_gets_no_credit_under_grpo():
         assert torch.all(c.total[3:] == c.total[3]) and abs(c.total[3].item()) < 1e-3
 
 
+def test_batch_trading_rewards_gets_no_credit_under_gdpo():
+    # One group trades two rewards, (1, 0) and (0, 1); the other group is flat: every total is
+    # 0, so the batch std is 0 and GDPO's advantage is 0. The linear split would be +-0.87 /
+    # 1e-4 per reward (instruct's MRTPO took such steps at gradient norms over 2,000); it must
+    # be 0 with MRTPO's placement too. A batch with spread elsewhere keeps its credit.
+    trade = [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
+    s = torch.tensor(trade + [[1.0, 1.0]] * 4)
+    for c in (gdpo(s, 4), estimate(s, 4, estimator="gdpo", saw="advantage")):
+        assert torch.all(c.per_reward == 0) and torch.all(c.offset == 0)
+        q = torch.rand(8, 2, 5, generator=torch.Generator().manual_seed(0))  # [N, K, T]
+        assert torch.all(place(c, q, torch.ones(8, 5, dtype=torch.bool)) == 0)
+    c = gdpo(torch.tensor(trade + [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]]), 4)
+    assert c.per_reward[:4].abs().min() > 0.1 and c.per_reward[:4].abs().max() < 10
+    assert torch.allclose(c.total[:4], torch.zeros(4), atol=1e-6)
+
+
 def test_absent_rewards_get_zero_credit():
     s = torch.tensor([[1.0, float("nan")], [0.0, float("nan")], [1.0, 1.0], [0.0, 0.0]])
     for c in (grpo(s, 2), gdpo(s, 2)):
