@@ -44,6 +44,9 @@ bundled single-table questions):
         -o questions=single-table --lrs 5e-5,2e-4,3e-4,5e-4,1e-3 --shapes 2x4 --seeds 0,1,2 \\
         --steps 20 --heldout 32 --metric executes --threads 1 --json benchmarks/results/sweep-first-command-text2sql-smollm2-135m.json
 
+That sweep ran with LoRA dropout 0.05, the experiments' pinned value; `mrtpo train` has trained
+with 0 since 2026-12-06, so a sweep that stands for today's first command passes --lora-dropout 0.
+
 Resuming works as in heldout.py: runs train in <out>/<lr>-<shape>/runs/<task>/<method>/seed<k>/,
 and with --json each finished run is kept in <json without .json>/<lr>-<shape>/<method>/seed<k>/
 (commit it): rerunning the command reads finished runs back and trains only what is missing,
@@ -59,7 +62,7 @@ from pathlib import Path
 
 from benchmarks.learning import heldout  # beside this script: its flags, settings and held-out split
 from benchmarks.lib.results import command, write_result
-from benchmarks.lib.runs import ALL_METHODS, Run, finished, named, run_or_read
+from benchmarks.lib.runs import ALL_METHODS, Run, add_dropout_flag, finished, named, run_or_read
 from benchmarks.lib.stats import LEVEL, RESAMPLES, paired_bootstrap
 
 #: the seeds a setting needs before it can be chosen (fewer: it has not finished its seeds)
@@ -179,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--heldout", type=int, default=32, help="held-out examples every run is measured on")
     ap.add_argument("--max-new-tokens", type=int, default=None)
+    add_dropout_flag(ap)
     ap.add_argument("--save-every", type=int, default=5,
                     help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")

@@ -49,8 +49,16 @@ def add_train_flags(ap: argparse.ArgumentParser, save_every: int = 0) -> None:
     ap.add_argument("--num-generations", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
+    add_dropout_flag(ap)
     ap.add_argument("--save-every", type=int, default=save_every,
                     help="checkpoint every N steps, so an interrupted run resumes there (0: at the end only)")
+
+
+def add_dropout_flag(ap: argparse.ArgumentParser) -> None:
+    """--lora-dropout: the recorded experiments pin 0.05 (EXPERIMENT_DEFAULTS); `mrtpo train`'s
+    own default is 0, which a run that stands for the first command must use."""
+    ap.add_argument("--lora-dropout", type=float, default=None,
+                    help="LoRA dropout (default: the recorded experiments' 0.05; `mrtpo train` defaults to 0)")
 
 
 def model_settings(model: str, args: argparse.Namespace, task: str | None = None) -> dict:
@@ -67,7 +75,8 @@ def model_settings(model: str, args: argparse.Namespace, task: str | None = None
         settings.pop("task_args", None)
     settings.update({k: v for k, v in {"steps": args.steps, "batch_prompts": args.batch_prompts,
                                        "num_generations": args.num_generations,
-                                       "max_new_tokens": args.max_new_tokens, "lr": args.lr}.items()
+                                       "max_new_tokens": args.max_new_tokens, "lr": args.lr,
+                                       "lora_dropout": getattr(args, "lora_dropout", None)}.items()
                      if v is not None})
     return settings
 
