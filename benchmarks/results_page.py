@@ -326,7 +326,8 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
     task = settings.get("task", "?")
     title = (f"{task}, {model_label(model_field(data))}, {settings.get('batches')} batches of "
              f"{settings.get('batch_prompts')} x {settings.get('num_generations')}, pool {settings.get('pool')} "
-             f"per prompt, lr {settings.get('lr')}")
+             f"per prompt, lr {settings.get('lr')}"
+             + (f", every method stepping from {settings['start']}" if settings.get("start") else ""))
     sources = settings.get("sources") or []  # `one_step.py --combine`: several seeds' batches pooled
     pace = "" if sources else f"; {num(data.get('seconds_per_batch'), 0)} s a batch"  # pooled: each file's own
     notes = [f"{data.get('flat_batches', 0)} of {settings.get('batches')} batches had no credit to place "

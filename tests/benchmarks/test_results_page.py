@@ -144,6 +144,10 @@ def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
     assert ("pooled from a.jsonl (seed 0, 20 batches, 125 s a batch); b.jsonl (seed 1, 10 batches, 20 s a batch)"
             in text)
     assert "300 s a batch" not in text  # the pooled files' mean would mix machines
+    assert "stepping from" not in text
+    doc["settings"]["start"] = "step50/gdpo-seed3"  # `one_step.py --start`: a mid-training policy
+    (results / "one-step-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    assert "lr 5e-05, every method stepping from step50/gdpo-seed3**" in page.render(results)
 
 
 def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):
