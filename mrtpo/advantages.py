@@ -128,7 +128,8 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
     As in TRL for every K, one reward included: with K == 1 the batch z-score still follows
     the group z-score (so it is not GRPO, whose group z-score is the advantage). A row where
     no reward applies (TRL's "unscorable") is left out of the batch statistics and gets 0.
-    Where the batch's totals `pre` are all equal (std_B 0) every credit is 0, as the advantage
+    Where the batch's totals `pre` are all equal (up to the rounding of their terms) every
+    credit is 0, as the advantage
     is (TRL's is 0 up to rounding): a group whose rewards trade off, (1, 0) and (0, 1), in a
     batch with no other spread would otherwise get per-reward credit of +-0.87 / 1e-4, which
     cancels in the sum but not once MRTPO puts it on different tokens (grpo's flat case, at
@@ -153,9 +154,18 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
     denom = b_std + EPS
     per = wz / denom  # [N, K]
     offset = torch.where(scorable, -b_mean / denom, torch.zeros_like(pre))  # [N]
-    if seen.numel() and _all_equal(seen, 0):  # the batch's totals are flat: no credit at all
+    if seen.numel() and _flat_sum(seen, wz[scorable]):  # the batch's totals are flat: no credit at all
         per, offset = torch.zeros_like(per), torch.zeros_like(offset)
     return _absent_to_offset(per, offset, absent)
+
+
+def _flat_sum(sums: torch.Tensor, terms: torch.Tensor) -> bool:
+    """True where the sums [n] of `terms` [n, K] are all equal up to the rounding of adding
+    the terms up: a spread within 1e-6 of the largest row's sum of |terms| (at least 1). Terms
+    that cancel (a reward and its mirror 1 - s) leave rounding that grows with the terms, not
+    with the sums, which are about 0 there."""
+    size = terms.abs().sum(-1).max().clamp(min=1.0)
+    return bool(sums.max() - sums.min() <= 1e-6 * size)
 
 
 def _absent_to_offset(per: torch.Tensor, offset: torch.Tensor, absent: torch.Tensor) -> Credit:

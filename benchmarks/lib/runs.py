@@ -55,10 +55,12 @@ def add_train_flags(ap: argparse.ArgumentParser, save_every: int = 0) -> None:
 
 
 def add_dropout_flag(ap: argparse.ArgumentParser) -> None:
-    """--lora-dropout: the recorded experiments pin 0.05 (EXPERIMENT_DEFAULTS); `mrtpo train`'s
-    own default is 0, which a run that stands for the first command must use."""
+    """--lora-dropout: the recorded experiments pin 0.05 for the built-in policies
+    (EXPERIMENT_DEFAULTS); `mrtpo train`'s own default is 0, which a run that stands for the
+    first command must use."""
     ap.add_argument("--lora-dropout", type=float, default=None,
-                    help="LoRA dropout (default: the recorded experiments' 0.05; `mrtpo train` defaults to 0)")
+                    help="LoRA dropout (default: the recorded experiments' 0.05 for a built-in policy, else "
+                         "`mrtpo train`'s 0)")
 
 
 def model_settings(model: str, args: argparse.Namespace, task: str | None = None) -> dict:

@@ -503,7 +503,8 @@ def model_config_class():
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> MRTPOGRPOTrainer:
     """Train as the flags say, save the model to --output_dir and leave the process group of a
-    launched run (`accelerate launch`); returns the trainer.
+    launched run (`accelerate launch`); returns the trainer, whose processes can no longer
+    talk to each other (no gather or wait_for_everyone after it returns).
 
     `callbacks`: extra transformers `TrainerCallback`s (benchmarks/speed/peer.py times steps with one).
 

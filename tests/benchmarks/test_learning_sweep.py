@@ -62,7 +62,7 @@ def test_the_sweep_writes_one_row_per_setting_and_keeps_each_run(tmp_path, tiny_
     results = tmp_path / "results" / "sweep-first-command-toolcall-tiny.json"
     argv = ["--model", str(tiny_qwen2_dir), "--task", "toolcall", "--lrs", "1e-4,1e-2", "--shapes", "2x2",
             "--seeds", "0", "--steps", "2", "--heldout", "4", "--max-new-tokens", "4", "--save-every", "1",
-            "--threads", "1", "--lora-dropout", "0", "--out", str(tmp_path / "out"), "--json", str(results)]
+            "--threads", "1", "--lora-dropout", "0.1", "--out", str(tmp_path / "out"), "--json", str(results)]
     summary = sweep.main(argv)
     doc = json.loads(results.read_text())
     assert doc == json.loads(json.dumps(summary, allow_nan=False))  # what it returned, strict JSON
@@ -83,7 +83,7 @@ def test_the_sweep_writes_one_row_per_setting_and_keeps_each_run(tmp_path, tiny_
     kept = results.with_suffix("") / "lr0.01-2x2" / "mrtpo" / "seed0"
     config = (kept / "config.yaml").read_text()
     assert "lr: 0.01" in config and "num_generations: 2" in config and "batch_prompts: 2" in config
-    assert "lora_dropout: 0.0" in config  # --lora-dropout reaches the run (the first command's 0)
+    assert "lora_dropout: 0.1" in config  # --lora-dropout reaches the run (TrainConfig's default is 0)
     assert capsys.readouterr().out.count("  ran toolcall ") == 2
     # a later session reads the kept runs back: nothing trains again
     shutil.rmtree(tmp_path / "out")

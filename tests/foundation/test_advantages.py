@@ -153,6 +153,14 @@ def test_batch_trading_rewards_gets_no_credit_under_gdpo():
         assert torch.all(c.per_reward == 0) and torch.all(c.offset == 0)
         q = torch.rand(8, 2, 5, generator=torch.Generator().manual_seed(0))  # [N, K, T]
         assert torch.all(place(c, q, torch.ones(8, 5, dtype=torch.bool)) == 0)
+    # rewards in tenths and their mirrors (s, 1 - s) at G = 8: the totals cancel up to float
+    # rounding of the 2.5-sized z-scores (about 1e-6), which a tolerance on the totals alone
+    # missed (credit of 16,000); every credit must still be 0
+    tenths = torch.tensor([[1, 8, 7], [7, 5, 6], [6, 2, 6], [6, 5, 8], [6, 8, 8], [8, 0, 1], [10, 1, 1],
+                           [2, 1, 8]]) / 10
+    s = torch.cat([torch.cat([tenths, 1 - tenths], 1), torch.full((8, 6), 0.5)])  # [16, 6]
+    c = gdpo(s, 8)
+    assert torch.all(c.per_reward == 0) and torch.all(c.offset == 0)
     c = gdpo(torch.tensor(trade + [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]]), 4)
     assert c.per_reward[:4].abs().min() > 0.1 and c.per_reward[:4].abs().max() < 10
     assert torch.allclose(c.total[:4], torch.zeros(4), atol=1e-6)
