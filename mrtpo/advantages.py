@@ -129,12 +129,11 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
     the group z-score (so it is not GRPO, whose group z-score is the advantage). A row where
     no reward applies (TRL's "unscorable") is left out of the batch statistics and gets 0.
     Where the batch's totals `pre` are all equal (up to the rounding of their terms) every
-    credit is 0, as the advantage
-    is (TRL's is 0 up to rounding): a group whose rewards trade off, (1, 0) and (0, 1), in a
-    batch with no other spread would otherwise get per-reward credit of +-0.87 / 1e-4, which
-    cancels in the sum but not once MRTPO puts it on different tokens (grpo's flat case, at
-    the batch's scale; instruct's MRTPO seed 0 took 3 such steps, gradient norms of 2,100-2,600
-    before clipping against a median of 0.74).
+    credit is 0, as the advantage is (TRL's is 0 up to rounding): a group whose rewards trade
+    off, (1, 0) and (0, 1), in a batch with no other spread would otherwise get per-reward
+    credit of +-0.87 / 1e-4, which cancels in the sum but not once MRTPO puts it on different
+    tokens (grpo's flat case, at the batch's scale; instruct's MRTPO seed 0 took 3 such steps,
+    gradient norms of 2,100-2,600 before clipping against a median of 0.74).
     """
     s = _check(scores, group_size)
     n, k = s.shape
@@ -160,7 +159,7 @@ def gdpo(scores: torch.Tensor, group_size: int, weights=None) -> Credit:
 
 
 def _flat_sum(sums: torch.Tensor, terms: torch.Tensor) -> bool:
-    """True where the sums [n] of `terms` [n, K] are all equal up to the rounding of adding
+    """True when the sums [n] of `terms` [n, K] are all equal up to the rounding of adding
     the terms up: a spread within 1e-6 of the largest row's sum of |terms| (at least 1). Terms
     that cancel (a reward and its mirror 1 - s) leave rounding that grows with the terms, not
     with the sums, which are about 0 there."""
