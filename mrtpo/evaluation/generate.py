@@ -86,21 +86,29 @@ class Generation(NamedTuple):
 
 
 def generate(model, tokenizer, conversations: Sequence[list[dict]], config: GenerationConfig = GenerationConfig(),
-             progress: bool = True, description: str = "generating", fast: bool = True) -> list[str]:
+             progress: bool = True, description: str = "generating", fast: bool = True, lean: bool = True) -> list[str]:
     """One response per conversation, in input order (special tokens removed): `generations`'
     texts."""
-    return [g.text for g in generations(model, tokenizer, conversations, config, progress, description, fast)]
+    return [g.text for g in generations(model, tokenizer, conversations, config, progress, description, fast, lean)]
 
 
 def generations(model, tokenizer, conversations: Sequence[list[dict]], config: GenerationConfig = GenerationConfig(),
-                progress: bool = True, description: str = "generating", fast: bool = True) -> list[Generation]:
+                progress: bool = True, description: str = "generating", fast: bool = True,
+                lean: bool = True) -> list[Generation]:
     """One Generation per conversation, in input order.
 
-    `fast`: each batch's prompts are encoded as the trainer's rollout encodes them
-    (`harness.rollout.prompt_cache`: the beginning they share once, then each rest; a static
-    KV cache while decoding): the same responses as plain `generate` (tested), for a fraction
-    of the prefill when the prompts share a system text or a worked example."""
+    `fast`: each batch's prompts are encoded as the trainer's rollout encodes them (the
+    beginning they share once, then each rest), for a fraction of the prefill when the prompts
+    share a system text or a worked example; greedy decoding of a model that
+    `harness.fast.decode` supports (a Llama-shaped decoder on CPU) then runs there, as the
+    trainer's rollout does (no `generate` machinery per step; a row that has stopped leaves
+    the products), and otherwise through `generate` with a static KV cache. The same responses
+    as plain `generate` (tested): the logits agree to float rounding, so on a real model a near
+    tie can rarely go the other way (`benchmarks/speed/eval_decode.py` counts them). `lean`
+    False keeps `generate` for decoding (benchmarks switch it off to measure it)."""
     import torch
+
+    from mrtpo.harness.fast.decode import decode_prompts, supports
 
     prompts = render_prompts(tokenizer, conversations)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
@@ -111,21 +119,25 @@ def generations(model, tokenizer, conversations: Sequence[list[dict]], config: G
     sampling = config.temperature > 0
     if sampling:
         torch.manual_seed(config.seed)
+    lean = lean and fast and not sampling and supports(model)
     with _progress(progress, description, len(prompts)) as advance, torch.inference_mode():
         for start in range(0, len(order), config.batch_size):
             idx = order[start:start + config.batch_size]
             batch = [prompts[i] for i in idx]
             width = max(len(x) for x in batch)
-            ids, mask, cache = _prompt_inputs(model, batch, pad, config.max_new_tokens, fast)  # [B, L]
-            gen = model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device),
-                max_new_tokens=config.max_new_tokens, do_sample=sampling,
-                temperature=config.temperature if sampling else None, top_p=None, top_k=None,
-                eos_token_id=eos, pad_token_id=pad, disable_compile=True, **cache,
-            )  # [B, L + new]
-            new = gen[:, width:]  # [B, new]
+            if lean and width > 1:  # greedy on CPU, a Llama-shaped model: harness.fast.decode (the same responses)
+                new = decode_prompts(model, batch, 1, config.max_new_tokens, eos, pad)[0]  # [B][<= new]
+            else:
+                ids, mask, cache = _prompt_inputs(model, batch, pad, config.max_new_tokens, fast)  # [B, L]
+                gen = model.generate(
+                    input_ids=ids.to(device), attention_mask=mask.to(device),
+                    max_new_tokens=config.max_new_tokens, do_sample=sampling,
+                    temperature=config.temperature if sampling else None, top_p=None, top_k=None,
+                    eos_token_id=eos, pad_token_id=pad, disable_compile=True, **cache,
+                )  # [B, L + new]
+                new = gen[:, width:].tolist()  # [B][new]
             for r, i in enumerate(idx):
-                row = new[r].tolist()
+                row = new[r]
                 tokens = _until_eos(row, eos)
                 stopped = len(tokens) < len(row)  # a stop token came (counted, as the rollout counts it)
                 out[i] = Generation(tokenizer.decode(tokens, skip_special_tokens=True), len(tokens) + stopped,

@@ -263,12 +263,12 @@ def sample(policy, task: Task, examples: list[Example], num_generations: int, *,
     policy.model.eval()
     try:
         with policy.sampler(dtype) as model:
-            from mrtpo.harness.fast.decode import supports
+            from mrtpo.harness.fast.decode import decode_prompts, supports
 
             room = None
             if lean and p > 1 and not sampled and not compiled and supports(model):
-                new, start = _decode(model, ids, g, max_new_tokens, stops, policy.pad_id, logits_processor or [],
-                                     common_prefix, packed)
+                new, start = decode_prompts(model, ids, g, max_new_tokens, stops, policy.pad_id,
+                                            logits_processor or [], common_prefix, packed)
             else:
                 new, start, room = _generate(model, ids, g, gen, policy.pad_id, logits_processor, static_cache,
                                              common_prefix, packed, cascade, compiled, max_new_tokens)
@@ -324,25 +324,3 @@ def _generate(model, ids: list[list[int]], g: int, gen, pad_id: int, logits_proc
         out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen,
                              logits_processor=logits_processor, **kwargs)
     return out[:, p:].tolist(), start, room
-
-
-def _decode(model, ids: list[list[int]], g: int, max_new_tokens: int, stops: list[int], pad_id: int,
-            processors: list, common_prefix: bool, packed: bool):
-    """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start) through
-    `harness.decode`: the prompts encoded once without their last token, as `prompt_cache`
-    does, their rows not repeated."""
-    from mrtpo.harness.fast.decode import decode
-    from mrtpo.harness.fast.packed import packed_head
-    from mrtpo.harness.fast.prefix import encode_prompts, prefix_layout
-    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
-
-    device, decoder = device_of(model), decoder_of(model)
-    enc = encode_prompts(decoder, [x[:-1] for x in ids], device, cache_kwarg(decoder), share_common=common_prefix,
-                         keep_start=model)
-    input_ids, _ = prefix_layout(ids, pad_id, enc.common, enc.width + 1)  # [B, P]
-    input_ids = input_ids.to(device).repeat_interleave(g, 0)  # [B*G, P] what processors see
-    last = torch.tensor([x[-1] for x in ids], dtype=torch.long, device=device).repeat_interleave(g)  # [B*G]
-    with packed_head(model, last.shape[0]) if packed else contextlib.nullcontext():
-        new = decode(model, enc, last, input_ids, g, max_new_tokens, stops, pad_id, processors,
-                     packed)  # [B*G, steps]
-    return new.tolist(), enc.start

@@ -41,17 +41,58 @@ def test_batched_left_padded_greedy_equals_one_prompt_at_a_time(tiny):
     assert any(batched)  # a random tiny model still emits some tokens within 12 steps
 
 
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def lively(request):
+    """A tiny random Qwen2 and Llama whose weights (but the norms') are redrawn larger, seeded,
+    so that greedy decoding draws varied tokens (the saved tiny models repeat one token)."""
+    import torch
+
+    model, tok = load_model(request.getfixturevalue(f"tiny_{request.param}_dir"), GenerationConfig(device="cpu"))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    return model, tok
+
+
 @pytest.mark.parametrize("batch_size", [1, 3, 5])
-def test_the_fast_prompt_pass_gives_plain_generates_responses(tiny, batch_size):
-    """Prompts encoded as the rollout does (a shared beginning once, a static cache) give what
-    plain `generate` gives, greedy, prompts with and without a shared system turn."""
-    model, tok = tiny
+def test_the_fast_prompt_pass_gives_plain_generates_responses(tiny, lively, batch_size):
+    """Prompts encoded as the rollout does (a shared beginning once) and decoded greedily by
+    the rollout's lean decoder (`harness.fast.decode`: Qwen2 and Llama on CPU take it) give
+    what plain `generate` gives, prompts with and without a shared system turn."""
+    from mrtpo.harness.fast.decode import supports
+
     system = {"role": "system", "content": "You answer with one SQL query about the concert database."}
     conversations = CONVERSATIONS + [[system, *c] for c in CONVERSATIONS]
     cfg = GenerationConfig(max_new_tokens=12, batch_size=batch_size, device="cpu")
-    fast = generate(model, tok, conversations, cfg, progress=False)
-    plain = generate(model, tok, conversations, cfg, progress=False, fast=False)
-    assert fast == plain and any(fast)
+    for model, tok in (tiny, lively):
+        assert supports(model)  # the path under test is the lean one
+        fast = generate(model, tok, conversations, cfg, progress=False)
+        plain = generate(model, tok, conversations, cfg, progress=False, fast=False)
+        assert fast == plain and any(fast)
+    assert len(set(fast)) > 1  # the lively model's responses differ from one another
+
+
+def test_rows_that_stop_early_leave_the_lean_batch_and_the_rest_go_on(lively):
+    """A second stop token that some rows draw and others do not: the lean decoder drops the
+    stopped rows from its products and the rest decode on, as plain `generate` does."""
+    from mrtpo.evaluation.generate import generations
+
+    model, tok = lively
+    cfg = GenerationConfig(max_new_tokens=12, batch_size=5, device="cpu")
+    own = model.generation_config.eos_token_id
+    try:
+        for stop in range(tok.vocab_size):  # the first token that ends some rows early, not all
+            model.generation_config.eos_token_id = [tok.eos_token_id, stop]
+            plain = generations(model, tok, CONVERSATIONS, cfg, progress=False, fast=False)
+            if any(g.truncated for g in plain) and any(not g.truncated for g in plain):
+                break
+        fast = generations(model, tok, CONVERSATIONS, cfg, progress=False)
+    finally:
+        model.generation_config.eos_token_id = own
+    assert any(g.truncated for g in plain) and any(not g.truncated for g in plain)  # a mix of ends
+    assert fast == plain
 
 
 def test_outputs_follow_input_order_whatever_the_batching(tiny):

@@ -32,10 +32,13 @@ decoding (`packed.packed_linear`: for MKL or oneDNN, by the CPU): 0.85x of this 
 Only decoders it knows the layer of (`supports`: Llama and Qwen2 configurations with full
 attention, on CPU, whose generation config adds no logits processor) and a processor that
 draws each row's token (`draws_tokens`, the trainer's RowSeededSampling) or greedy decoding
-take this path; `rollout.sample` sends the rest through `generate`.
+take this path (`decode_prompts`): `rollout.sample` sends the rest through `generate`, and
+the evaluation's greedy generation (`evaluation.generate`, held-out measurements included) takes
+it for the models it supports.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, NamedTuple
 
 import torch
@@ -163,6 +166,31 @@ def decode(model, encoded, last_ids: torch.Tensor, input_ids: torch.Tensor, grou
         if drop_stopped and int(running.sum()) < r:
             keep = running.nonzero().squeeze(1)  # [R]
     return torch.stack(new, 1)  # [N, steps]
+
+
+def decode_prompts(model, ids: list[list[int]], group: int, max_new_tokens: int, stops: list[int], pad_id: int,
+                   processors: list = (), common_prefix: bool = True, packed: bool = True):
+    """(new tokens per row [B*G][<= max_new_tokens], the prompts' encoded start) for B prompts'
+    token ids (the longest longer than one token), G rows each, through `decode`: the prompts encoded
+    once without their last token, as `rollout.prompt_cache` does (with `common_prefix`, the
+    beginning they share once), their rows not repeated; the vocabulary head packed once for
+    the rows with `packed`. A stopped row's tokens after its stop are `pad_id`. The one
+    entry of the trainer's rollout and of the evaluation's greedy generation
+    (`evaluation.generate`) into this path."""
+    from mrtpo.harness.fast.packed import packed_head
+    from mrtpo.harness.fast.prefix import encode_prompts, prefix_layout
+    from mrtpo.replay.plumbing import cache_kwarg, decoder_of, device_of
+
+    device, decoder = device_of(model), decoder_of(model)
+    enc = encode_prompts(decoder, [x[:-1] for x in ids], device, cache_kwarg(decoder), share_common=common_prefix,
+                         keep_start=model)
+    input_ids, _ = prefix_layout(ids, pad_id, enc.common, enc.width + 1)  # [B, P]
+    input_ids = input_ids.to(device).repeat_interleave(group, 0)  # [B*G, P] what processors see
+    last = torch.tensor([x[-1] for x in ids], dtype=torch.long, device=device).repeat_interleave(group)  # [B*G]
+    with packed_head(model, last.shape[0]) if packed else contextlib.nullcontext():
+        new = decode(model, enc, last, input_ids, group, max_new_tokens, stops, pad_id, list(processors),
+                     packed)  # [B*G, steps]
+    return new.tolist(), enc.start
 
 
 class _Parts(NamedTuple):

@@ -162,7 +162,8 @@ def test_a_one_token_prompt_beside_longer_ones_gets_its_own_logits(tiny_llama_di
     own part). The lean path's logits equal plain `generate`'s, as does the cascade path's."""
     from transformers import GenerationConfig
 
-    from mrtpo.harness.rollout import _decode, _generate
+    from mrtpo.harness.fast.decode import decode_prompts
+    from mrtpo.harness.rollout import _generate
 
     policy = _policy(tiny_llama_dir)
     model = policy.model
@@ -174,7 +175,7 @@ def test_a_one_token_prompt_beside_longer_ones_gets_its_own_logits(tiny_llama_di
                                                          False, 4)),
                           ("cascade", lambda r: _generate(model, ids, 2, gen, 0, [r], True, True, True, True,
                                                            False, 4)),
-                          ("lean", lambda r: _decode(model, ids, 2, 4, policy.stop_ids, 0, [r], True, True))):
+                          ("lean", lambda r: decode_prompts(model, ids, 2, 4, policy.stop_ids, 0, [r], True, True))):
             rec = Record()
             got[name] = (run(rec)[0], torch.stack(rec.scores))  # tokens, [steps, N, V]
     for name in ("cascade", "lean"):
