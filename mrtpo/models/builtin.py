@@ -71,13 +71,12 @@ POLICIES: tuple[BuiltinPolicy, ...] = (
     # SmolLM2-135M-Instruct, the default: text2sql with the worked example (`demo`: without it
     # it writes CREATE and INSERT statements) on the bundled single-table questions, where it
     # can get `result`; completions of at most 64 tokens; the learning rate, the group shape
-    # and the step count are the recorded sweeps' choice (benchmarks/learning/sweep.py;
-    # docs/results.md: 20 steps of 4 prompts x 4 completions at lr 3e-4, where execution
-    # accuracy rose in every seed, about 11 minutes on 2 cores), and 32 held-out questions
-    # measure the run before and after
+    # and the step count are the recorded sweep's choice (benchmarks/learning/sweep.py;
+    # docs/results.md: 10 steps of 4 prompts x 4 completions, about 7 minutes on 2 cores), and
+    # 32 held-out questions measure the run before and after
     BuiltinPolicy(SMOLLM2, {"task": "text2sql", "task_args": {"demo": True, "questions": "single-table"},
-                            "steps": 20, "batch_prompts": 4, "num_generations": 4, "max_new_tokens": 64,
-                            "temperature": 0.7, "lr": 3e-4, "heldout": 32}),
+                            "steps": 10, "batch_prompts": 4, "num_generations": 4, "max_new_tokens": 64,
+                            "temperature": 0.7, "lr": 5e-4, "heldout": 32}),
 )
 #: names that were built-in policies once -> what a user who asks for one is told
 RETIRED: dict[str, str] = {

@@ -56,6 +56,6 @@ def test_train_prints_which_defaults_apply(cached_build, tmp_path, monkeypatch):
         return next(line for line in re.sub(r"\x1b\[[0-9;]*m", "", r.output).splitlines() if line.startswith("settings:"))
 
     line = first_line("--model", str(cached_build), "--lr", "0.01", "--output-dir", str(tmp_path / "a"))
-    assert f"built-in policy {DEFAULT_MODEL}'s defaults" in line and "steps=20" in line and "lr=" not in line
+    assert f"built-in policy {DEFAULT_MODEL}'s defaults" in line and "steps=10" in line and "lr=" not in line
     line = first_line("--model", "org/model", "--task", "toolcall", "--output-dir", str(tmp_path / "b"))
     assert "the trainer's defaults" in line and "lr=1e-05" in line
