@@ -31,6 +31,16 @@ def write_result(path: str | Path | None, kind: str, doc: dict, *, strict: bool 
     return out
 
 
+def print_table(doc: dict) -> None:
+    """A `table` result on stdout as a speed script prints it: its title, each row (the first
+    column as text, the rest as numbers with two decimals) and its notes."""
+    print(doc["title"])
+    for first, *rest in doc["rows"]:
+        print(f"{first:<40}" + "".join(f" {v:>8.2f}" for v in rest))
+    for n in doc.get("notes", []):
+        print("- " + n)
+
+
 def command(module: str, argv: list[str], quoted: bool = False) -> str:
     """The command line that ran a script, as a results file records it:
     `python -m benchmarks.PURPOSE.NAME ARGS` (`quoted`: each argument shell-quoted)."""

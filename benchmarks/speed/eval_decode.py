@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from benchmarks.lib.results import command, cpu_name, write_result
+from benchmarks.lib.results import command, cpu_name, print_table, write_result
 from benchmarks.lib.setting import parse_step_args, step_parser
 from benchmarks.speed.timing import timed
 
@@ -88,11 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size},
            "rounds": rounds,
            "command": command("benchmarks.speed.eval_decode", sys.argv[1:] if argv is None else argv)}
-    print(title)
-    for row in rows:
-        print(f"{row[0]:<40} {row[1]:>8.2f} {row[2]:>6.2f}")
-    for n in notes:
-        print("- " + n)
+    print_table(doc)
     return write_result(args.json, "table", doc)
 
 

@@ -23,7 +23,7 @@ import sys
 
 import torch
 
-from benchmarks.lib.results import command, cpu_name, write_result
+from benchmarks.lib.results import command, cpu_name, print_table, write_result
 from benchmarks.lib.setting import (adapted_policy, parse_step_args, sample_batch, step_parser, step_settings,
                                     train_setup)
 from benchmarks.speed.timing import timed, timed_update
@@ -123,11 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
            "settings": step_settings(cfg, task_args),
            "rounds": rounds,
            "command": command("benchmarks.speed.rollout_dtype", sys.argv[1:] if argv is None else argv)}
-    print(title)
-    for row in rows:
-        print(f"{row[0]:<40} {row[1]:>8.2f} {row[2]:>8.2f} {row[3]:>6.2f}")
-    for n in notes:
-        print("- " + n)
+    print_table(doc)
     return write_result(args.json, "table", doc)
 
 

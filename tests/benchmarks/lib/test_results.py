@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from benchmarks.lib.results import command, cpu_name, declared, write_result
+from benchmarks.lib.results import command, cpu_name, declared, print_table, write_result
 
 
 def test_a_results_file_declares_its_kind_first_and_a_rewrite_keeps_it(tmp_path):
@@ -50,3 +50,9 @@ def test_the_cpu_is_named_with_its_family_when_asked():
     if "cpu family" in cpuinfo and "model name" in cpuinfo:
         family = next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("cpu family"))
         assert full.endswith(")") and f"(family {family}, model " in full
+
+
+def test_a_table_prints_its_title_rows_and_notes(capsys):
+    print_table({"title": "T", "rows": [["generate", 106.4, 1.0], ["lean", 87.42, 0.8216]], "notes": ["n1"]})
+    assert capsys.readouterr().out.splitlines() == [
+        "T", f"{'generate':<40}   106.40     1.00", f"{'lean':<40}    87.42     0.82", "- n1"]
