@@ -56,22 +56,34 @@ def lively(request):
     return model, tok
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 5])
-def test_the_fast_prompt_pass_gives_plain_generates_responses(tiny, lively, batch_size):
-    """Prompts encoded as the rollout does (a shared beginning once) and decoded greedily by
-    the rollout's lean decoder (`harness.fast.decode`: Qwen2 and Llama on CPU take it) give
-    what plain `generate` gives, prompts with and without a shared system turn."""
+def fast_and_plain(model, tok, batch_size: int) -> tuple[list[str], list[str]]:
+    """(the fast path's responses, plain `generate`'s) to the conversations with and without a
+    shared system turn; the fast one must be the lean decoder's."""
     from mrtpo.harness.fast.decode import supports
 
     system = {"role": "system", "content": "You answer with one SQL query about the concert database."}
     conversations = CONVERSATIONS + [[system, *c] for c in CONVERSATIONS]
     cfg = GenerationConfig(max_new_tokens=12, batch_size=batch_size, device="cpu")
-    for model, tok in (tiny, lively):
-        assert supports(model)  # the path under test is the lean one
-        fast = generate(model, tok, conversations, cfg, progress=False)
-        plain = generate(model, tok, conversations, cfg, progress=False, fast=False)
-        assert fast == plain and any(fast)
-    assert len(set(fast)) > 1  # the lively model's responses differ from one another
+    assert supports(model)  # the path under test is the lean one
+    return (generate(model, tok, conversations, cfg, progress=False),
+            generate(model, tok, conversations, cfg, progress=False, fast=False))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 5])
+def test_the_fast_prompt_pass_gives_plain_generates_responses(tiny, batch_size):
+    """Prompts encoded as the rollout does (a shared beginning once) and decoded greedily by
+    the rollout's lean decoder (`harness.fast.decode`: Qwen2 and Llama on CPU take it) give
+    what plain `generate` gives, prompts with and without a shared system turn."""
+    fast, plain = fast_and_plain(*tiny, batch_size)
+    assert fast == plain and any(fast)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 5])
+def test_the_fast_pass_gives_plain_generates_varied_responses(lively, batch_size):
+    """The same on models whose greedy responses differ from one another (a Llama and a
+    Qwen2), so that equal outputs say more than one repeated token does."""
+    fast, plain = fast_and_plain(*lively, batch_size)
+    assert fast == plain and len(set(fast)) > 1
 
 
 def test_rows_that_stop_early_leave_the_lean_batch_and_the_rest_go_on(lively):
