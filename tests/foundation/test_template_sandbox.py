@@ -226,19 +226,25 @@ def _realistic_templates() -> dict[str, str]:
     return found
 
 
-def _render_in(environment_class, template: str, messages, **kwargs):
-    """transformers' render of `template` compiled in `environment_class`: its text, or the
-    error it raised (type and text), so two environments' outcomes compare."""
+def _render_all(environment_class, cases: list[tuple[str, list, dict]]) -> list:
+    """transformers' render of each (template, messages, kwargs) case with templates compiled
+    in `environment_class` (each template compiled once: transformers' compile cache, emptied
+    before and after): its (text, spans), or the error it raised (type and text), so two
+    environments' outcomes compare."""
     from transformers.utils import chat_template_utils as templates
 
     kept = templates.ImmutableSandboxedEnvironment
     templates.ImmutableSandboxedEnvironment = environment_class
     templates._compile_jinja_template.cache_clear()
+    outcomes = []
     try:
-        rendered, indices = templates.render_jinja_template(conversations=[messages], chat_template=template, **kwargs)
-        return rendered, indices
-    except Exception as exc:  # noqa: BLE001 - the outcome compared
-        return type(exc).__name__, str(exc)
+        for template, messages, kwargs in cases:
+            try:
+                outcomes.append(templates.render_jinja_template(conversations=[messages], chat_template=template,
+                                                                **kwargs))
+            except Exception as exc:  # noqa: BLE001 - the outcome compared
+                outcomes.append((type(exc).__name__, str(exc)))
+        return outcomes
     finally:
         templates.ImmutableSandboxedEnvironment = kept
         templates._compile_jinja_template.cache_clear()
@@ -253,13 +259,12 @@ def test_realistic_templates_render_byte_identically_in_the_bounded_sandbox():
 
     templates = _realistic_templates()
     assert {"tiny-chatml", "smollm2", "qwen2_5"} <= set(templates)
-    rendered = 0
-    for name, template in templates.items():
-        for messages in CONVERSATIONS:
-            for kwargs in ({"add_generation_prompt": True, "tools": TOOLS}, {"add_generation_prompt": False},
-                           {"return_assistant_tokens_mask": "{% generation %}" in template}):
-                plain = _render_in(ImmutableSandboxedEnvironment, template, messages, **kwargs)
-                bounded = _render_in(bounded_sandbox(), template, messages, **kwargs)
-                assert bounded == plain, (name, messages, kwargs)
-                rendered += isinstance(plain[0], list)
+    cases = [(template, messages, kwargs) for template in templates.values() for messages in CONVERSATIONS
+             for kwargs in ({"add_generation_prompt": True, "tools": TOOLS}, {"add_generation_prompt": False},
+                            {"return_assistant_tokens_mask": "{% generation %}" in template})]
+    names = [name for name in templates for _ in range(len(CONVERSATIONS) * 3)]
+    plain, bounded = _render_all(ImmutableSandboxedEnvironment, cases), _render_all(bounded_sandbox(), cases)
+    for name, case, a, b in zip(names, cases, plain, bounded, strict=True):
+        assert b == a, (name, case[1], case[2])
+    rendered = sum(isinstance(a[0], list) for a in plain)
     assert rendered >= 3 * len(CONVERSATIONS) * 2, rendered
