@@ -384,6 +384,10 @@ def render_learning_heldout(name: str, data: dict, results_dir: Path = RESULTS) 
                          " ".join(f"{x}/{y}" for x, y in p.get("better") or []) or "-", word])
     notes = ["seconds of training steps per run: "
              + ", ".join(f"{m} {num(v, 0)}" for m, v in (data.get("seconds_per_run") or {}).items())]
+    shares = {m: v for m, v in (data.get("replay_share") or {}).items() if isinstance(v, (int, float))}
+    if shares:  # measured within each run, so it holds whatever else shared the cores
+        notes.append("the replay's share of each method's step time, within its runs (its step against one "
+                     "without the replay): " + ", ".join(f"{m} {v:.0%} ({1 / (1 - v):.2f}x)" for m, v in shares.items()))
     png = name[:-len(".json")] + ".png"
     if (Path(results_dir) / png).exists():
         notes.append(f"plot: [{png}](../benchmarks/results/{png})")

@@ -33,6 +33,7 @@ reported beside it. It writes
                  "seeds": how many, "seed_ids", "examples",
                  "better": per seed [examples a scored higher, b higher]}, ...],
      "seconds_per_run": {method: seconds (training steps only, mean over seeds)},
+     "replay_share": {method: the replay's share of its training steps' seconds (`replay_share`)},
      "provenance": {method: {seed: {"commit", "cpu"} the kept run finished on, or null}}}
 
 and a PNG of the held-out curves (mean over seeds, band min..max) beside it when matplotlib is
@@ -99,6 +100,16 @@ def pairs_of(methods: Sequence[str]) -> list[tuple[str, str]]:
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None and not math.isnan(x)]
     return sum(xs) / len(xs) if xs else None
+
+
+def replay_share(runs: list[Run]) -> float | None:
+    """The replay's share of `runs`' training-step seconds (time/replay over time/step, each
+    summed over the steps of every run), None without timings. Unlike seconds per run it is
+    measured within each run, so it holds whatever else shared the cores; 1 / (1 - share) is
+    about what MRTPO's step costs against GDPO's, whose step is the same but for the replay."""
+    step = sum(r.get("time/step") or 0.0 for run in runs for r in run.history)
+    replay = sum(r.get("time/replay") or 0.0 for run in runs for r in run.history)
+    return replay / step if step > 0 else None
 
 
 # ------------------------------------------------------------------------------ summary
@@ -343,6 +354,7 @@ def main(argv: list[str] | None = None, measure=None) -> dict:
         "paired": paired(runs, metrics, args.steps),
         "seconds_per_run": {m: _mean([sum(r.get("time/step") or 0.0 for r in run.history) for run in rs])
                             for m, rs in runs.items()},
+        "replay_share": {m: replay_share(rs) for m, rs in runs.items()},
         "provenance": {m: {str(r.seed): read_provenance(kept_root, m, r.seed) for r in rs} for m, rs in runs.items()},
     }
     table(args.task, summary)

@@ -56,6 +56,8 @@ def test_the_runner_writes_paired_held_out_results_and_keeps_each_run(tmp_path, 
         assert a_better + b_better <= 4 and (a_better - b_better) / 4 == pytest.approx(seed_diff)  # 0/1 metric
     assert {r["reward"] for r in doc["paired"]} == {"ast_accuracy", "format"}  # the metrics with per-example values
     assert results.with_suffix(".png").is_file()
+    # the replay's share of the step, within each method's runs: MRTPO replays, GDPO does not
+    assert 0 < doc["replay_share"]["mrtpo"] < 1 and doc["replay_share"]["gdpo"] < 0.01
     # each finished run is kept beside the results: its config, training curves and held-out curve
     kept = results.with_suffix("") / "mrtpo" / "seed1"
     assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "heldout.json", "metrics.jsonl", "provenance.json"]

@@ -184,10 +184,11 @@ def test_a_held_out_learning_file_gets_its_curves_and_paired_verdicts(page, tmp_
                       for m, v in (("gdpo", 0.1), ("mrtpo", 0.14))},
            "paired": [{"a": "mrtpo", "b": "gdpo", "reward": "execution_accuracy", "mean": 0.04, "low": -0.03,
                        "high": 0.11, "per_seed": [0.04], "seeds": 1}],
-           "seconds_per_run": {"gdpo": 5000.0, "mrtpo": 6000.0}}
+           "seconds_per_run": {"gdpo": 5000.0, "mrtpo": 6000.0}, "replay_share": {"gdpo": 0.0, "mrtpo": 0.2}}
     (results / "learning-heldout-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
     text = page.render(results)
     assert "| execution_accuracy | mrtpo | 0.040 | 0.140 |" in text and "mean over seed 0" in text
+    assert "(its step against one without the replay): gdpo 0% (1.00x), mrtpo 20% (1.25x)" in text
     assert ("| mrtpo - gdpo | execution_accuracy | +0.040 [-0.030, +0.110] | +0.040 | - | none yet: 1 of 3 seeds, "
             "the interval holds only the examples' spread |") in text  # a file from before "better" was recorded
     doc["paired"][0].update(low=0.01, seeds=3, per_seed=[0.03, 0.04, 0.05], better=[[5, 2], [6, 2], [5, 0]])
