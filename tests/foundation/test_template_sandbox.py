@@ -259,12 +259,13 @@ def test_realistic_templates_render_byte_identically_in_the_bounded_sandbox():
 
     templates = _realistic_templates()
     assert {"tiny-chatml", "smollm2", "qwen2_5"} <= set(templates)
-    cases = [(template, messages, kwargs) for template in templates.values() for messages in CONVERSATIONS
+    named = [(name, (template, messages, kwargs)) for name, template in templates.items()
+             for messages in CONVERSATIONS
              for kwargs in ({"add_generation_prompt": True, "tools": TOOLS}, {"add_generation_prompt": False},
                             {"return_assistant_tokens_mask": "{% generation %}" in template})]
-    names = [name for name in templates for _ in range(len(CONVERSATIONS) * 3)]
+    cases = [case for _, case in named]
     plain, bounded = _render_all(ImmutableSandboxedEnvironment, cases), _render_all(bounded_sandbox(), cases)
-    for name, case, a, b in zip(names, cases, plain, bounded, strict=True):
-        assert b == a, (name, case[1], case[2])
+    for (name, (_, messages, kwargs)), a, b in zip(named, plain, bounded, strict=True):
+        assert b == a, (name, messages, kwargs)
     rendered = sum(isinstance(a[0], list) for a in plain)
     assert rendered >= 3 * len(CONVERSATIONS) * 2, rendered
