@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
         model: Annotated[Optional[str], typer.Option("--model", help="Model to generate with: a directory, hub id or built-in policy, or what `mrtpo train` wrote (run dir: its latest checkpoint; a checkpoint; an adapter dir). Default (without --responses): the built-in default policy.")] = None,
         mode: Annotated[Optional[CompareMode], typer.Option("--mode", help="text2sql: result comparison (bag = Spider, set = BIRD); default: the data's own.")] = None,
         task_options: TaskOptions = None,
-        limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Evaluate only the first N examples.")] = None,
+        heldout: Annotated[Optional[int], typer.Option("--heldout", min=1, help="Evaluate only the last N examples, the ones `mrtpo train --heldout N` holds out of the same --data (at most a quarter of it, as there); --limit then takes the first of those.")] = None,
+        limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Evaluate only the first N examples (with --heldout: of the held-out ones).")] = None,
         missing: Annotated[MissingPolicy, typer.Option("--missing", help="Examples with no response: error, zero (score as empty) or skip.")] = MissingPolicy.error,
         batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Generation: prompts per batch.")] = 8,
         max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="Generation: token cap per response.")] = 512,
@@ -93,6 +94,14 @@ def register(app: typer.Typer) -> None:
             options = {"mode": mode.value if mode is not None else None}
             validate_options(t, options)  # before loading data: fail fast
             examples = t.load(data, split) if split is not None else t.load(data)
+            if heldout is not None:  # the run's held-out examples, as `load_splits` picks them
+                from mrtpo.harness.data import held_out_count
+
+                hold = held_out_count(len(examples), heldout)
+                if hold == 0:
+                    _fail(f"--heldout {heldout}: {len(examples)} examples hold out none (a run holds out "
+                          "at most a quarter of its data); give more data or leave --heldout out")
+                examples = examples[-hold:]
             if limit is not None:
                 examples = examples[:limit]
             with task_code(t, verify_timeout):

@@ -61,12 +61,19 @@ def load_splits(task: Task, data: str | None, eval_data: str | None, heldout: in
             return Splits(train, [])
         held = load_examples(task, eval_data, what="--eval-data")
         return Splits(train, held[:heldout], f"the first {min(heldout, len(held))} examples of --eval-data {eval_data}")
-    hold = min(heldout, len(train) // 4)
+    hold = held_out_count(len(train), heldout)
     if hold == 0:
         return Splits(train, [])
     return Splits(train[:-hold], train[-hold:],
                   f"the last {hold} of the {len(train)} examples of "
                   f"{'--data ' + data if data else 'the bundled sample'}, held out of training")
+
+
+def held_out_count(n_examples: int, heldout: int) -> int:
+    """How many of `n_examples` (the last ones) a run holds out of training for --heldout
+    `heldout` without --eval-data: at most a quarter of them. `mrtpo eval --heldout` takes the
+    same ones."""
+    return min(heldout, n_examples // 4)
 
 
 def prompts_for_step(n_examples: int, step: int, batch_prompts: int, seed: int) -> list[int]:

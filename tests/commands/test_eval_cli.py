@@ -123,3 +123,31 @@ def test_bundled_references_score_perfectly_through_the_cli(name, metric, tmp_pa
     summary = json.loads(r.stdout)
     assert summary["n"] == len(exs)
     assert summary["metrics"][metric] == 1.0
+
+
+def test_heldout_evaluates_the_examples_a_run_held_out(tmp_path):
+    """--heldout N takes the last N examples, the ones `mrtpo train --heldout N` never trains
+    on (`load_splits`), and --limit the first of those."""
+    from mrtpo.harness.data import load_splits
+
+    task = get_task("text2sql")
+    exs = task.load()
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("".join(json.dumps({"id": ex.id, "response": task.reference(ex)}) + "\n" for ex in exs))
+    splits = load_splits(task, None, None, heldout=8)
+    r = _invoke("text2sql", "--responses", responses, "--heldout", 8, "--limit", 3, "--out", tmp_path / "o.jsonl")
+    assert r.exit_code == 0, r.output
+    ids = [json.loads(line)["id"] for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert ids == [ex.id for ex in splits.heldout[:3]] == [ex.id for ex in exs[-8:-5]]
+    assert not set(ids) & {ex.id for ex in splits.train}
+    r = _invoke("text2sql", "--responses", responses, "--heldout", 500)
+    assert r.exit_code == 0, r.output  # capped at a quarter of the data, as the run caps it
+    assert f"text2sql: {len(exs) // 4} examples" in r.stdout
+
+
+def test_heldout_of_too_few_examples_is_a_clear_error(echo_task, tmp_path):
+    responses = tmp_path / "r.jsonl"
+    responses.write_text(json.dumps({"id": "e1", "response": "Hello!"}) + "\n")
+    r = _invoke("echo_eval_test", "--responses", responses, "--heldout", 1)
+    assert r.exit_code == 2
+    assert "--heldout 1: 2 examples hold out none" in r.stderr and "a quarter" in r.stderr
