@@ -333,7 +333,7 @@ def _measure_heldout(measure, policy, task, examples, scorer: Scorer, cfg: Train
     """One held-out measurement of the policy after `step` steps, said as a phase: the official
     metric and the task's rewards on the same greedy responses (`held_out_rewards`), entered
     into heldout.json (a point of its curve, and at step 0 and the last step the metrics'
-    before and after). Returns the new document and the rewards' eval/... metrics."""
+    before and after, with the responses' texts). Returns the new document and the rewards' eval/... metrics."""
     when = "before" if step == 0 else "after" if step == cfg.steps else None
     label = f"held-out {when} training" if when else f"held-out at step {step}"
     on_phase(f"{label}: {len(examples)} examples, greedy, the task's official metric")
@@ -343,8 +343,9 @@ def _measure_heldout(measure, policy, task, examples, scorer: Scorer, cfg: Train
     meta = {"examples": len(examples), "example_ids": [ex.id for ex in examples], "source": source,
             "max_new_tokens": cfg.max_new_tokens, "greedy": True, "every": cfg.eval_every,
             **({f"{when}_step": step} if when else {})}
+    texts = [r["text"] for r in result.responses] if when and result.responses is not None else None
     doc = heldout.add_point(heldout.record(doc, when, result.values, meta), step, result.values,
-                            result.per_example, rewards)
+                            result.per_example, rewards, texts)  # the texts at the before and after only
     heldout.write(run_dir, doc)
     return doc, rewards
 

@@ -67,6 +67,20 @@ def test_train_measures_before_and_after_with_the_official_metric(tiny_qwen2_dir
     evaluated = json.loads(r.stdout)["metrics"]
     assert {k: v["after"] for k, v in metrics.items()} == pytest.approx(evaluated, abs=1e-9)
 
+    # the before and after points keep the answers (in the order of _example_ids), which score
+    # the same through `mrtpo eval --responses --heldout` once the checkpoints are gone
+    for point, when in ((doc["_curve"][0], "before"), (doc["_curve"][-1], "after")):
+        texts = point["_responses"]
+        assert len(texts) == 3 and all(isinstance(t, str) for t in texts)
+        answers = tmp_path / f"{when}.jsonl"
+        answers.write_text("".join(json.dumps({"id": i, "response": t}) + "\n"
+                                   for i, t in zip(doc["_example_ids"], texts)))
+        r = CliRunner().invoke(app, ["eval", "harness-words", "--responses", str(answers), "--data", str(data),
+                                     "--heldout", "3", "--json"], env=ENV)  # the run's held-out rows, by id
+        assert r.exit_code == 0, r.output
+        rescored = json.loads(r.stdout)["metrics"]
+        assert {k: v[when] for k, v in metrics.items()} == pytest.approx(rescored, abs=1e-9)
+
 
 def test_each_phase_prints_a_line_in_a_log(tiny_qwen2_dir, tmp_path):
     r, _ = _train(tiny_qwen2_dir, tmp_path / "run", "--data", str(_data(tmp_path / "w.jsonl")), "--heldout", "2")
@@ -284,6 +298,7 @@ def test_one_measurement_gives_the_official_metric_and_the_rewards_from_the_same
     assert [p["step"] for p in doc["_curve"]] == [0, 1, 2] and doc["_every"] == 1
     records = _records(run)
     names = ("format", "short", "letters", "word")
+    assert ["_responses" in p for p in doc["_curve"]] == [True, False, True]  # the before and after only
     for point in doc["_curve"]:
         evals = point["_eval"]
         assert {"eval/reward", "eval/completions/mean_length", "eval/completions/clipped_ratio"} <= set(evals)

@@ -27,7 +27,10 @@ under the other keys that start with `_`:
 
 A point's `_eval` holds the task's reward metrics of the same responses under the names
 metrics.jsonl gives them at that step (step 0, before training, has no metrics.jsonl line, so
-its are only here); absent where the measure returned no responses.
+its are only here); absent where the measure returned no responses. The before and after
+points also hold the responses' texts (`_responses`, in the order of `_example_ids`), so what
+a run answered can be read, and scored again with `mrtpo eval TASK --responses`, after its
+checkpoints are gone; the points between them do not, to keep the file small.
 
 The file is written after each measurement (atomically, never through a link), so a resumed
 run finds the measurements it made and does not make them again (`measured`).
@@ -127,11 +130,15 @@ def record(doc: dict[str, Any], when: str | None, values: dict[str, float], meta
 
 
 def add_point(doc: dict[str, Any], step: int, values: dict[str, float],
-              per_example: dict[str, list] | None = None, rewards: dict[str, float] | None = None) -> dict[str, Any]:
+              per_example: dict[str, list] | None = None, rewards: dict[str, float] | None = None,
+              texts: list[str] | None = None) -> dict[str, Any]:
     """`doc` with the measurement at `step` as a point of its curve (replacing one at the same
-    step), NaN as null, each example's values under `_per_example` and the reward metrics of
-    the same responses (`eval/...`) under `_eval` when given."""
+    step), NaN as null, each example's values under `_per_example`, the reward metrics of
+    the same responses (`eval/...`) under `_eval` and the responses' texts under `_responses`
+    (in the order of `_example_ids`) when given."""
     point: dict[str, Any] = {"step": step, **{name: _number(v) for name, v in values.items()}}
+    if texts is not None:
+        point[RESPONSES] = [str(t) for t in texts]
     if per_example:
         point[PER_EXAMPLE] = {name: [_number(float(x)) if isinstance(x, (bool, int, float)) else None for x in xs]
                               for name, xs in per_example.items()}
