@@ -16,7 +16,14 @@ only the token advantages differ:
   with every block left out (`--mrtpo-weights single`: placement without the per-reward split;
   its own replay, timed as `replay-single`);
 - oracle: GDPO's credit on the tokens the task says each reward is about (`Task.reward_spans`;
-  toolcall only): the ceiling of placement.
+  toolcall only): the ceiling of placement;
+- mrtpo-bf16-sampled: MRTPO's step on a batch sampled from a bfloat16 copy of the weights (the
+  trainer's `--rollout-dtype bfloat16`), with TRL's importance-sampling correction
+  (sequence_mask, C_max 3.0) on the float32 log-probs; scored, replayed and stepped in
+  float32. With it among the methods, both batches are drawn as the trainer draws them (each
+  row from its own seeded generator, `harness.distributed.RowSeededSampling`), so the two
+  share every token until bfloat16 rounding flips a draw, and `mrtpo-bf16-sampled - mrtpo`
+  is what sampling in bfloat16 does to the step.
 
 The measure is each update's effect on each reward's expected value on the batch's prompts,
 estimated on a pool of P fresh completions per prompt from the starting policy, drawn
@@ -59,11 +66,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.lib.results import command, write_result
-from benchmarks.lib.setting import adapted_policy
+from benchmarks.lib.setting import adapted_policy, sample_batch
 from benchmarks.lib.stats import t_interval
 
-METHODS = ("grpo", "gdpo", "gdpo+saw", "mrtpo", "mrtpo-shuffled", "mrtpo-single", "oracle")
-PAIRS = (("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"), ("mrtpo", "mrtpo-single"),
+METHODS = ("grpo", "gdpo", "gdpo+saw", "mrtpo", "mrtpo-shuffled", "mrtpo-single", "oracle", "mrtpo-bf16-sampled")
+BF16_SAMPLED = "mrtpo-bf16-sampled"
+PAIRS = (("mrtpo-bf16-sampled", "mrtpo"), ("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled"), ("mrtpo-shuffled", "gdpo"), ("mrtpo", "mrtpo-single"),
          ("mrtpo-single", "gdpo"), ("oracle", "gdpo"),
          ("mrtpo", "oracle"), ("gdpo+saw", "gdpo"), ("grpo", "gdpo"))
 
@@ -115,8 +123,11 @@ def effects(logp_new, logp_start, pool_scores, group_size: int) -> dict[str, flo
     return out
 
 
-def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int) -> dict:
-    """One batch: sample, score, replay, one step per method, effects on the pool -> a record."""
+def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int,
+              copy_dtype: torch.dtype = torch.bfloat16) -> dict:
+    """One batch: sample, score, replay, one step per method, effects on the pool -> a record.
+    `copy_dtype`: the copy mrtpo-bf16-sampled draws from (tests pass float32: the same step as
+    mrtpo's)."""
     from mrtpo.advantages import estimate, place, shuffle_within
     from mrtpo.harness.metrics import weighted_total
     from mrtpo.harness.rollout import sample
@@ -126,8 +137,12 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     G = cfg.num_generations
     t0 = time.perf_counter()
     torch.manual_seed(seed)
-    train_r = sample(policy, task, examples, G, temperature=cfg.temperature, top_p=cfg.top_p,
-                     max_new_tokens=cfg.max_new_tokens)
+    row_seeded = BF16_SAMPLED in methods
+    if row_seeded:  # as the trainer draws (module doc), so that the bf16 batch pairs token by token
+        train_r = sample_batch(policy, task, examples, cfg, seed)
+    else:
+        train_r = sample(policy, task, examples, G, temperature=cfg.temperature, top_p=cfg.top_p,
+                         max_new_tokens=cfg.max_new_tokens)
     scored = scorer.score(train_r.examples, train_r.responses)  # [B*G, K]
     w, f = scored.weights, scored.floors
     credit = {"grpo": estimate(scored.scores, G, "grpo", weights=w, floors=f),
@@ -136,7 +151,15 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
     record = {"batch_seed": seed, "examples": [ex.id for ex in examples],
               "train_means": {name: float(torch.nanmean(scored.scores[:, k])) for k, name in enumerate(scored.names)},
               "effects": {}, "param_norm": {}, "seconds": {}}
-    if bool(credit["gdpo"].per_reward.abs().sum() == 0):
+    bf16 = None
+    if row_seeded:  # the same rows drawn from a bfloat16 copy, with their log-probs for the correction
+        bf_r = sample_batch(policy, task, examples, cfg, seed, record_logps=True, dtype=copy_dtype)
+        bf_scored = scorer.score(bf_r.examples, bf_r.responses)  # [B*G, K]
+        bf16 = (bf_r, bf_scored, estimate(bf_scored.scores, G, "gdpo", weights=bf_scored.weights,
+                                          floors=bf_scored.floors))
+        record["bf16_sampled"] = {"same_completions": sum(a == b for a, b in zip(train_r.responses, bf_r.responses)),
+                                  "completions": len(bf_r.responses)}
+    if bool(credit["gdpo"].per_reward.abs().sum() == 0) and (bf16 is None or bool(bf16[2].per_reward.abs().sum() == 0)):
         # every group scored every reward alike: every estimator's credit is 0, so every method's
         # step is 0 and so is its effect (AdamW moves nothing on a zero gradient); no pool needed
         zero = {**{name: 0.0 for name in scored.names}, "total": 0.0, "kl": 0.0}
@@ -166,6 +189,16 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
         distances["oracle"] = span_distances(policy.tokenizer, task, train_r, scored)
     advantages = {m: place(credit[m], None, mask) for m in ("grpo", "gdpo", "gdpo+saw")}
     advantages.update({m: place(credit["gdpo"], d, mask) for m, d in distances.items()})  # [N, T]
+    batches, sampling = {}, {}  # a method's own batch and its sampling log-probs, where not train_r's
+    if bf16 is not None:
+        bf_r, bf_scored, bf_credit = bf16
+        t1 = time.perf_counter()
+        q_bf, _ = replay_distances(policy_replayer(policy), task, bf_r, bf_scored, cfg.temperature,
+                                   credit=bf_credit)  # [N, K, T]
+        record["seconds"]["replay-bf16-sampled"] = time.perf_counter() - t1
+        advantages[BF16_SAMPLED] = place(bf_credit, q_bf, bf_r.response_mask())  # [N, T]
+        batches[BF16_SAMPLED] = bf_r.batch(policy.pad_id, policy.device)
+        sampling[BF16_SAMPLED] = bf_r.sampling_logp_matrix()  # [N, T]
 
     params = policy.trainable_parameters()
     start = [p.detach().clone() for p in params]
@@ -177,10 +210,13 @@ def run_batch(policy, task, scorer, examples, cfg, pool: int, methods, seed: int
         t2 = time.perf_counter()
         optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         torch.manual_seed(seed)  # the same LoRA-dropout draws for every method
-        update(policy, optimizer, batch, advantages[m], temperature=cfg.temperature, loss_type=cfg.loss_type,
-               epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=0.0, num_iterations=1,
-               grad_accum=cfg.grad_accum, max_grad_norm=cfg.max_grad_norm,
-               max_completion_length=cfg.max_new_tokens)
+        stats = update(policy, optimizer, batches.get(m, batch), advantages[m], temperature=cfg.temperature,
+                       loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=0.0,
+                       num_iterations=1, grad_accum=cfg.grad_accum, max_grad_norm=cfg.max_grad_norm,
+                       max_completion_length=cfg.max_new_tokens, sampling_logps=sampling.get(m),
+                       is_mode=cfg.importance_sampling_mode, is_clip_max=cfg.importance_sampling_clip_max)
+        if m in sampling:  # TRL's sampling/* statistics of the correction
+            record["bf16_sampled"].update({k: v for k, v in stats.items() if k.startswith("sampling/")})
         record["param_norm"][m] = math.sqrt(sum(float((p.detach() - s).pow(2).sum()) for p, s in zip(params, start)))
         record["effects"][m] = effects(sequence_logps(policy, pool_r, cfg.temperature), logp_start,
                                        pool_scores, pool)
@@ -261,7 +297,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", default=None, help="the task's data file (default: its bundled sample)")
     ap.add_argument("--batches", type=int, default=30, help="R: batches (each a fresh draw of prompts and completions)")
     ap.add_argument("--pool", type=int, default=32, help="P: fresh completions per prompt that measure the effects")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(m for m in METHODS if m != BF16_SAMPLED),
+                    help=f"comma-separated, of {', '.join(METHODS)} (default: all but {BF16_SAMPLED}, "
+                         "which changes how the batches are drawn)")
     ap.add_argument("--seed", type=int, default=0, help="LoRA init, prompt order and each batch's sampling")
     ap.add_argument("--start", default=None, metavar="CHECKPOINT",
                     help="start every method from this `mrtpo train` checkpoint's adapter (a mid-training policy; "
@@ -329,6 +367,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "step_sizes": [cfg.lr], "optimizer": "AdamW, first step (every weight with a gradient moves by lr)",
                 "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "loss_type": cfg.loss_type,
                 "seed": args.seed, "methods": methods, "dtype": args.dtype,
+                **({"sampler": "row-seeded (the trainer's)"} if BF16_SAMPLED in methods else {}),
                 **({"start": _checkpoint_label(args.start)} if args.start else {})}
     done = read_records(out, settings)
 

@@ -71,7 +71,8 @@ def test_every_method_steps_from_the_same_start_and_a_rerun_goes_on(one_step, ti
     doc = one_step.main(args + ["--batches", "2"])
     assert doc["settings"]["batches"] == 2
     methods = doc["settings"]["methods"]
-    assert methods == [m for m in one_step.METHODS if m != "oracle"]  # the task says no reward spans
+    # the task says no reward spans; mrtpo-bf16-sampled is asked for by name only
+    assert methods == [m for m in one_step.METHODS if m not in ("oracle", "mrtpo-bf16-sampled")]
     rewards = {r["reward"] for r in doc["rows"]}
     assert {"format", "short", "letters", "total", "kl", "param_norm"} <= rewards
     assert {(p["a"], p["b"]) for p in doc["paired"]} >= {("mrtpo", "gdpo"), ("mrtpo", "mrtpo-shuffled")}
@@ -95,6 +96,37 @@ def test_every_method_steps_from_the_same_start_and_a_rerun_goes_on(one_step, ti
     for a, b in zip(first, fresh):
         for m in methods:
             assert a["effects"][m] == pytest.approx(b["effects"][m], rel=1e-4, abs=1e-7)
+
+
+def test_the_bf16_sampled_arm_is_mrtpos_step_on_the_copys_batch_with_the_correction(one_step, tiny_qwen2_dir):
+    """mrtpo-bf16-sampled draws the trainer's row-seeded batch from a copy of the weights and
+    steps with TRL's correction on it. From a float32 "copy" it draws what mrtpo's batch holds,
+    every ratio is 1, and its step is mrtpo's; from a bfloat16 copy it is another batch, whose
+    correction statistics the record keeps."""
+    from mrtpo.harness.config import TrainConfig
+    from mrtpo.harness.policy import load_policy
+    from mrtpo.harness.scoring import Scorer
+    from mrtpo.tasks import get_task
+
+    harness_task.register()
+    task = get_task("harness-words")
+    cfg = TrainConfig(model=str(tiny_qwen2_dir), task="harness-words", batch_prompts=2, num_generations=3,
+                      max_new_tokens=6, lr=0.01, verify_workers=0)
+    torch.manual_seed(0)
+    policy = load_policy(str(tiny_qwen2_dir), lora=True, lora_r=4, lora_dropout=0.0)
+    methods = ["mrtpo", "mrtpo-bf16-sampled"]
+    same = one_step.run_batch(policy, task, Scorer(task, 0), task.load()[:2], cfg, pool=3, methods=methods,
+                              seed=5, copy_dtype=torch.float32)
+    assert not same["flat"]
+    arm = same["bf16_sampled"]
+    assert arm["same_completions"] == arm["completions"] == 6
+    assert arm["sampling/sampling_logp_difference/max"] < 1e-4
+    assert same["effects"]["mrtpo-bf16-sampled"] == pytest.approx(same["effects"]["mrtpo"], rel=1e-3, abs=1e-7)
+    assert same["param_norm"]["mrtpo-bf16-sampled"] == pytest.approx(same["param_norm"]["mrtpo"], rel=1e-4)
+    low = one_step.run_batch(policy, task, Scorer(task, 0), task.load()[:2], cfg, pool=3, methods=methods, seed=5)
+    assert low["effects"]["mrtpo"] == same["effects"]["mrtpo"]  # the float32 arm is drawn alike either way
+    assert low["bf16_sampled"]["sampling/sampling_logp_difference/max"] > 1e-4  # bf16 rounding moved them
+    assert {"sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max"} <= set(low["bf16_sampled"])
 
 
 def test_other_settings_are_not_mixed_into_a_results_file(one_step, tiny_qwen2_dir, tmp_path):
