@@ -55,28 +55,39 @@ def current_commit() -> str | None:
 
 
 def _cpuinfo() -> dict[str, str]:
-    """The first processor's `model name`, `cpu family` and `model` from /proc/cpuinfo ({} without it)."""
+    """The first processor's `model name`, `cpu family`, `model` and `flags` from /proc/cpuinfo
+    ({} without it)."""
     info: dict[str, str] = {}
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
             key, _, value = line.partition(":")
-            if key.strip() in ("model name", "cpu family", "model") and key.strip() not in info:
+            if key.strip() in ("model name", "cpu family", "model", "flags") and key.strip() not in info:
                 info[key.strip()] = value.strip()
     except OSError:
         pass
     return info
 
 
+#: the vector instructions that set a CPU's product rates here, widest first (/proc/cpuinfo flag, name)
+VECTOR_ISAS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
+
+
 def cpu_name(family: bool = False) -> str:
-    """The processor's model name, for speed results: machines lent to this project differ by
-    4x in float32 rate, so every table names the CPU it was measured on. `family`: with its
-    family and model numbers (float rounding, hence greedy near-ties, follow them)."""
+    """The processor's model name and its widest vector instructions (`VECTOR_ISAS`), for speed
+    results: machines lent to this project differ by 4x in float32 rate, and two of them both
+    call themselves "AMD EPYC" (one with AVX2 only, one with AVX512-BF16), so every table names
+    the CPU it was measured on. `family`: with its family and model numbers (float rounding,
+    hence greedy near-ties, follow them)."""
     info = _cpuinfo()
     if "model name" not in info:
         import platform
 
         return platform.processor() or ("unknown CPU" if family else "unknown")
     name = info["model name"]
+    flags = set(info.get("flags", "").split())
+    isa = next((label for flag, label in VECTOR_ISAS if flag in flags), None)
+    if isa:
+        name += f" with {isa}"
     if family and "cpu family" in info:
         name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
     return name

@@ -40,7 +40,7 @@ def test_the_recorded_command_reruns_from_the_root():
     assert shlex.split(quoted) == ["python", "-m", "benchmarks.speed.step", *argv]
 
 
-def test_the_cpu_is_named_with_its_family_when_asked():
+def test_the_cpu_is_named_with_its_vector_instructions_and_its_family_when_asked():
     plain, full = cpu_name(), cpu_name(family=True)
     assert plain and full.startswith(plain)
     try:
@@ -50,6 +50,10 @@ def test_the_cpu_is_named_with_its_family_when_asked():
     if "cpu family" in cpuinfo and "model name" in cpuinfo:
         family = next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("cpu family"))
         assert full.endswith(")") and f"(family {family}, model " in full
+    if "avx512_bf16" in cpuinfo and "amx_bf16" not in cpuinfo:  # the two AMD EPYC kinds are told apart
+        assert plain.endswith(" with AVX512-BF16")
+    elif "avx2" in cpuinfo and "avx512f" not in cpuinfo:
+        assert plain.endswith(" with AVX2")
 
 
 def test_a_table_prints_its_title_rows_and_notes(capsys):
