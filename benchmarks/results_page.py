@@ -336,6 +336,13 @@ def render_one_step(name: str, data: dict, results_dir: Path = RESULTS) -> str:
         notes.append("pooled from " + "; ".join(
             f"{x.get('file')} (seed {x.get('seed')}, {x.get('batches')} batches, "
             f"{num(x.get('seconds_per_batch'), 0)} s a batch)" for x in sources))
+    arm = data.get("bf16_sampled")  # mrtpo-bf16-sampled's batches against mrtpo's
+    if arm:
+        notes.append(f"mrtpo-bf16-sampled: {arm.get('same_completions')} of {arm.get('completions')} completions "
+                     f"the same as mrtpo's batch; the bf16 copy's log-probs against the float32 weights': mean "
+                     f"|difference| {num(arm.get('logp_difference_mean'), 3)}, largest "
+                     f"{num(arm.get('logp_difference_max'), 2)}; the correction's per-token ratios "
+                     f"{num(arm.get('ratio_min'), 2)} to {num(arm.get('ratio_max'), 2)}")
     verdicts = []
     for p in paired:
         if not all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) for k in ("low", "high")):

@@ -494,12 +494,28 @@ def common_rewards(records: list[dict], method: str) -> list[str]:
     return every + ["total"] if records else []
 
 
+def bf16_summary(records: list[dict]) -> dict:
+    """mrtpo-bf16-sampled's batches against mrtpo's over the records: how many completions came
+    out the same, and the extremes of TRL's sampling statistics (the bf16 copy's log-probs
+    against the float32 weights', the correction's per-token ratios)."""
+    arms = [rec["bf16_sampled"] for rec in records if "bf16_sampled" in rec]
+    stat = [a for a in arms if "sampling/sampling_logp_difference/max" in a]  # batches that stepped
+    return {"same_completions": sum(a["same_completions"] for a in arms),
+            "completions": sum(a["completions"] for a in arms),
+            "logp_difference_mean": statistics.mean(a["sampling/sampling_logp_difference/mean"] for a in stat)
+            if stat else None,
+            "logp_difference_max": max((a["sampling/sampling_logp_difference/max"] for a in stat), default=None),
+            "ratio_min": min((a["sampling/importance_sampling_ratio/min"] for a in stat), default=None),
+            "ratio_max": max((a["sampling/importance_sampling_ratio/max"] for a in stat), default=None)}
+
+
 def report(records: list[dict], methods, settings: dict, args) -> dict:
     rewards = common_rewards(records, methods[0])
     rows, paired = summarise(records, methods, rewards)
     seconds = statistics.mean(rec["seconds"]["batch"] for rec in records) if records else math.nan
     doc = {"settings": {**settings, "batches": len(records)}, "rows": rows, "paired": paired,
            "flat_batches": sum(rec["flat"] for rec in records), "seconds_per_batch": seconds,
+           **({"bf16_sampled": bf16_summary(records)} if any("bf16_sampled" in rec for rec in records) else {}),
            "command": command("benchmarks.experiments.one_step", sys.argv[1:]),
            "pool_means": {r: statistics.mean([rec["pool_means"][r] for rec in records if r in rec["pool_means"]] or [math.nan])
                           for r in rewards}}

@@ -135,7 +135,7 @@ def main() -> None:
     print("\n| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for cells in table:
         print("| " + " | ".join(cells) + " |")
-    note = (f"(reward, response) pairs a weighting leaves no mass, so weight 1 everywhere: "
+    note = ("(reward, response) pairs a weighting leaves no mass, so weight 1 everywhere: "
             + ", ".join(f"{w} {n}" for w, n in flats.items()) + f" (of {pairs} with a non-zero distance)")
     print(note)
     write_result(args.json, "table", {

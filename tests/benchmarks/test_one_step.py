@@ -127,6 +127,10 @@ def test_the_bf16_sampled_arm_is_mrtpos_step_on_the_copys_batch_with_the_correct
     assert low["effects"]["mrtpo"] == same["effects"]["mrtpo"]  # the float32 arm is drawn alike either way
     assert low["bf16_sampled"]["sampling/sampling_logp_difference/max"] > 1e-4  # bf16 rounding moved them
     assert {"sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max"} <= set(low["bf16_sampled"])
+    summary = one_step.bf16_summary([same, low, {"flat": True}])  # what the results file keeps of the arm
+    assert (summary["same_completions"], summary["completions"]) == (6 + low["bf16_sampled"]["same_completions"], 12)
+    assert summary["logp_difference_max"] == low["bf16_sampled"]["sampling/sampling_logp_difference/max"]
+    assert summary["ratio_min"] <= 1 <= summary["ratio_max"]
 
 
 def test_other_settings_are_not_mixed_into_a_results_file(one_step, tiny_qwen2_dir, tmp_path):

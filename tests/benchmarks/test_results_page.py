@@ -148,6 +148,13 @@ def test_a_one_step_file_gets_its_intervals_and_verdicts(page, tmp_path):
     doc["settings"]["start"] = "step50/gdpo-seed3"  # `one_step.py --start`: a mid-training policy
     (results / "one-step-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
     assert "lr 5e-05, every method stepping from step50/gdpo-seed3**" in page.render(results)
+    assert "mrtpo-bf16-sampled:" not in page.render(results)
+    doc["bf16_sampled"] = {"same_completions": 70, "completions": 240, "logp_difference_mean": 0.0261,
+                           "logp_difference_max": 0.412, "ratio_min": 0.66, "ratio_max": 1.51}
+    (results / "one-step-text2sql-smollm2-135m.json").write_text(json.dumps(doc))
+    assert ("mrtpo-bf16-sampled: 70 of 240 completions the same as mrtpo's batch; the bf16 copy's log-probs "
+            "against the float32 weights': mean |difference| 0.026, largest 0.41; the correction's per-token "
+            "ratios 0.66 to 1.51") in page.render(results)
 
 
 def test_a_sweep_file_gets_its_rows_and_its_choice(page, tmp_path):

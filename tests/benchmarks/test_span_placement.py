@@ -7,7 +7,6 @@ of each reward's spans, the end of turn is the format's)."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
