@@ -16,7 +16,7 @@ from mrtpo.tasks.options import OptionSyntaxError, TaskOptionError, read_options
 
 FLAG = "--task-option"
 HELP = ("KEY=VALUE for the task's constructor, repeatable (the value read as a YAML scalar, as "
-        "TRL's --task_args: true/false/yes/no, numbers, null, [lists], {maps}, else text; checked "
+        "TRL's --task_args: true/false/yes/no, numbers, null, \\[lists], {maps}, else text; checked "
         "against the option's declared type), e.g. -o think=true -o skip_unsupported=true.")
 
 TaskOptions = Annotated[Optional[list[str]], typer.Option(FLAG, "-o", help=HELP)]

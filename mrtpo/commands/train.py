@@ -21,6 +21,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from mrtpo.commands import options as task_options
+from mrtpo.models.builtin import DEFAULT_MODEL, TRAIN_DEFAULTS
 
 # multi-valued settings: the flag's names; KEY=VALUE pairs become the config's dict
 # (task_args through the shared -o/--task-option parser, reward weights as numbers)
@@ -43,7 +44,7 @@ def _options() -> list[inspect.Parameter]:
         if f.name == "model":  # no --model: the built-in policy, built on first use
             default = "the built-in default policy (mrtpo model ls)"
         elif f.name == "task":
-            default = "toolcall with the built-in policy, else required"
+            default = f"{TRAIN_DEFAULTS[DEFAULT_MODEL]['task']} with the built-in policy, else required"
         if f.name in _PAIR_FLAGS:
             if f.name == "task_args":  # the same words as every other command's -o
                 help_text = task_options.HELP + " Config file key: task_args."

@@ -102,7 +102,7 @@ class TrainConfig:
     steps: int = opt(100, "Total optimizer steps of the run (a resumed run continues up to this).")
     seed: int = opt(0, "Seed for torch, python and numpy; data order, sampling and LoRA init follow from it.")
     output_dir: str | None = opt(None, "Run directory; default runs/<run-name>/.")
-    run_name: str | None = opt(None, "Name of the run directory under runs/; default <task>-<advantage>[-saw]-[mrtpo]-<time>.")
+    run_name: str | None = opt(None, "Name of the run directory under runs/; default <task>-<advantage>(-saw)(-mrtpo)-<time>.")
     save_every: int = opt(50, "Checkpoint every N steps (0 = only at the end).")
     save_total_limit: int = opt(0, "Keep only the newest N checkpoints (0 = keep all).")
     resume: bool = opt(False, "Continue the run in --output-dir from its latest checkpoint, with its saved config.")

@@ -50,3 +50,25 @@ def test_listings_print_names_and_paths_with_brackets(tmp_path):
     cache = tmp_path / "cache[bold]x"
     result, out = _invoke("model", "ls", "--cache-dir", cache)
     assert result.exit_code == 0 and "cache[bold]x" in out, out
+
+
+def test_help_texts_hold_no_bracket_that_rich_would_read_as_markup():
+    """`--help` renders through rich: `[mrtpo]` in a help text would vanish from what users read
+    (as `--run-name`'s `<task>-<advantage>[-saw]-[mrtpo]-<time>` once did)."""
+    import typer.main
+    from rich.markup import RE_TAGS
+
+    from mrtpo.cli import app
+
+    def commands(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():  # a group's subcommands
+            yield from commands(sub, f"{path} {name}")
+
+    assert len(list(commands(typer.main.get_command(app), "mrtpo"))) > 10  # every command reached
+    eaten = [(path, name, m.group(0))
+             for path, command in commands(typer.main.get_command(app), "mrtpo")
+             for name, text in [("(command)", command.help or "")]
+             + [(p.name, getattr(p, "help", None) or "") for p in command.params]
+             for m in RE_TAGS.finditer(text) if not m.group(2)]  # group 2: escaping backslashes
+    assert not eaten, eaten
